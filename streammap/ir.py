@@ -1,0 +1,114 @@
+"""The task graph (IR): a ``networkx.DiGraph`` that every stage after the front end reads.
+
+Both front ends build it: the directive compiler (``streammap.directives``) from a ``.py`` file,
+and the importers (``streammap.importers``) from WfCommons or node-link JSON. Nothing after this
+point knows which one made the graph.
+
+Graph attributes (``g.graph``)
+------------------------------
+``name``      the entry point (graph function) or workflow name.
+``kind``      ``"program"`` (from directives: runnable) or ``"workflow"`` (imported: mapped and
+              scored, not runnable).
+``source``    path of the file the graph came from.
+``entry``     name of the ``# @stream graph`` function (programs only).
+``params``    ``{name: value}`` of every ``# @stream param`` after ``-D`` overrides (programs).
+``outputs``   what the graph returns, as an *arg spec* (below), or ``None``.
+
+Node attributes (one node per task; the node key is the task id)
+----------------------------------------------------------------
+``kernel``    kernel name (``str``).
+``site``      call site ``"file.py:LINE"`` (programs) or ``None``.
+``flops``     operations per call, ``float`` or ``None`` when unknown.
+``bytes``     device-memory traffic per call, ``float`` or ``None``.
+``mem``       peak device memory while running, ``float`` or ``None`` (cost model then uses
+              inputs + output).
+``out``       bytes of the result, ``float`` or ``None``.
+``device``    device constraint string: ``"any"`` (default), a kind, vendor or model filter.
+``split``     data-parallel axis (``int``) or ``None``.
+``share``     fraction of one device's compute, ``0 < share <= 1`` (default 1.0).
+``stateful``  ``bool``; ``retries``: ``int`` (default 0).
+``runtime``   reference runtime in seconds on a speed-1.0 device (imported), or ``None``.
+``times``     ``{model or kind: seconds}`` measured times (imported), or ``None``.
+``args``      positional arguments, a list of arg specs (programs; ``[]`` for workflows).
+``kwargs``    keyword arguments, ``{name: arg spec}``.
+
+Edge attributes
+---------------
+``bytes``     bytes carried from producer to consumer (``float``).
+
+Arg specs (plain data, YAML-safe)
+---------------------------------
+``{"ref": TASK_ID}``                 the result of another task;
+``{"ref": TASK_ID, "index": I}``     item I of a task's tuple result (tuple unpacking);
+``{"value": V}``                     a constant (int, float, str, bool, None);
+``{"list": [SPEC, ...]}``            a list of specs; ``{"tuple": [...]}`` a tuple;
+``{"dict": {KEY: SPEC, ...}}``       a dict of specs (used for dict-valued ``return``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import networkx as nx
+
+#: Node attributes with their defaults; importers and the front end fill every one of them.
+NODE_DEFAULTS = {
+    "kernel": None, "site": None, "flops": None, "bytes": None, "mem": None, "out": None,
+    "device": "any", "split": None, "share": 1.0, "stateful": False, "retries": 0,
+    "runtime": None, "times": None, "args": [], "kwargs": {},
+}
+
+
+def new_graph(name: str, kind: str, source: str | None = None, entry: str | None = None,
+              params: dict | None = None) -> nx.DiGraph:
+    """An empty IR graph with its graph attributes set."""
+    g = nx.DiGraph()
+    g.graph.update(name=name, kind=kind, source=source, entry=entry, params=dict(params or {}),
+                   outputs=None)
+    return g
+
+
+def add_task(g: nx.DiGraph, task_id: str, kernel: str, **attrs) -> None:
+    """Add a task node with every attribute of :data:`NODE_DEFAULTS` present."""
+    unknown = set(attrs) - set(NODE_DEFAULTS)
+    if unknown:
+        raise TypeError(f"unknown task attribute(s): {sorted(unknown)}")
+    data = {k: (v.copy() if isinstance(v, (list, dict)) else v) for k, v in NODE_DEFAULTS.items()}
+    data.update(attrs, kernel=kernel)
+    g.add_node(task_id, **data)
+
+
+def spec_refs(spec) -> list[str]:
+    """Task ids an arg spec refers to, in order of appearance."""
+    out: list[str] = []
+
+    def walk(s):
+        if "ref" in s:
+            out.append(s["ref"])
+        elif "list" in s or "tuple" in s:
+            for item in s.get("list", s.get("tuple")):
+                walk(item)
+        elif "dict" in s:
+            for item in s["dict"].values():
+                walk(item)
+    if spec is not None:
+        walk(spec)
+    return out
+
+
+def to_node_link(g: nx.DiGraph) -> dict:
+    """The graph as node-link data (``networkx.node_link_data`` with ``edges``)."""
+    return nx.node_link_data(g, edges="edges")
+
+
+def write_graph(g: nx.DiGraph, path) -> None:
+    """Write the IR as node-link JSON (``--emit-graph``)."""
+    text = json.dumps(to_node_link(g), indent=1, default=_json_default)
+    Path(path).write_text(text + "\n", encoding="utf-8")
+
+
+def _json_default(o):
+    if hasattr(o, "item"):   # numpy scalars
+        return o.item()
+    raise TypeError(f"cannot write {type(o).__name__} to JSON")

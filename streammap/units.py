@@ -1,0 +1,101 @@
+"""Readable quantities: ``80GiB``, ``25 GB/s``, ``10us``, ``19.5 TFLOP/s``.
+
+Cluster files accept sizes, rates and times either as plain numbers (bytes, bytes/s, FLOP/s,
+seconds) or as strings with a unit. Decimal prefixes (k, M, G, T, P) are powers of 1000; binary
+prefixes (Ki, Mi, Gi, Ti, Pi) powers of 1024. ``B`` is a byte, ``b`` a bit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
+_TIME = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
+
+_NUMBER = r"(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*"
+_PREFIX = r"(?P<prefix>Ki|Mi|Gi|Ti|Pi|Ei|[kKMGTPE]?)"
+
+
+def _number(value, what: str) -> float | None:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a {what}, got a boolean")
+    if isinstance(value, (int, float)):
+        if math.isnan(value) or value < 0:
+            raise ValueError(f"expected a non-negative {what}, got {value}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a {what} as a number or a string such as {_EXAMPLES[what]}")
+    return None
+
+
+def _scale(prefix: str) -> float:
+    return _BINARY[prefix] if prefix in _BINARY else _DECIMAL[prefix]
+
+
+_EXAMPLES = {"size": "'80GiB'", "rate": "'25 GB/s'", "time": "'10us'", "compute rate": "'19.5 TFLOP/s'"}
+
+
+def parse_size(value) -> float:
+    """Bytes from ``80GiB``, ``512 MB``, ``1.5e9`` or ``8Gb`` (bits)."""
+    n = _number(value, "size")
+    if n is not None:
+        return n
+    m = re.fullmatch(_NUMBER + _PREFIX + r"(?P<unit>B|b|bytes?)?", value.strip())
+    if not m:
+        raise ValueError(f"cannot read {value!r} as a size; write e.g. 80GiB, 512 MB or a number of bytes")
+    bits = m["unit"] == "b"
+    return float(m["num"]) * _scale(m["prefix"]) / (8.0 if bits else 1.0)
+
+
+def parse_rate(value) -> float:
+    """Bytes per second from ``25 GB/s``, ``100 Gb/s`` (bits), ``300GiB/s`` or a number."""
+    n = _number(value, "rate")
+    if n is not None:
+        return n
+    m = re.fullmatch(_NUMBER + _PREFIX + r"(?P<unit>B|b|bytes?)\s*(/\s*s|ps)", value.strip())
+    if not m:
+        raise ValueError(f"cannot read {value!r} as a bandwidth; write e.g. 25 GB/s, 100 Gb/s or bytes per second")
+    bits = m["unit"] == "b"
+    return float(m["num"]) * _scale(m["prefix"]) / (8.0 if bits else 1.0)
+
+
+def parse_flops(value) -> float:
+    """Operations per second from ``19.5 TFLOP/s``, ``2 TFLOPS`` or a number."""
+    n = _number(value, "compute rate")
+    if n is not None:
+        return n
+    m = re.fullmatch(_NUMBER + _PREFIX + r"(FLOP/s|FLOPS|flop/s|flops|OP/s|OPS)", value.strip())
+    if not m:
+        raise ValueError(f"cannot read {value!r} as a compute rate; write e.g. 19.5 TFLOP/s or operations per second")
+    return float(m["num"]) * _scale(m["prefix"])
+
+
+def parse_time(value) -> float:
+    """Seconds from ``10us``, ``3 ms``, ``2s`` or a number of seconds."""
+    n = _number(value, "time")
+    if n is not None:
+        return n
+    m = re.fullmatch(_NUMBER + r"(?P<unit>s|sec|ms|us|µs|ns|min|h)", value.strip())
+    if not m:
+        raise ValueError(f"cannot read {value!r} as a time; write e.g. 10us, 3 ms or a number of seconds")
+    return float(m["num"]) * _TIME[m["unit"]]
+
+
+def format_size(n: float) -> str:
+    """``80GiB``-style text for a byte count (for tables and messages)."""
+    for unit, scale in (("PiB", 2.0**50), ("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.4g}{unit}"
+    return f"{n:.0f}B"
+
+
+def format_time(t: float) -> str:
+    """``12.3 ms``-style text for seconds."""
+    if t == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(t) >= scale:
+            return f"{t / scale:.4g} {unit}"
+    return f"{t / 1e-9:.4g} ns"
