@@ -1,0 +1,212 @@
+"""The plan: the contract between compile time and run time.
+
+A plan says, for every task, which device runs it, after which tasks, and when the mapper expects
+it to start and finish. It is YAML a person can read, diff and edit (``design.md``), and it is
+*validated when read*: schema version, known devices, dependencies that name earlier tasks (so the
+task list is a topological order, and each device runs its tasks in list order), no cycles, and a
+source file that still matches its sha256 (checked by the runtime through :meth:`Plan.check_source`).
+
+Beyond the design's example, a plan carries what a machine needs to run it without the compiler:
+
+``devices``  every device of the cluster (id, kind, vendor, model, local index, memory), so the
+             runtime knows a GPU from a CPU and which local GPU ``node0/gpu1`` is;
+``outputs``  the graph's return value as an arg spec (``streammap.ir``);
+per task     ``site`` (call site), ``estimate`` (where its time estimate came from), ``args`` and
+             ``kwargs`` (arg specs), ``retries``.
+
+Paths: ``source.path`` is written relative to the plan file's folder and resolved against it on
+read, so a plan and its program can move together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import PlanError
+from .ir import spec_refs
+from .yamlio import load_yaml, validation_error
+
+PLAN_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SourceInfo(_Strict):
+    path: str
+    sha256: str
+    entry: Optional[str] = None
+    kind: Literal["program", "workflow"] = "program"
+
+
+class ClusterInfo(_Strict):
+    name: str
+    sha256: str = ""
+
+
+class MapperInfo(_Strict):
+    name: str
+    estimated_makespan: float = Field(ge=0)
+    lower_bound: float = Field(ge=0)
+    heft_makespan: Optional[float] = Field(default=None, ge=0)
+    mapping_time: Optional[float] = Field(default=None, ge=0)
+
+
+class PlanDevice(_Strict):
+    id: str
+    kind: str
+    vendor: Optional[str] = None
+    model: Optional[str] = None
+    index: Optional[int] = None
+    memory: Optional[float] = None
+
+
+class PlanTask(_Strict):
+    id: str
+    kernel: str
+    device: str
+    deps: list[str] = []
+    start: float = Field(ge=0)
+    finish: float = Field(ge=0)
+    site: Optional[str] = None
+    estimate: Optional[str] = None
+    retries: int = Field(default=0, ge=0)
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+
+
+class Plan(_Strict):
+    """A validated plan (see the module docstring)."""
+
+    streammap_plan: int
+    source: SourceInfo
+    params: dict[str, Any] = {}
+    cluster: ClusterInfo
+    objective: Literal["makespan"] = "makespan"
+    mapper: MapperInfo
+    devices: list[PlanDevice]
+    outputs: Optional[Any] = None
+    tasks: list[PlanTask]
+
+    # -- derived views -------------------------------------------------------------------
+    def device(self, device_id: str) -> PlanDevice:
+        for d in self.devices:
+            if d.id == device_id:
+                return d
+        raise KeyError(device_id)
+
+    def tasks_by_device(self) -> dict[str, list[PlanTask]]:
+        """Each device's tasks in the order it runs them (plan order)."""
+        out: dict[str, list[PlanTask]] = {d.id: [] for d in self.devices}
+        for t in self.tasks:
+            out[t.device].append(t)
+        return out
+
+    def check_source(self) -> Path:
+        """The source file, after checking it still matches the plan's sha256.
+
+        Raises
+        ------
+        PlanError
+            When the file is missing or has changed since compile time.
+        """
+        path = Path(self.source.path)
+        if not path.exists():
+            raise PlanError(f"the plan's source {path} does not exist",
+                            hint="run the plan from where it was compiled, or compile it again")
+        digest = sha256_file(path)
+        if digest != self.source.sha256:
+            raise PlanError(f"{path} has changed since this plan was compiled (sha256 {digest[:12]}… "
+                            f"!= {self.source.sha256[:12]}…)",
+                            hint=f"compile it again: streammap compile {path} --cluster ... -o PLAN")
+        return path
+
+    # -- writing -------------------------------------------------------------------------
+    def to_yaml(self, relative_to: str | Path | None = None) -> str:
+        data = self.model_dump(mode="json")
+        if relative_to is not None:
+            data["source"]["path"] = _relpath(self.source.path, relative_to)
+        for t in data["tasks"]:
+            for key, empty in (("site", None), ("estimate", None), ("retries", 0), ("args", []), ("kwargs", {})):
+                if t.get(key) == empty:
+                    del t[key]
+        return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100, allow_unicode=True)
+
+
+def _relpath(path: str, base) -> str:
+    try:
+        return os.path.relpath(os.path.abspath(path), os.path.abspath(base))
+    except ValueError:        # another drive on Windows
+        return os.path.abspath(path)
+
+
+def sha256_file(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_plan(plan: Plan, path) -> None:
+    """Write ``plan`` to ``path`` atomically (a half-written plan never exists)."""
+    path = Path(path)
+    text = plan.to_yaml(relative_to=path.parent)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_plan(path) -> Plan:
+    """Read and validate a plan file; errors name the file, line and field."""
+    path = Path(path)
+    data, lines = load_yaml(path, PlanError)
+    if not isinstance(data, dict) or "streammap_plan" not in data:
+        raise PlanError("not a StreamMAP plan (no 'streammap_plan' version)", path=path, line=1,
+                        hint="make one with: streammap compile PROGRAM --cluster CLUSTER -o plan.yaml")
+    if data["streammap_plan"] != PLAN_VERSION:
+        raise PlanError(f"plan version {data['streammap_plan']!r} is not supported (this StreamMAP reads {PLAN_VERSION})",
+                        path=path, line=lines.get(("streammap_plan",)), hint="compile the program again")
+    try:
+        plan = Plan.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise validation_error(exc, path, lines, PlanError, "plan") from None
+    src = Path(plan.source.path)
+    if not src.is_absolute():
+        plan.source.path = os.path.normpath(path.parent / src)
+    validate_plan(plan, path=path, lines=lines)
+    return plan
+
+
+def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
+    """Check what pydantic cannot: known devices, unique ids, deps before use, args within deps."""
+    lines = lines or {}
+    device_ids = {d.id for d in plan.devices}
+    if len(device_ids) != len(plan.devices):
+        raise PlanError("a device id appears twice in 'devices'", path=path, line=lines.get(("devices",)))
+    seen: set[str] = set()
+    for i, t in enumerate(plan.tasks):
+        where = dict(path=path, line=lines.get(("tasks", i)))
+        if t.id in seen:
+            raise PlanError(f"task id {t.id!r} appears twice", **where)
+        if t.device not in device_ids:
+            raise PlanError(f"task {t.id!r} is placed on unknown device {t.device!r}", **where,
+                            hint=f"devices of this plan: {', '.join(sorted(device_ids))}")
+        for dep in t.deps:
+            if dep not in seen:
+                known = dep in {u.id for u in plan.tasks}
+                why = "comes later in the task list (tasks must follow their deps; a cycle?)" if known else "is not a task of this plan"
+                raise PlanError(f"task {t.id!r} depends on {dep!r}, which {why}", **where)
+        missing = [r for spec in (*t.args, *t.kwargs.values()) for r in spec_refs(spec) if r not in t.deps]
+        if missing:
+            raise PlanError(f"task {t.id!r} uses the result of {missing[0]!r} but does not list it in deps", **where)
+        if t.finish < t.start:
+            raise PlanError(f"task {t.id!r} finishes before it starts", **where)
+        seen.add(t.id)
+    for r in spec_refs(plan.outputs):
+        if r not in seen:
+            raise PlanError(f"the plan's outputs name unknown task {r!r}", path=path, line=lines.get(("outputs",)))
