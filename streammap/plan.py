@@ -57,7 +57,6 @@ class MapperInfo(_Strict):
     estimated_makespan: float = Field(ge=0)
     lower_bound: float = Field(ge=0)
     heft_makespan: Optional[float] = Field(default=None, ge=0)
-    mapping_time: Optional[float] = Field(default=None, ge=0)
 
 
 class PlanDevice(_Strict):

@@ -1,0 +1,174 @@
+"""The ``streammap`` command: discover, compile, show, run.
+
+Every command reports bad input as ``file:line:col: error: ...`` with a hint and exits with status
+2; a kernel that fails while a valid plan runs exits with status 1. Output files are written only
+once their whole content is ready, so an error never leaves a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from . import __version__
+from .errors import EXIT_FAILURE, EXIT_USAGE, KernelError, StreamMapError
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    err = Console(stderr=True, highlight=False)
+    try:
+        return args.func(args) or 0
+    except StreamMapError as exc:
+        err.print(exc.format(), markup=False)
+        return EXIT_USAGE
+    except KernelError as exc:
+        err.print(exc.format(), markup=False)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        err.print("interrupted", markup=False)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="streammap", description="Compile # @stream-annotated Python into "
+                                "placement plans for GPU clusters, and run them.")
+    p.add_argument("--version", action="version", version=f"streammap {__version__}")
+    sub = p.add_subparsers(title="commands", metavar="COMMAND")
+
+    d = sub.add_parser("discover", help="describe this machine's devices as a cluster file")
+    d.add_argument("-o", "--output", help="write the cluster file here (default: print it)")
+    d.add_argument("--node", help="node name (default: the host name)")
+    d.add_argument("--name", default="local", help="cluster name (default: local)")
+    d.set_defaults(func=_discover)
+
+    c = sub.add_parser("compile", help="compile a program or workflow into a placement plan")
+    c.add_argument("source", help="a .py file with # @stream directives, or a workflow .json")
+    c.add_argument("--cluster", required=True, help="cluster.yaml, or 'local' to discover this machine now")
+    c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a # @stream param (repeatable); VALUE may be an expression")
+    c.add_argument("--entry", help="the # @stream graph function, when the file has several")
+    c.add_argument("--mapper", default="heft", help="mapping algorithm (default: heft)")
+    c.add_argument("-o", "--output", help="plan file (default: SOURCE_STEM.plan.yaml)")
+    c.add_argument("--emit-graph", metavar="FILE", help="also write the task graph as node-link JSON")
+    c.set_defaults(func=_compile)
+
+    s = sub.add_parser("show", help="show a plan or a run record: table, Gantt chart, task graph")
+    s.add_argument("file", help="plan.yaml or a run record (*.run.json)")
+    s.add_argument("--gantt", metavar="IMAGE", help="write a Gantt chart (png, svg or pdf)")
+    s.add_argument("--graph", metavar="IMAGE", help="write the task graph as a picture (plans)")
+    s.add_argument("--limit", type=int, default=40, help="rows of the task table (0: all; default 40)")
+    s.set_defaults(func=_show)
+
+    r = sub.add_parser("run", help="run a plan on this machine")
+    r.add_argument("plan", help="plan.yaml")
+    r.add_argument("-o", "--output", help="outputs .npz (default: PLAN_STEM.out.npz); the run record goes beside it")
+    r.add_argument("--emulate", action="store_true", help="run devices this machine lacks on the CPU (same threads and order)")
+    r.add_argument("--record", help="run record path (default: OUTPUT_STEM.run.json)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.set_defaults(func=_run)
+    return p
+
+
+def _discover(args) -> int:
+    from .cluster import dump_cluster_spec
+    from .discover import discover_local, nvml_status, write_cluster
+    spec = discover_local(node_name=args.node)
+    spec.name = args.name
+    out = Console()
+    status = nvml_status()
+    if args.output:
+        write_cluster(spec, args.output)
+        gpus = sum(1 for n in spec.nodes for d in n.devices if d.kind == "gpu")
+        out.print(f"wrote {args.output}: node {spec.nodes[0].name}, {gpus} GPU(s), "
+                  f"{sum(len(n.devices) for n in spec.nodes)} device(s) [{status}]", markup=False)
+    else:
+        out.print(dump_cluster_spec(spec), markup=False, end="")
+    return 0
+
+
+def parse_defines(defines: list[str]) -> dict:
+    params = {}
+    for item in defines:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip().isidentifier() or not value.strip():
+            raise StreamMapError(f"-D {item!r}: expected NAME=VALUE", hint="for example -D N=65536 or -D N='1<<16'")
+        params[name.strip()] = value.strip()
+    return params
+
+
+def _compile(args) -> int:
+    from .compiler import compile as compile_plan
+    from .plan import write_plan
+    from .units import format_time
+    source = Path(args.source)
+    output = Path(args.output) if args.output else Path(source.stem + ".plan.yaml")
+    t0 = time.perf_counter()
+    plan = compile_plan(source, args.cluster, params=parse_defines(args.defines), mapper=args.mapper,
+                        entry=args.entry, emit_graph=args.emit_graph)
+    elapsed = time.perf_counter() - t0
+    write_plan(plan, output)
+    m = plan.mapper
+    used = len({t.device for t in plan.tasks})
+    Console().print(
+        f"wrote {output}: {len(plan.tasks)} tasks on {used} of {len(plan.devices)} devices, "
+        f"estimated makespan {format_time(m.estimated_makespan)} (lower bound {format_time(m.lower_bound)}), "
+        f"mapper {m.name}, compiled in {format_time(elapsed)}", markup=False)
+    return 0
+
+
+def _show(args) -> int:
+    from . import show
+    path = Path(args.file)
+    out = Console()
+    if path.suffix == ".json":
+        from .runrecord import read_run_record
+        obj = read_run_record(path)
+        out.print(show.run_summary(obj), markup=False)
+        out.print(show.run_table(obj, limit=args.limit or None))
+    else:
+        from .plan import read_plan
+        obj = read_plan(path)
+        out.print(show.plan_summary(obj), markup=False)
+        out.print(show.plan_table(obj, limit=args.limit or None))
+    if args.gantt:
+        show.gantt(obj, args.gantt)
+        out.print(f"wrote {args.gantt}", markup=False)
+    if args.graph:
+        if path.suffix == ".json":
+            raise StreamMapError("--graph draws a plan's task graph; give it the plan file", path=path)
+        show.graph_picture(obj, args.graph)
+        out.print(f"wrote {args.graph}", markup=False)
+    return 0
+
+
+def _run(args) -> int:
+    from .plan import read_plan
+    from .runrecord import run_record_path
+    from .runtime import run_plan
+    from .units import format_time
+    plan_path = Path(args.plan)
+    plan = read_plan(plan_path)
+    output = Path(args.output) if args.output else plan_path.with_name(plan_path.stem + ".out.npz")
+    record = Path(args.record) if args.record else run_record_path(output)
+    t0 = time.perf_counter()
+    outputs = run_plan(plan, emulate=args.emulate, outputs_path=output, record_path=record,
+                       progress=not args.no_progress and sys.stderr.isatty())
+    elapsed = time.perf_counter() - t0
+    names = ", ".join(f"{k} {getattr(v, 'shape', ())}" for k, v in outputs.items())
+    Console().print(f"ran {len(plan.tasks)} tasks in {format_time(elapsed)}"
+                    f"{' (emulated on the CPU)' if args.emulate else ''}; wrote {output} ({names}) and {record}",
+                    markup=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Compile: source → IR → cost model → mapping → plan.
+
+Each stage hands plain data to the next (``design.md``): the front end or an importer gives the
+IR (a networkx graph), :class:`~streammap.cost.CostModel` turns it and the cluster into arrays of
+times, sizes and link costs, a mapper turns those into a :class:`~streammap.schedule.Schedule`,
+and :func:`build_plan` writes the schedule down as a :class:`~streammap.plan.Plan`. This module
+only wires the stages together; it never reaches into their internals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import networkx as nx
+
+from .cluster import Cluster, cluster_from_dict, load_cluster
+from .cost import CostModel, lower_bound
+from .errors import StreamMapError
+from .mappers import get_mapper
+from .plan import (ClusterInfo, MapperInfo, Plan, PlanDevice, PlanTask, SourceInfo, PLAN_VERSION,
+                   sha256_file)
+from .schedule import Schedule
+
+
+def resolve_cluster(cluster) -> Cluster:
+    """A :class:`Cluster` from a Cluster, a dict, a file path, or ``"local"`` (discover now)."""
+    if isinstance(cluster, Cluster):
+        return cluster
+    if isinstance(cluster, dict):
+        return cluster_from_dict(cluster)
+    if cluster is None:
+        raise StreamMapError("no cluster given", hint="pass --cluster cluster.yaml, or --cluster local to discover this machine")
+    if str(cluster) == "local":
+        from .discover import discover_local
+        from .cluster import dump_cluster_spec
+        spec = discover_local()
+        return Cluster(spec, sha256=hashlib.sha256(dump_cluster_spec(spec).encode()).hexdigest(), path="local")
+    return load_cluster(cluster)
+
+
+def load_source_graph(path, params: dict | None = None, entry: str | None = None) -> nx.DiGraph:
+    """The IR of a program (``.py`` with directives) or an imported workflow (JSON)."""
+    path = Path(path)
+    if path.suffix == ".py":
+        from .directives import parse_program
+        return parse_program(path, overrides=params or {}, entry=entry)
+    if path.suffix == ".json":
+        if params:
+            raise StreamMapError(f"-D {next(iter(params))}=...: an imported workflow has no params", path=path,
+                                 hint="params (-D) apply to .py programs with # @stream param directives")
+        from .importers import load_graph
+        return load_graph(path)
+    if not path.exists():
+        raise StreamMapError(f"file not found: {path}")
+    raise StreamMapError(f"cannot compile {path}: expected a .py program with # @stream directives, "
+                         "or a .json workflow (WfCommons or node-link)", path=path)
+
+
+def compile(path, cluster, params: dict | None = None, mapper: str = "heft", entry: str | None = None,
+            emit_graph=None) -> Plan:
+    """Compile a program or workflow into a placement plan for ``cluster``.
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``.py`` file with ``# @stream`` directives, or a workflow JSON (WfCommons, node-link).
+    cluster : Cluster, dict, str or Path
+        The cluster: an object, a dict in the cluster format, a ``cluster.yaml`` path, or
+        ``"local"`` to discover this machine now.
+    params : dict, optional
+        Param overrides, ``{"N": 4096}`` (values may be expression strings such as ``"1<<12"``).
+    mapper : str
+        Mapper name (``heft``; see ``streammap.mappers.MAPPERS``).
+    entry : str, optional
+        The ``# @stream graph`` function to compile when the file has several.
+    emit_graph : str or Path, optional
+        Also write the IR as node-link JSON there.
+
+    Returns
+    -------
+    Plan
+        The validated plan (write it with :func:`streammap.plan.write_plan`).
+    """
+    map_fn = get_mapper(mapper)
+    clus = resolve_cluster(cluster)
+    graph = load_source_graph(path, params, entry)
+    cost = CostModel(graph, clus)
+    schedule = map_fn(cost)
+    heft_makespan = schedule.makespan if mapper == "heft" else get_mapper("heft")(cost).makespan
+    plan = build_plan(graph, clus, cost, schedule, source_path=path,
+                      lower=lower_bound(cost), heft_makespan=heft_makespan)
+    if emit_graph is not None:
+        from .ir import write_graph
+        write_graph(graph, emit_graph)
+    return plan
+
+
+def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: Schedule, *, source_path,
+               lower: float, heft_makespan: float | None) -> Plan:
+    """Write a schedule down as a plan: tasks in start order (a topological order), each with its deps."""
+    topo = {t: i for i, t in enumerate(nx.lexicographical_topological_sort(graph, key=cost.pos.__getitem__))}
+    order = sorted(cost.tasks, key=lambda t: (schedule.start[cost.pos[t]], topo[t]))
+    tasks = []
+    for tid in order:
+        i = cost.pos[tid]
+        node = graph.nodes[tid]
+        tasks.append(PlanTask(
+            id=tid, kernel=node["kernel"], device=cluster.devices[int(schedule.device[i])].id,
+            deps=sorted(graph.predecessors(tid), key=topo.__getitem__),
+            start=float(schedule.start[i]), finish=float(schedule.finish[i]),
+            site=node.get("site"), estimate=cost.source[i], retries=int(node.get("retries") or 0),
+            args=node.get("args") or [], kwargs=node.get("kwargs") or {}))
+    g = graph.graph
+    devices = [PlanDevice(id=d.id, kind=d.kind, vendor=d.vendor, model=d.model,
+                          index=_local_index(cluster, d), memory=None if d.memory == float("inf") else d.memory)
+               for d in cluster.devices]
+    return Plan(
+        streammap_plan=PLAN_VERSION,
+        source=SourceInfo(path=str(source_path), sha256=sha256_file(source_path), entry=g.get("entry"),
+                          kind=g.get("kind", "program")),
+        params=dict(g.get("params") or {}),
+        cluster=ClusterInfo(name=cluster.name, sha256=cluster.sha256),
+        mapper=MapperInfo(name=schedule.mapper, estimated_makespan=float(schedule.makespan), lower_bound=float(lower),
+                          heft_makespan=None if heft_makespan is None else float(heft_makespan)),
+        devices=devices, outputs=g.get("outputs"), tasks=tasks)
+
+
+def _local_index(cluster: Cluster, device) -> int | None:
+    """The device's local ordinal among its node's devices of the same kind (GPU 0, 1, ...)."""
+    if device.index is not None:
+        return device.index
+    same = [d for d in cluster.devices if d.node == device.node and d.kind == device.kind]
+    return same.index(device)
