@@ -15,13 +15,19 @@ $(BIN)/streammap: pyproject.toml
 
 venv: $(BIN)/streammap
 
-# Discover this machine, compile the FM-radio sample for it, run the plan, and show it.
+# Discover this machine, compile the FM-radio sample for it, show the plan, and run it: on the GPUs
+# with CuPy when this machine has them (installing the `gpu` extra if it can), else on the CPU.
 demo: venv
 	@mkdir -p $(DEMO)
 	$(BIN)/streammap discover -o $(DEMO)/cluster.yaml
 	$(BIN)/streammap compile samples/fm_radio.py --cluster $(DEMO)/cluster.yaml -D N=65536 -o $(DEMO)/plan.yaml
-	$(BIN)/streammap show $(DEMO)/plan.yaml --gantt $(DEMO)/plan.png
-	$(BIN)/streammap run $(DEMO)/plan.yaml -o $(DEMO)/out.npz
+	$(BIN)/streammap show $(DEMO)/plan.yaml --gantt $(DEMO)/plan.png --limit 12
+	@if grep -q 'kind: gpu' $(DEMO)/cluster.yaml && ! $(BIN)/python -c 'import cupy' 2>/dev/null; then \
+	  $(BIN)/pip install --quiet -e '.[gpu]' || echo "CuPy could not be installed: the GPU plan runs emulated on the CPU"; fi
+	@if ! grep -q 'kind: gpu' $(DEMO)/cluster.yaml || $(BIN)/python -c 'import cupy' 2>/dev/null; then \
+	  $(BIN)/streammap run $(DEMO)/plan.yaml -o $(DEMO)/out.npz; \
+	else $(BIN)/streammap run $(DEMO)/plan.yaml -o $(DEMO)/out.npz --emulate; fi
+	$(BIN)/streammap show $(DEMO)/out.run.json --gantt $(DEMO)/run.png --limit 12
 	$(BIN)/python samples/fm_radio.py
 
 test: venv

@@ -79,19 +79,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _discover(args) -> int:
-    from .cluster import dump_cluster_spec
-    from .discover import discover_local, nvml_status, write_cluster
-    spec = discover_local(node_name=args.node)
-    spec.name = args.name
+    from .discover import discover, format_cluster, write_cluster
+    found = discover(node_name=args.node, cluster_name=args.name)
+    spec = found.spec
     out = Console()
-    status = nvml_status()
     if args.output:
-        write_cluster(spec, args.output)
+        write_cluster(spec, args.output, found.notes)
         gpus = sum(1 for n in spec.nodes for d in n.devices if d.kind == "gpu")
         out.print(f"wrote {args.output}: node {spec.nodes[0].name}, {gpus} GPU(s), "
-                  f"{sum(len(n.devices) for n in spec.nodes)} device(s) [{status}]", markup=False)
+                  f"{sum(len(n.devices) for n in spec.nodes)} device(s) [{found.status}]", markup=False)
     else:
-        out.print(dump_cluster_spec(spec), markup=False, end="")
+        sys.stdout.write(format_cluster(spec, found.notes))
     return 0
 
 

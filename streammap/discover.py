@@ -233,9 +233,9 @@ def format_cluster(spec: ClusterSpec, notes: list[str] | None = None,
                    when: _dt.datetime | None = None) -> str:
     """``cluster.yaml`` text for ``spec``: a comment header, then readable quantities.
 
-    Memory in binary units, rounded down to four significant digits when not short and exact
-    (``140.4GiB``); estimated rates with four significant digits (``66.9 TFLOP/s``, ``4.8 TB/s``). :func:`streammap.cluster.load_cluster`
-    reads it back.
+    Memory in binary units, rounded down to four significant digits unless short and exact
+    (``140.4GiB``); estimated rates with four significant digits (``67 TFLOP/s``,
+    ``4.8 TB/s``). :func:`streammap.cluster.load_cluster` reads it back.
     """
     when = when or _dt.datetime.now().astimezone()
     host = default_node_name()
@@ -263,6 +263,7 @@ def write_cluster(spec: ClusterSpec, path, notes: list[str] | None = None) -> No
     """
     path = Path(path)
     text = format_cluster(spec, notes)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
