@@ -51,9 +51,11 @@ def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: boo
         tuple, the keys of a returned dict.
     """
     from .runtime import run_plan
+    plan_path = None
     if isinstance(plan, (str, Path)):
-        plan = read_plan(plan)
-    return run_plan(plan, emulate=emulate, outputs_path=outputs, record_path=record, progress=progress)
+        plan_path, plan = plan, read_plan(plan)
+    return run_plan(plan, emulate=emulate, outputs_path=outputs, record_path=record, progress=progress,
+                    plan_path=plan_path)
 
 
 def array_module(*arrays):

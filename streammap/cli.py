@@ -158,7 +158,7 @@ def _run(args) -> int:
     output = Path(args.output) if args.output else plan_path.with_name(plan_path.stem + ".out.npz")
     record = Path(args.record) if args.record else run_record_path(output)
     t0 = time.perf_counter()
-    outputs = run_plan(plan, emulate=args.emulate, outputs_path=output, record_path=record,
+    outputs = run_plan(plan, emulate=args.emulate, outputs_path=output, record_path=record, plan_path=plan_path,
                        progress=not args.no_progress and sys.stderr.isatty())
     elapsed = time.perf_counter() - t0
     names = ", ".join(f"{k} {getattr(v, 'shape', ())}" for k, v in outputs.items())

@@ -1,0 +1,301 @@
+"""What executes each plan device on this machine: NumPy on the CPU, or CuPy on a local GPU.
+
+:func:`check_devices` decides, before anything runs, how each device that has tasks will be
+executed, and refuses plans this machine cannot run (with a hint to use ``--emulate``):
+
+- ``cpu`` devices run on NumPy;
+- ``gpu`` devices run on CuPy (``cupy.cuda.Device(i)``, one non-blocking stream each), where ``i``
+  is the device's ``index`` in the plan, else its position among the gpu devices of its node;
+- under ``emulate=True`` every device runs on NumPy, whatever its kind, with the same threads and
+  task order as a real run;
+- without ``emulate``, devices of other kinds (mlu, dcu, ...), plans spanning several nodes,
+  and GPU plans without CuPy or without enough CUDA devices are refused.
+
+:func:`make_devices` then builds the executor devices (:class:`NumpyDevice`, :class:`CupyDevice`).
+CuPy is imported only here and only when a plan needs a real GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy
+
+from streammap.errors import StreamMapError
+from streammap.plan import Plan
+
+#: Device kinds this machine can execute without ``--emulate``.
+EXECUTABLE_KINDS = ("cpu", "gpu")
+#: GPU vendors CuPy can drive (CUDA, and ROCm builds of CuPy).
+CUPY_VENDORS = (None, "nvidia", "amd")
+
+_EMULATE = "use --emulate to run this plan on the CPU with NumPy (same threads and order)"
+
+
+def node_of(device_id: str) -> str:
+    """``node0/gpu1`` → ``node0`` (a device id without a node part is its own node)."""
+    return device_id.split("/", 1)[0] if "/" in device_id else ""
+
+
+def gpu_ordinals(plan: Plan) -> dict[str, int]:
+    """The local CUDA ordinal of every gpu device of the plan.
+
+    ``PlanDevice.index`` when it is set, else the device's position among the gpu devices of its
+    node, in the order the plan lists them.
+    """
+    out: dict[str, int] = {}
+    position: dict[str, int] = {}
+    for d in plan.devices:
+        if d.kind != "gpu":
+            continue
+        node = node_of(d.id)
+        pos = position.get(node, 0)
+        position[node] = pos + 1
+        out[d.id] = d.index if d.index is not None else pos
+    return out
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How one plan device is executed here: ``numpy`` or ``cupy`` (with its ordinal)."""
+
+    device_id: str
+    kind: str
+    backend: str                    # "numpy" or "cupy"
+    ordinal: Optional[int] = None
+    emulated: bool = False
+
+    @property
+    def executor(self) -> str:
+        if self.backend == "cupy":
+            return f"cupy:{self.ordinal}"
+        return f"numpy (emulating {self.device_id})" if self.emulated else "numpy"
+
+
+def used_devices(plan: Plan) -> list[str]:
+    """Ids of the devices that have tasks, in the plan's device order."""
+    used = {t.device for t in plan.tasks}
+    return [d.id for d in plan.devices if d.id in used]
+
+
+def check_devices(plan: Plan, emulate: bool = False) -> dict[str, Placement]:
+    """Decide how each used device runs; raise :class:`StreamMapError` when this machine cannot.
+
+    Nothing is started: at most CuPy is imported and the CUDA devices counted.
+    """
+    ids = used_devices(plan)
+    if emulate:
+        return {i: Placement(i, plan.device(i).kind, "numpy", emulated=plan.device(i).kind != "cpu")
+                for i in ids}
+
+    nodes = sorted({node_of(i) for i in ids})
+    if len(nodes) > 1:
+        raise StreamMapError(
+            f"this plan spans {len(nodes)} nodes ({', '.join(nodes)}); the local executor runs one machine",
+            hint=f"{_EMULATE}, or run it with the Ray backend (when it exists)")
+
+    for i in ids:
+        d = plan.device(i)
+        if d.kind not in EXECUTABLE_KINDS:
+            raise StreamMapError(f"StreamMAP cannot execute on {d.kind} devices here (task device {i})",
+                                 hint=_EMULATE)
+        if d.kind == "gpu" and (d.vendor or None) is not None and d.vendor.lower() not in CUPY_VENDORS:
+            raise StreamMapError(f"StreamMAP cannot execute on {d.vendor} gpu devices here (task device {i})",
+                                 hint=_EMULATE)
+
+    gpus = [i for i in ids if plan.device(i).kind == "gpu"]
+    placements = {i: Placement(i, "cpu", "numpy") for i in ids if i not in gpus}
+    if not gpus:
+        return placements
+
+    cupy = import_cupy()
+    if cupy is None:
+        raise StreamMapError(
+            f"this plan runs tasks on {len(gpus)} GPU(s) ({', '.join(gpus)}) but CuPy is not installed",
+            hint=f"pip install 'streammap[gpu]', or {_EMULATE}")
+    count = cuda_device_count(cupy)
+    ordinals = gpu_ordinals(plan)
+    need = {i: ordinals[i] for i in gpus}
+    missing = [f"{i} (CUDA device {o})" for i, o in need.items() if o >= count]
+    if missing:
+        have = "no CUDA device" if count == 0 else f"{count} CUDA device(s)"
+        raise StreamMapError(f"this machine has {have}; the plan needs {', '.join(missing)}",
+                             hint=_EMULATE)
+    seen: dict[int, str] = {}
+    for i, o in need.items():
+        if o in seen:
+            raise StreamMapError(f"devices {seen[o]} and {i} are both CUDA device {o}",
+                                 hint="give each gpu device its own 'index' in the cluster file")
+        seen[o] = i
+        placements[i] = Placement(i, "gpu", "cupy", ordinal=o)
+    return placements
+
+
+def import_cupy():
+    """CuPy, or ``None`` when it is not installed (or cannot be imported)."""
+    try:
+        import cupy  # noqa: PLC0415 (optional dependency, imported lazily)
+    except Exception:
+        return None
+    return cupy
+
+
+def cuda_device_count(cupy) -> int:
+    try:
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:               # no driver, no device: CUDARuntimeError
+        return 0
+
+
+# -- executor devices ----------------------------------------------------------------------
+
+class NumpyDevice:
+    """A plan device executed on the host with NumPy."""
+
+    is_gpu = False
+    xp = numpy
+
+    def __init__(self, placement: Placement):
+        self.id = placement.device_id
+        self.placement = placement
+        self.executor = placement.executor
+
+    def peak_memory(self) -> Optional[float]:
+        return None
+
+
+class CupyDevice:
+    """A plan device executed on local GPU ``ordinal`` with CuPy, on its own non-blocking stream.
+
+    The device's worker thread keeps the CUDA device and :attr:`stream` current, so kernels (and
+    :meth:`bring`) allocate on this GPU and launch on this stream. Every task records an event
+    after it; consumers on other devices wait on that event (``stream.wait_event``), never on the
+    host, unless they run on the host themselves (:func:`to_host`).
+    """
+
+    is_gpu = True
+
+    def __init__(self, placement: Placement, cupy):
+        self.id = placement.device_id
+        self.placement = placement
+        self.executor = placement.executor
+        self.ordinal = placement.ordinal
+        self.cupy = cupy
+        self.xp = cupy
+        self.device = cupy.cuda.Device(self.ordinal)
+        with self.device:
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+        self._pending: deque = deque()        # (event, source array) of peer copies in flight
+        self._peak = 0
+        try:
+            self._pool = cupy.get_default_memory_pool()
+        except Exception:
+            self._pool = None
+
+    # -- memory --------------------------------------------------------------------------
+    def sample_memory(self) -> None:
+        """Note the memory pool's use on this device (call with this device current)."""
+        if self._pool is not None:
+            used = self._pool.used_bytes()
+            if used > self._peak:
+                self._peak = used
+
+    def peak_memory(self) -> Optional[float]:
+        """Peak bytes in use in CuPy's memory pool on this device, sampled after each task
+        (``None`` when the pool saw no use: another allocator, or nothing allocated)."""
+        return float(self._peak) if self._pool is not None and self._peak > 0 else None
+
+    def release_pending(self) -> None:
+        """Drop the sources of peer copies that have completed."""
+        pending = self._pending
+        while pending and pending[0][0].done:
+            pending.popleft()
+
+    # -- moving values here --------------------------------------------------------------
+    def bring(self, value, src=None, event=None):
+        """``value`` with its arrays on this GPU (call from this device's worker thread).
+
+        ``src`` is the device that produced it and ``event`` the event its task recorded: this
+        stream waits on the event, then NumPy arrays are uploaded (``cupy.asarray`` on this stream)
+        and CuPy arrays of other GPUs copied. Tuples, lists and dict values are walked.
+        """
+        if event is not None:
+            self.stream.wait_event(event)
+        return self._bring(value, src)
+
+    def _bring(self, v, src):
+        cp = self.cupy
+        if isinstance(v, numpy.ndarray):
+            return cp.asarray(v)
+        if isinstance(v, cp.ndarray):
+            if v.data.device_id == self.ordinal:
+                return v
+            return self._copy_peer(v, src)
+        t = type(v)
+        if t is tuple or t is list:
+            return t(self._bring(x, src) for x in v)
+        if t is dict:
+            return {k: self._bring(x, src) for k, x in v.items()}
+        return v
+
+    def _copy_peer(self, a, src):
+        """Copy CuPy array ``a`` from another GPU to this one, on this device's stream.
+
+        The source is kept alive (``_pending``) until the copy is done, so the producer's stream
+        cannot reuse its memory while the copy still reads it.
+        """
+        cp = self.cupy
+        if a.size == 0:
+            return cp.empty(a.shape, a.dtype)
+        if not a.flags.c_contiguous:
+            owner = a.data.device_id
+            with cp.cuda.Device(owner):
+                ours = getattr(src, "is_gpu", False) and src.ordinal == owner
+                s = src.stream if ours else cp.cuda.Stream.null
+                with s:
+                    a = cp.ascontiguousarray(a)
+                self.stream.wait_event(s.record())
+        out = cp.empty(a.shape, a.dtype)
+        out.data.copy_from_device_async(a.data, a.nbytes, self.stream)
+        self._pending.append((self.stream.record(), a))
+        return out
+
+
+def to_host(value, event=None):
+    """``value`` with every CuPy array (in tuples, lists and dict values) copied to NumPy.
+
+    ``event`` is the producer's event: the host waits on it before copying.
+    """
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return value
+    if event is not None:
+        event.synchronize()
+    return _host(value, cupy.ndarray)
+
+
+def _host(v, nd):
+    if isinstance(v, nd):
+        return v.get()
+    t = type(v)
+    if t is tuple or t is list:
+        return t(_host(x, nd) for x in v)
+    if t is dict:
+        return {k: _host(x, nd) for k, x in v.items()}
+    return v
+
+
+def make_devices(placements: dict[str, Placement]) -> dict[str, object]:
+    """Executor devices for ``placements`` (creates the CUDA streams)."""
+    cupy = None
+    out: dict[str, object] = {}
+    for i, p in placements.items():
+        if p.backend == "cupy":
+            cupy = cupy or import_cupy()
+            out[i] = CupyDevice(p, cupy)
+        else:
+            out[i] = NumpyDevice(p)
+    return out

@@ -1,0 +1,97 @@
+"""Load the program a plan runs: its kernels, with the plan's params in place.
+
+The program is imported as a fresh module under a unique name (never ``__main__``, so its
+``if __name__ == "__main__":`` block does not run), after checking that the file still matches the
+plan's sha256. Every ``plan.params`` value is then set as a module global, so kernels that read a
+param see the plan's value (``-D N=...``) rather than the file's.
+
+Known limit: module-level values *computed* from a param when the module is imported (``M = 2 * N``
+at top level) are computed with the file's value; kernels should read the params themselves.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+from streammap.errors import StreamMapError
+from streammap.plan import Plan
+
+_counter = itertools.count()
+
+
+@dataclass
+class Program:
+    """A loaded program: its module and the kernels the plan calls, by name."""
+
+    path: Path
+    module: ModuleType
+    kernels: dict[str, Callable] = field(default_factory=dict)
+
+    def unload(self) -> None:
+        """Forget the module (it stays usable through references already taken)."""
+        if sys.modules.get(self.module.__name__) is self.module:
+            del sys.modules[self.module.__name__]
+
+
+def refuse_workflow(plan: Plan) -> None:
+    """Raise when the plan comes from an imported workflow (nothing to run)."""
+    if plan.source.kind == "workflow":
+        raise StreamMapError(
+            f"{plan.source.path} is an imported workflow: it can be mapped and scored, "
+            "but it has no kernels to run",
+            hint="run plans compiled from a Python program with '# @stream' directives")
+
+
+def load_program(plan: Plan) -> Program:
+    """Import the plan's program and look up its kernels.
+
+    Raises
+    ------
+    StreamMapError
+        The plan is an imported workflow, or a kernel the plan names is not a function of the file.
+    PlanError
+        The source file is missing or changed since the plan was compiled.
+    """
+    refuse_workflow(plan)
+    path = plan.check_source().resolve()
+    stem = re.sub(r"\W", "_", path.stem)
+    name = f"_streammap_program_{stem}_{next(_counter)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise StreamMapError(f"cannot import {path} as a Python module", path=path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module                      # dataclasses, pickling and typing need it there
+    folder = str(path.parent)
+    added = folder not in sys.path
+    if added:                                       # like `python prog.py`: siblings are importable
+        sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    finally:
+        if added:
+            try:
+                sys.path.remove(folder)
+            except ValueError:
+                pass
+    for key, value in plan.params.items():
+        setattr(module, key, value)
+    program = Program(path=path, module=module)
+    for kernel in dict.fromkeys(t.kernel for t in plan.tasks):
+        fn = getattr(module, kernel, None)
+        if fn is None or not callable(fn):
+            program.unload()
+            what = "is not defined" if fn is None else f"is a {type(fn).__name__}, not a function"
+            raise StreamMapError(f"kernel {kernel!r} {what} in {path}", path=path,
+                                 hint="the plan names kernels of its source file; compile the plan again")
+        program.kernels[kernel] = fn
+    return program

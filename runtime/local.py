@@ -1,0 +1,565 @@
+"""The local executor: run a plan in this process, one worker thread per device.
+
+A plan already says everything a scheduler would decide: which device runs each task and in which
+order. So this executor does not schedule; it *follows* the plan, and its job is to make the
+hand-offs between devices correct and cheap.
+
+State
+-----
+Everything is prepared before any thread starts, so that the hot path is a handful of list reads:
+
+``results``   list, one slot per task (plan order): the task's return value, or ``None`` once freed.
+``done``      list of bools: the task has finished (its result is in ``results``; on a GPU, its
+              work is *enqueued* and ``events[i]`` recorded, not necessarily complete).
+``locks``     for each task that a task on *another* device waits for, a lock created held and
+              released once by the owning thread when the task is done (or when the run stops).
+              A waiter does ``acquire(); release()``. Tasks consumed only on their own device
+              need no lock: a device runs its tasks in plan order and the plan lists deps first.
+``events``    GPU tasks: the CUDA event recorded on the device's stream after the task.
+``steps``     per device, its tasks in plan order, each precompiled into a tuple: the call with
+              its argument resolution baked in (``operator.itemgetter`` over ``results`` for
+              plain refs), the cross-device waits, which results to free afterwards.
+
+Policy
+------
+- **Order**: each device's thread runs its tasks in plan order (``Plan.tasks_by_device``).
+- **Waiting**: before a task, its thread waits for its deps on other devices. Waits are pruned: a
+  device's tasks finish in order, so having waited for task k of device E, later waits for tasks
+  of E at or before k are dropped. GPU consumers make their stream wait on the producer's event
+  (``stream.wait_event``), never synchronising the host; host consumers of GPU data wait on the
+  event, then copy.
+- **Moving data**: an argument produced on another device is moved to the consumer's when needed
+  (NumPy → CuPy with ``cupy.asarray`` on the consumer's stream; CuPy on another GPU: the
+  consumer's stream waits on the producer's event, then copies; CuPy → host: wait, then copy).
+  A GPU kernel that returns NumPy arrays has them moved to its GPU.
+- **Freeing**: a result is dropped when the last task that uses it has finished (per device, the
+  last consumer in plan order; across devices, the last device to get there, counted with an
+  ``itertools.count`` whose ``next`` is atomic), unless it is one of the plan's outputs. Results
+  nobody uses are never stored.
+- **Failure**: a kernel that raises is called again up to its task's ``retries``; then the run
+  stops: the failing thread sets the stop flag and releases the locks of its remaining tasks;
+  every other thread stops before its next task, releasing its own, so threads waiting on a
+  dep wake up and stop too. The error keeps the kernel's own traceback (the executor's frames
+  are cut off).
+- **Timing**: on the host, ``time.perf_counter`` around each call, relative to the run's start.
+  On a GPU, a CUDA event before and after each task on the device's stream, converted to the
+  same time base after the run from one event synchronised when the device's thread starts; the
+  stream is never synchronised just to time a task. Measured times on the host include getting
+  the task's inputs from GPUs.
+- **Progress**: the main thread polls ``done`` (no cost to the workers) for a ``rich`` bar.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy
+
+from streammap.errors import KernelError, PlanError
+from streammap.ir import spec_refs
+from streammap.plan import Plan
+
+from .context import set_current_device
+from .devices import to_host
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class _Stop(Exception):
+    """Raised inside a worker to leave its loop when the run stops."""
+
+
+@dataclass
+class Outcome:
+    """What a run did: outputs (NumPy, named as in the ``.npz``), timings, and the error if any."""
+
+    outputs: dict[str, Any]
+    error: Optional[BaseException]
+    wall_time: float
+    starts: list                    # per task: measured start (s from run start) or None
+    finishes: list
+    attempts: list
+    devices: dict[str, dict] = field(default_factory=dict)   # id → executor, busy, peak_memory
+
+
+class LocalExecutor:
+    """Run ``plan`` with ``kernels`` (name → function) on ``devices`` (id → executor device)."""
+
+    def __init__(self, plan: Plan, kernels: dict, devices: dict, progress: bool = False):
+        self.plan = plan
+        self.kernels = kernels
+        self.devices = devices
+        self.progress = progress
+        self._compile()
+
+    # -- preparation ---------------------------------------------------------------------
+    def _compile(self) -> None:
+        plan = self.plan
+        tasks = plan.tasks
+        n = len(tasks)
+        self.n = n
+        index: dict[str, int] = {}
+        dev_of: list[str] = []
+        pos: list[int] = []
+        by_dev: dict[str, list[int]] = {}
+        for k, t in enumerate(tasks):
+            index[t.id] = k
+            d = t.device
+            dev_of.append(d)
+            ks = by_dev.get(d)
+            if ks is None:
+                ks = by_dev[d] = []
+            pos.append(len(ks))
+            ks.append(k)
+        self.index = index
+        # devices in the plan's device order (their threads start in that order)
+        by_dev = {d.id: by_dev[d.id] for d in plan.devices if d.id in by_dev}
+        missing = [d for d in by_dev if d not in self.devices]
+        if missing:
+            raise PlanError(f"no executor for device {missing[0]!r}")
+        self.order = by_dev
+
+        # Data consumers: producer -> {consumer device: last consumer}. Plain refs are the
+        # common case and are read without walking the spec.
+        last_use: dict[int, dict[str, int]] = {}
+        for k, t in enumerate(tasks):
+            d = dev_of[k]
+            specs = t.args if not t.kwargs else (*t.args, *t.kwargs.values())
+            for spec in specs:
+                refs = (spec["ref"],) if "ref" in spec else spec_refs(spec)
+                for r in refs:
+                    uses = last_use.get(index[r])
+                    if uses is None:
+                        last_use[index[r]] = {d: k}
+                    else:
+                        uses[d] = k            # tasks are visited in order: k is the latest
+        outputs = {index[r] for r in spec_refs(plan.outputs)}
+        frees: dict[int, list[int]] = {}
+        shared_frees: dict[int, list[tuple]] = {}
+        store = [True] * n
+        for i in range(n):
+            if i in outputs:
+                continue
+            uses = last_use.get(i)
+            if uses is None:
+                store[i] = False
+            elif len(uses) == 1:
+                for k in uses.values():
+                    frees.setdefault(k, []).append(i)
+            else:
+                counter = itertools.count()
+                for k in uses.values():
+                    shared_frees.setdefault(k, []).append((i, counter, len(uses) - 1))
+
+        # Cross-device waits, pruned per (consumer device, producer device).
+        waits: dict[int, list[int]] = {}
+        needs_lock: set[int] = set()
+        for d, ks in by_dev.items():
+            waited: dict[str, int] = {}
+            for k in ks:
+                deps = tasks[k].deps
+                if not deps:
+                    continue
+                latest: dict[str, int] = {}
+                for dep in deps:
+                    i = index[dep]
+                    e = dev_of[i]
+                    if e != d and pos[i] > latest.get(e, -1):
+                        latest[e] = pos[i]
+                for e, p in latest.items():
+                    if p > waited.get(e, -1):
+                        waited[e] = p
+                        i = by_dev[e][p]
+                        waits.setdefault(k, []).append(i)
+                        needs_lock.add(i)
+
+        self.results: list = [None] * n
+        self.done: list = [False] * n
+        self.events: list = [None] * n
+        self.locks: list = [None] * n
+        for i in needs_lock:
+            lk = threading.Lock()
+            lk.acquire()
+            self.locks[i] = lk
+        self.starts: list = [None] * n
+        self.finishes: list = [None] * n
+        self.attempts: list = [0] * n
+        self.gpu_events: list = [None] * n       # (start event, end event) of GPU tasks
+        self.stop = [False]
+        self.error: Optional[BaseException] = None
+        self._error_lock = threading.Lock()
+
+        self.steps: dict[str, list] = {}
+        devices, kernels, locks = self.devices, self.kernels, self.locks
+        none = ()
+        for d, ks in by_dev.items():
+            dev = devices[d]
+            steps = []
+            for k in ks:
+                t = tasks[k]
+                fn = kernels[t.kernel]
+                w = waits.get(k)
+                w = tuple((i, locks[i], devices[dev_of[i]].is_gpu) for i in w) if w else none
+                fr = tuple(frees.get(k, none))
+                sh = tuple(shared_frees.get(k, none))
+                if dev.is_gpu:
+                    steps.append((k, fn, self._resolver(t, dev, dev_of), w, locks[k], fr, sh, store[k],
+                                  t.retries))
+                else:
+                    steps.append((k, self._call(t, fn, dev, dev_of), w, locks[k], fr, sh, store[k],
+                                  t.retries))
+            self.steps[d] = steps
+
+    def _ref_getter(self, ref: str, item, consumer, dev_of):
+        """A function of ``results`` giving the value of ``ref`` (item ``item``) on ``consumer``."""
+        i = self.index[ref]
+        producer = self.devices[dev_of[i]]
+        if item is None:
+            get = operator.itemgetter(i)
+        else:
+            j = item
+
+            def get(r, i=i, j=j):
+                return r[i][j]
+        if producer is consumer or not (producer.is_gpu or consumer.is_gpu):
+            return get
+        events = self.events
+        if consumer.is_gpu:
+            bring = consumer.bring
+
+            def moved(r, get=get, i=i, producer=producer):
+                return bring(get(r), producer, events[i])
+        else:
+            def moved(r, get=get, i=i):
+                return to_host(get(r), events[i])
+        return moved
+
+    def _spec_getter(self, spec, consumer, dev_of):
+        if "ref" in spec:
+            return self._ref_getter(spec["ref"], spec.get("index"), consumer, dev_of)
+        if "value" in spec:
+            v = spec["value"]
+            return lambda r: v
+        if "list" in spec or "tuple" in spec:
+            gs = [self._spec_getter(s, consumer, dev_of) for s in spec.get("list", spec.get("tuple"))]
+            if "list" in spec:
+                return lambda r: [g(r) for g in gs]
+            return lambda r: tuple([g(r) for g in gs])
+        if "dict" in spec:
+            items = [(key, self._spec_getter(s, consumer, dev_of)) for key, s in spec["dict"].items()]
+            return lambda r: {key: g(r) for key, g in items}
+        raise PlanError(f"unknown argument spec {spec!r}",
+                        hint="an argument is one of ref (with index), value, list, tuple, dict")
+
+    def _plain_ref(self, spec, consumer, dev_of) -> Optional[int]:
+        """The task index when ``spec`` is a plain ref needing no move, else ``None``."""
+        if len(spec) != 1 or "ref" not in spec:
+            return None
+        i = self.index[spec["ref"]]
+        producer = self.devices[dev_of[i]]
+        if producer is consumer or not (producer.is_gpu or consumer.is_gpu):
+            return i
+        return None
+
+    def _call(self, t, fn, dev, dev_of):
+        """``call(results)``: resolve ``t``'s arguments and call its kernel (host devices)."""
+        if not t.kwargs:
+            if not t.args:
+                return lambda r: fn()
+            plain = [self._plain_ref(s, dev, dev_of) for s in t.args]
+            if None not in plain:
+                if len(plain) == 1:
+                    i = plain[0]
+                    return lambda r: fn(r[i])
+                get = operator.itemgetter(*plain)
+                return lambda r: fn(*get(r))
+        args, kwargs = self._resolver(t, dev, dev_of)
+        if not kwargs:
+            return lambda r: fn(*[g(r) for g in args])
+        return lambda r: fn(*[g(r) for g in args], **{key: g(r) for key, g in kwargs})
+
+    def _resolver(self, t, dev, dev_of):
+        args = [self._spec_getter(s, dev, dev_of) for s in t.args]
+        kwargs = [(key, self._spec_getter(s, dev, dev_of)) for key, s in t.kwargs.items()]
+        return args, kwargs
+
+    # -- running -------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        """Run the plan; never raises for a failing kernel (see ``Outcome.error``)."""
+        threads = []
+        self.t0 = time.perf_counter()
+        self.gpu_base: dict[str, tuple] = {}
+        for d in self.order:
+            target = self._gpu_worker if self.devices[d].is_gpu else self._host_worker
+            th = threading.Thread(target=target, args=(d,), name=f"streammap {d}", daemon=True)
+            threads.append(th)
+        try:
+            for th in threads:
+                th.start()
+            if self.progress and self.n:
+                self._wait_with_progress(threads)
+            else:
+                for th in threads:
+                    th.join()
+        except BaseException as exc:          # KeyboardInterrupt: stop the workers, then report
+            self._fail(None, exc)
+            for th in threads:
+                if th.is_alive():
+                    th.join()
+        for d in self.order:
+            dev = self.devices[d]
+            if dev.is_gpu:
+                try:
+                    dev.stream.synchronize()
+                except Exception as exc:      # an asynchronous CUDA error surfaces here
+                    self._fail(None, exc)
+        wall = time.perf_counter() - self.t0
+        outputs = {}
+        if self.error is None:
+            try:
+                outputs = self._outputs()
+            except Exception as exc:
+                self._fail(None, exc)
+        starts, finishes = self._times()
+        devices = {}
+        for d in self.order:
+            dev = self.devices[d]
+            busy = sum(f - s for s, f in ((starts[k], finishes[k]) for k in self.order[d])
+                       if s is not None and f is not None)
+            devices[d] = {"executor": dev.executor, "busy": busy, "peak_memory": dev.peak_memory()}
+        return Outcome(outputs=outputs, error=self.error, wall_time=wall, starts=starts,
+                       finishes=finishes, attempts=list(self.attempts), devices=devices)
+
+    def _wait_with_progress(self, threads) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        done = self.done
+        with Progress(TextColumn("[bold]running[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task(self.plan.source.entry or os.path.basename(self.plan.source.path),
+                                total=self.n)
+            for th in threads:
+                while th.is_alive():
+                    th.join(0.1)
+                    bar.update(task, completed=done.count(True))
+            bar.update(task, completed=done.count(True))
+
+    def _fail(self, k: Optional[int], exc: BaseException) -> None:
+        """Record the first error (a :class:`KernelError` for task ``k``) and stop the run."""
+        with self._error_lock:
+            if self.error is None:
+                if k is not None:
+                    t = self.plan.tasks[k]
+                    self.error = KernelError(t.id, t.site, t.device, user_traceback(exc), cause=exc)
+                    self.error.__cause__ = exc
+                else:
+                    self.error = exc
+            self.stop[0] = True
+
+    def _release_remaining(self, d: str) -> None:
+        done, locks = self.done, self.locks
+        for k in self.order[d]:
+            lk = locks[k]
+            if lk is not None and not done[k]:
+                lk.release()
+
+    def _retry(self, k: int, call, retries: int, exc: BaseException):
+        """``call()`` again after ``exc``, up to ``retries`` more times; raise :class:`_Stop` when out."""
+        for _ in range(retries):
+            if self.stop[0]:
+                break
+            self.attempts[k] += 1
+            try:
+                return call()
+            except BaseException as again:
+                exc = again
+        self._fail(k, exc)
+        raise _Stop
+
+    def _host_worker(self, d: str) -> None:
+        dev = self.devices[d]
+        set_current_device(dev)
+        results, done, events = self.results, self.done, self.events
+        starts, finishes, attempts = self.starts, self.finishes, self.attempts
+        stop = self.stop
+        perf = time.perf_counter
+        try:
+            for k, call, waits, lock, frees, shared, store, retries in self.steps[d]:
+                if stop[0]:
+                    break
+                for i, lk, gpu in waits:
+                    if not done[i]:
+                        lk.acquire()
+                        lk.release()
+                        if stop[0]:
+                            raise _Stop
+                    if gpu:
+                        events[i].synchronize()
+                attempts[k] = 1
+                s = perf()
+                try:
+                    out = call(results)
+                except BaseException as exc:
+                    out = self._retry(k, lambda: call(results), retries, exc)
+                finishes[k] = perf()
+                starts[k] = s
+                if store:
+                    results[k] = out
+                done[k] = True
+                if lock is not None:
+                    lock.release()
+                for i in frees:
+                    results[i] = None
+                for i, counter, last in shared:
+                    if next(counter) == last:
+                        results[i] = None
+        except _Stop:
+            pass
+        except BaseException as exc:       # a bug of ours: report it rather than hang
+            self._fail(None, exc)
+        finally:
+            self._release_remaining(d)
+            set_current_device(None)
+
+    def _gpu_worker(self, d: str) -> None:
+        dev = self.devices[d]
+        set_current_device(dev)
+        results, done, events, gpu_events = self.results, self.done, self.events, self.gpu_events
+        attempts = self.attempts
+        stop = self.stop
+        stream = dev.stream
+        try:
+            with dev.device, stream:
+                ev0 = stream.record()
+                ev0.synchronize()
+                self.gpu_base[d] = (ev0, time.perf_counter() - self.t0)
+                for k, fn, (argg, kwg), waits, lock, frees, shared, store, retries in self.steps[d]:
+                    if stop[0]:
+                        break
+                    for i, lk, gpu in waits:
+                        if not done[i]:
+                            lk.acquire()
+                            lk.release()
+                            if stop[0]:
+                                raise _Stop
+                        if gpu:
+                            stream.wait_event(events[i])
+                    try:
+                        args = [g(results) for g in argg]
+                        kwargs = {key: g(results) for key, g in kwg}
+                    except BaseException as exc:
+                        self._fail(k, exc)
+                        raise _Stop from None
+                    attempts[k] = 1
+                    ev_start = stream.record()
+                    try:
+                        out = dev.bring(fn(*args, **kwargs))
+                    except BaseException as exc:
+                        out = self._retry(k, lambda: dev.bring(fn(*args, **kwargs)), retries, exc)
+                    ev_end = stream.record()
+                    args = kwargs = None
+                    events[k] = ev_end
+                    gpu_events[k] = (ev_start, ev_end)
+                    if store:
+                        results[k] = out
+                    done[k] = True
+                    if lock is not None:
+                        lock.release()
+                    out = None
+                    for i in frees:
+                        results[i] = None
+                    for i, counter, last in shared:
+                        if next(counter) == last:
+                            results[i] = None
+                    dev.sample_memory()
+                    dev.release_pending()
+        except _Stop:
+            pass
+        except BaseException as exc:
+            self._fail(None, exc)
+        finally:
+            self._release_remaining(d)
+            set_current_device(None)
+
+    # -- results -------------------------------------------------------------------------
+    def _times(self) -> tuple[list, list]:
+        """Measured start/finish of every task, in seconds from the run's start."""
+        t0 = self.t0
+        starts = [None if s is None else s - t0 for s in self.starts]
+        finishes = [None if f is None else f - t0 for f in self.finishes]
+        for d, (ev0, base) in getattr(self, "gpu_base", {}).items():
+            dev = self.devices[d]
+            elapsed = dev.cupy.cuda.get_elapsed_time
+            with dev.device:
+                for k in self.order[d]:
+                    pair = self.gpu_events[k]
+                    if pair is None:
+                        continue
+                    try:
+                        starts[k] = base + elapsed(ev0, pair[0]) / 1e3
+                        finishes[k] = base + elapsed(ev0, pair[1]) / 1e3
+                    except Exception:        # an event that never completed (failed run)
+                        pass
+        return starts, finishes
+
+    def _outputs(self) -> dict[str, Any]:
+        spec = self.plan.outputs
+        if spec is None:
+            return {}
+        value = self._spec_value(spec)
+        return name_outputs(value)
+
+    def _spec_value(self, spec):
+        if "ref" in spec:
+            v = self.results[self.index[spec["ref"]]]
+            return v[spec["index"]] if "index" in spec else v
+        if "value" in spec:
+            return spec["value"]
+        if "list" in spec:
+            return [self._spec_value(s) for s in spec["list"]]
+        if "tuple" in spec:
+            return tuple(self._spec_value(s) for s in spec["tuple"])
+        if "dict" in spec:
+            return {key: self._spec_value(s) for key, s in spec["dict"].items()}
+        raise PlanError(f"unknown output spec {spec!r}")
+
+
+def name_outputs(value) -> dict[str, numpy.ndarray]:
+    """Outputs named as in the ``.npz``: ``result``; ``result_0, result_1, ...`` for a tuple or
+    list; a dict's own keys. Values become NumPy arrays."""
+    if isinstance(value, dict):
+        return {str(key): to_numpy(v) for key, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return {f"result_{k}": to_numpy(v) for k, v in enumerate(value)}
+    return {"result": to_numpy(value)}
+
+
+def to_numpy(value) -> numpy.ndarray:
+    """``value`` as a NumPy array (CuPy arrays are copied to the host)."""
+    value = to_host(value)
+    if isinstance(value, numpy.ndarray):
+        return value
+    try:
+        return numpy.asarray(value)
+    except ValueError:                      # ragged sequences
+        out = numpy.empty(len(value), dtype=object)
+        out[:] = list(value)
+        return out
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` from the first frame that is not the executor's (the kernel's)."""
+    tb = exc.__traceback__
+    while tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _HERE:
+        tb = tb.tb_next
+    if tb is None:
+        tb = exc.__traceback__
+    return "".join(traceback.format_exception(type(exc), exc, tb))

@@ -1,0 +1,278 @@
+"""Hand-made plans for runtime tests (no front end, no mapper involved).
+
+``make_plan(tmp_path, source, tasks, devices=..., outputs=..., params=...)`` writes ``source`` to
+``tmp_path/prog.py`` and returns a validated :class:`Plan` whose tasks are given as tuples or dicts:
+
+    task("x", "source", "node0/gpu0")                          # no args
+    task("y", "inc", "node0/gpu1", ref("x"), retries=2)         # args are specs or plain constants
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from streammap.plan import Plan, sha256_file, validate_plan
+from streammap.ir import spec_refs
+
+
+def ref(task_id: str, index: int | None = None) -> dict:
+    return {"ref": task_id} if index is None else {"ref": task_id, "index": index}
+
+
+def value(v) -> dict:
+    return {"value": v}
+
+
+def _spec(a):
+    if isinstance(a, dict) and len(a) >= 1 and set(a) <= {"ref", "index", "value", "list", "tuple", "dict"}:
+        return a
+    return {"value": a}
+
+
+def task(task_id: str, kernel: str, device: str, *args, deps=None, kwargs=None, retries: int = 0,
+         site: str | None = None) -> dict:
+    args = [_spec(a) for a in args]
+    kwargs = {k: _spec(v) for k, v in (kwargs or {}).items()}
+    refs = [r for s in (*args, *kwargs.values()) for r in spec_refs(s)]
+    return {"id": task_id, "kernel": kernel, "device": device,
+            "deps": list(dict.fromkeys([*(deps or []), *refs])),
+            "site": site or f"prog.py:{task_id}", "retries": retries, "args": args, "kwargs": kwargs}
+
+
+def gpu_devices(n: int = 4, node: str = "node0") -> list[dict]:
+    return [{"id": f"{node}/gpu{i}", "kind": "gpu", "vendor": "nvidia", "model": "H200"} for i in range(n)]
+
+
+def cpu_devices(n: int = 1, node: str = "node0") -> list[dict]:
+    return [{"id": f"{node}/cpu{i}" if n > 1 else f"{node}/cpu", "kind": "cpu"} for i in range(n)]
+
+
+def make_plan(folder, source: str, tasks: list[dict], *, devices=None, outputs=None, params=None,
+              kind: str = "program", filename: str = "prog.py") -> Plan:
+    """A validated plan over ``tasks`` (in the given order) running ``source``."""
+    folder = Path(folder)
+    path = folder / filename
+    path.write_text(textwrap.dedent(source), encoding="utf-8")
+    devices = devices if devices is not None else gpu_devices(4)
+    t = 0.0
+    rows = []
+    for row in tasks:
+        rows.append({**row, "start": t, "finish": t + 0.001})
+        t += 0.001
+    plan = Plan.model_validate({
+        "streammap_plan": 1,
+        "source": {"path": str(path), "sha256": sha256_file(path), "entry": "main", "kind": kind},
+        "params": dict(params or {}),
+        "cluster": {"name": "test"},
+        "mapper": {"name": "hand", "estimated_makespan": t, "lower_bound": 0.0},
+        "devices": devices,
+        "outputs": outputs,
+        "tasks": rows,
+    })
+    validate_plan(plan)
+    return plan
+
+
+# -- a fake CuPy, to exercise the executor's GPU path on machines without one -----------------
+# It models what the executor relies on: per-thread current device and stream, streams and events,
+# arrays that live on one device and refuse to mix with arrays of another device or with NumPy
+# arrays (as CuPy's kernels do), uploads, peer copies and downloads. Events complete at once.
+
+import threading as _threading
+import time as _time
+import types as _types
+
+import numpy as _np
+
+
+def make_fake_cupy(n_devices: int = 2) -> _types.ModuleType:
+    tls = _threading.local()
+    stats = {"uploads": 0, "peer_copies": 0, "downloads": 0, "waits": 0, "null_stream_uploads": 0}
+
+    def current() -> int:
+        return getattr(tls, "device", 0)
+
+    def streams() -> dict:
+        if not hasattr(tls, "streams"):
+            tls.streams = {}
+        return tls.streams
+
+    class Device:
+        def __init__(self, i=None):
+            self.id = current() if i is None else i
+            if not 0 <= self.id < n_devices:
+                raise RuntimeError(f"invalid device ordinal {self.id}")
+
+        def __enter__(self):
+            tls.__dict__.setdefault("dev_stack", []).append(current())
+            tls.device = self.id
+            return self
+
+        def __exit__(self, *exc):
+            tls.device = tls.dev_stack.pop()
+
+    class Event:
+        def __init__(self, block=False, disable_timing=False, interprocess=False):
+            self.t = None
+
+        @property
+        def done(self):
+            return self.t is not None
+
+        def record(self, stream=None):
+            self.t = _time.perf_counter()
+
+        def synchronize(self):
+            assert self.t is not None, "synchronising an event never recorded"
+
+    class Stream:
+        null = None
+
+        def __init__(self, null=False, non_blocking=False, ptds=False):
+            self.is_null = null
+            self.device_id = -1 if null else current()
+
+        def __enter__(self):
+            dev = current() if self.device_id == -1 else self.device_id
+            if dev != current():
+                raise RuntimeError(f"stream of device {dev} used while device {current()} is current")
+            streams().setdefault(dev, []).append(self)
+            return self
+
+        def __exit__(self, *exc):
+            streams()[current() if self.device_id == -1 else self.device_id].pop()
+
+        def record(self, event=None):
+            event = event or Event()
+            event.record(self)
+            return event
+
+        def wait_event(self, event):
+            assert event.t is not None, "waiting on an event never recorded"
+            stats["waits"] += 1
+
+        def synchronize(self):
+            pass
+
+    Stream.null = Stream(null=True)
+
+    def current_stream():
+        stack = streams().get(current())
+        return stack[-1] if stack else Stream.null
+
+    class Pointer:
+        def __init__(self, arr):
+            self.arr = arr
+            self.device_id = arr.device_id
+
+        def copy_from_device_async(self, src, size, stream=None):
+            assert stream is not None and stream.device_id == self.device_id
+            assert size == src.arr.nbytes
+            self.arr._a[...] = src.arr._a
+            stats["peer_copies"] += 1
+
+    class ndarray:
+        __array_priority__ = 100
+
+        def __init__(self, a, device_id):
+            self._a = a
+            self.device_id = device_id
+
+        data = property(lambda self: Pointer(self))
+        shape = property(lambda self: self._a.shape)
+        dtype = property(lambda self: self._a.dtype)
+        size = property(lambda self: self._a.size)
+        nbytes = property(lambda self: self._a.nbytes)
+        flags = property(lambda self: self._a.flags)
+        ndim = property(lambda self: self._a.ndim)
+
+        def _here(self):
+            if self.device_id != current():
+                raise ValueError(f"array on device {self.device_id} used while device {current()} is current")
+
+        def _operand(self, other):
+            self._here()
+            if isinstance(other, ndarray):
+                other._here()
+                return other._a
+            if isinstance(other, _np.ndarray):
+                raise TypeError("Unsupported type <class 'numpy.ndarray'>")
+            return other
+
+        def get(self, stream=None):
+            stats["downloads"] += 1
+            return self._a.copy()
+
+        def copy(self):
+            self._here()
+            return ndarray(self._a.copy(), self.device_id)
+
+        def __len__(self):
+            return len(self._a)
+
+        def __getitem__(self, key):
+            self._here()
+            return ndarray(self._a[key], self.device_id)
+
+        def __add__(self, other):
+            return ndarray(self._a + self._operand(other), self.device_id)
+
+        __radd__ = __add__
+
+        def __mul__(self, other):
+            return ndarray(self._a * self._operand(other), self.device_id)
+
+        __rmul__ = __mul__
+
+        def __sub__(self, other):
+            return ndarray(self._a - self._operand(other), self.device_id)
+
+        def __iadd__(self, other):
+            self._a += self._operand(other)
+            return self
+
+        def sum(self):
+            self._here()
+            return ndarray(_np.asarray(self._a.sum()), self.device_id)
+
+    ndarray.__module__ = "cupy"
+
+    def asarray(x, dtype=None):
+        if isinstance(x, ndarray):
+            if x.device_id == current():
+                return x
+            out = empty(x.shape, x.dtype)
+            out._a[...] = x._a
+            return out
+        if current_stream().is_null:
+            stats["null_stream_uploads"] += 1
+        stats["uploads"] += 1
+        return ndarray(_np.array(x, dtype=dtype, copy=True), current())
+
+    def empty(shape, dtype=float):
+        return ndarray(_np.empty(shape, dtype), current())
+
+    def ascontiguousarray(a):
+        a._here()
+        return ndarray(_np.ascontiguousarray(a._a), a.device_id)
+
+    class Pool:
+        def used_bytes(self):
+            return 4096
+
+    pool = Pool()
+    cupy = _types.ModuleType("cupy")
+    cupy.ndarray = ndarray
+    cupy.asarray = asarray
+    cupy.empty = empty
+    cupy.ascontiguousarray = ascontiguousarray
+    cupy.asnumpy = lambda a: a.get() if isinstance(a, ndarray) else _np.asarray(a)
+    cupy.get_default_memory_pool = lambda: pool
+    cupy.cuda = _types.SimpleNamespace(
+        Device=Device, Stream=Stream, Event=Event,
+        get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
+        runtime=_types.SimpleNamespace(getDeviceCount=lambda: n_devices),
+    )
+    cupy.fake_stats = stats
+    return cupy
