@@ -1,0 +1,57 @@
+"""The StreamMAP front end: ``# @stream`` directives in a Python file -> the task graph (IR).
+
+Pipeline of this package, one module per step::
+
+    scan.py       tokenize + libcst: find every directive, attach it to the module-level
+                  statement below it, parse its clauses (errors for misplaced ones)
+    program.py    what the directives declare: params, kernels (clauses, signatures), graph
+                  functions; param values with -D overrides
+    build.py      run the graph function's body at compile time; kernel calls become tasks
+    safe_eval.py  the expression language of param values, clauses, bounds and conditions
+
+Public API:
+
+* :func:`parse_program` -- the IR (``networkx.DiGraph``, see :mod:`streammap.ir`) of one graph
+  function of a file;
+* :func:`read_program` -- the parsed directives (:class:`Program`), for stages that need kernel
+  names, signatures or params without building a graph;
+* :func:`param_values` -- the params of a file after overrides.
+
+Every problem with the input is a :class:`~streammap.errors.DirectiveError` carrying the file,
+line, column and a hint.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from streammap.errors import DirectiveError
+
+from .build import build_graph
+from .program import GraphFunc, Kernel, Param, Program, Signature, read_program
+
+__all__ = ["parse_program", "read_program", "param_values", "Program", "Param", "Kernel",
+           "GraphFunc", "Signature", "DirectiveError"]
+
+
+def parse_program(path, overrides: dict | None = None, entry: str | None = None) -> nx.DiGraph:
+    """The IR of graph function ``entry`` of the file at ``path``.
+
+    Parameters
+    ----------
+    path : str or Path
+        A Python file with ``# @stream`` directives.
+    overrides : dict, optional
+        ``{param: value}``; a ``str`` value is an expression over the params above it
+        (``{"N": "1<<12"}``), other values are used as they are.
+    entry : str, optional
+        The ``# @stream graph`` function to build; may be omitted when the file has one.
+    """
+    prog = read_program(path)
+    params = prog.param_values(overrides)
+    return build_graph(prog, params, prog.entry_point(entry))
+
+
+def param_values(path, overrides: dict | None = None) -> dict:
+    """``{name: value}`` of every ``# @stream param`` of ``path``, after ``overrides``."""
+    return read_program(path).param_values(overrides)

@@ -1,0 +1,487 @@
+"""What the directives of a file declare: params, kernels and graph functions.
+
+:func:`read_program` turns the directives found by :mod:`.scan` into a :class:`Program` and checks
+everything that can be checked without running the graph body:
+
+* a directive is on the right kind of statement (``param`` above ``NAME = EXPR``; ``kernel``,
+  ``graph`` and ``pipeline`` above a ``def``), and no name is declared twice;
+* every param value and clause is an expression of the safe language that uses only names it may
+  (earlier params for a param; params and the kernel's own arguments for a clause);
+* clauses that use no names at all (``share=2``) already have valid values.
+
+Param values depend on ``-D`` overrides, so they are computed on demand by
+:meth:`Program.param_values`, in file order: a param that depends on an overridden one is
+recomputed from the override.
+
+A :class:`Program` keeps ``ast`` nodes and :class:`~.safe_eval.Locator` objects, so later stages
+(the graph builder, the runtime looking up kernels by name) can evaluate clauses and report errors
+at their positions.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+
+from streammap.errors import DirectiveError
+
+from .safe_eval import FUNCTION_LIST, Evaluator, Locator
+from .scan import Clause, Directive, Source, basename, scan
+
+PARAM_TYPES = (int, float, str, bool, type(None))
+SIZE_CLAUSES = ("flops", "bytes", "mem", "out")
+
+
+@dataclass
+class Param:
+    """``# @stream param`` above ``NAME = EXPR``."""
+    name: str
+    expr: ast.expr
+    text: str               # the expression as written
+    line: int               # position of NAME
+    col: int
+
+
+@dataclass
+class Signature:
+    """The parameters of a ``def``, enough to bind a call the way Python does."""
+    positional: tuple[str, ...]         # positional-only first, then positional-or-keyword
+    posonly: int                        # how many of ``positional`` are positional-only
+    vararg: str | None
+    kwonly: tuple[str, ...]
+    kwarg: str | None
+    defaults: dict[str, ast.expr]       # parameter -> its default expression
+
+    @classmethod
+    def of(cls, fn: ast.FunctionDef) -> "Signature":
+        a = fn.args
+        positional = tuple(x.arg for x in (*a.posonlyargs, *a.args))
+        defaults = dict(zip(positional[len(positional) - len(a.defaults):], a.defaults))
+        for arg, default in zip(a.kwonlyargs, a.kw_defaults):
+            if default is not None:
+                defaults[arg.arg] = default
+        return cls(positional, len(a.posonlyargs), a.vararg.arg if a.vararg else None,
+                   tuple(x.arg for x in a.kwonlyargs), a.kwarg.arg if a.kwarg else None, defaults)
+
+    def names(self) -> tuple[str, ...]:
+        extra = tuple(n for n in (self.vararg, self.kwarg) if n)
+        return self.positional + self.kwonly + extra
+
+    def bind(self, fname: str, args: list, kwargs: list[tuple[str, object, object]]):
+        """Bind values like a Python call; ``kwargs`` is ``[(name, value, node)]``.
+
+        Returns ``{parameter: value}`` for the parameters the call gives (``*args`` as a list,
+        ``**kwargs`` as a dict). Raises :class:`BindError` with the node to blame.
+        """
+        bound: dict[str, object] = {}
+        npos = len(self.positional)
+        if len(args) > npos and self.vararg is None:
+            raise BindError(f"kernel '{fname}' takes {_count(npos, 'positional argument')} "
+                            f"but {len(args)} were given", None)
+        for name, value in zip(self.positional, args):
+            bound[name] = value
+        if self.vararg is not None:
+            bound[self.vararg] = list(args[npos:])
+        by_keyword = set(self.positional[self.posonly:]) | set(self.kwonly)
+        extra: dict[str, object] = {}
+        for name, value, node in kwargs:
+            if name in by_keyword:
+                if name in bound:
+                    raise BindError(f"kernel '{fname}' got multiple values for argument "
+                                    f"'{name}'", node)
+                bound[name] = value
+            elif self.kwarg is not None:
+                if name in extra:
+                    raise BindError(f"kernel '{fname}' got multiple values for keyword "
+                                    f"argument '{name}'", node)
+                extra[name] = value
+            elif name in self.positional:
+                raise BindError(f"argument '{name}' of kernel '{fname}' is positional-only",
+                                node)
+            else:
+                raise BindError(f"kernel '{fname}' got an unexpected keyword argument "
+                                f"'{name}'", node)
+        if self.kwarg is not None:
+            bound[self.kwarg] = extra
+        missing = [n for n in (*self.positional, *self.kwonly)
+                   if n not in bound and n not in self.defaults]
+        if missing:
+            names = ", ".join(f"'{n}'" for n in missing)
+            raise BindError(f"kernel '{fname}' is missing "
+                            f"{'argument' if len(missing) == 1 else 'arguments'} {names}", None)
+        return bound
+
+
+class BindError(Exception):
+    def __init__(self, message: str, node):
+        super().__init__(message)
+        self.message, self.node = message, node
+
+
+@dataclass
+class Kernel:
+    """``# @stream kernel(...)`` above a ``def``."""
+    name: str
+    line: int               # the ``def`` line
+    col: int
+    directive_line: int
+    clauses: dict[str, Clause]
+    uses: dict[str, frozenset]      # clause -> the names its expression uses
+    signature: Signature
+    node: ast.FunctionDef
+    site: str                       # ``file.py:LINE`` of the def
+
+    dynamic: tuple[str, ...] = ()   # clauses that use the kernel's arguments: one value per call
+
+
+@dataclass
+class GraphFunc:
+    """``# @stream graph`` (or ``pipeline(items=...)``) above a ``def``."""
+    name: str
+    kind: str               # "graph" or "pipeline"
+    line: int
+    col: int
+    directive_line: int
+    node: ast.FunctionDef
+    items: Clause | None = None     # pipelines: how many items
+
+
+@dataclass
+class Program:
+    """The parsed directives of one file."""
+    path: str
+    source: Source
+    params: dict[str, Param] = field(default_factory=dict)        # in file order
+    kernels: dict[str, Kernel] = field(default_factory=dict)
+    graphs: dict[str, GraphFunc] = field(default_factory=dict)
+    module_names: dict[str, int] = field(default_factory=dict)    # module globals -> line
+    declared: dict[str, int] = field(default_factory=dict)        # every param name -> line
+
+    @property
+    def lines(self) -> list[str]:
+        return self.source.lines
+
+    def locator(self) -> Locator:
+        return self.source.locator()
+
+    # -- params --------------------------------------------------------------------------------
+
+    def param_values(self, overrides: dict | None = None) -> dict:
+        """Every param's value, in file order, after ``overrides`` (values or expression text)."""
+        overrides = dict(overrides or {})
+        unknown = [n for n in overrides if n not in self.params]
+        if unknown:
+            known = ", ".join(self.params) or "(none)"
+            raise DirectiveError(f"unknown param '{unknown[0]}' in overrides", path=self.path,
+                                 hint=f"params of this program: {known}")
+        loc = self.locator()
+        values: dict = {}
+        for name, param in self.params.items():
+            if name in overrides:
+                value = self._override(name, overrides[name], values)
+                where = None
+            else:
+                value = Evaluator(values, loc, context=f"the value of param '{name}'",
+                                  names_hint=self._param_names_hint(name)).eval(param.expr)
+                where = param
+            if not isinstance(value, PARAM_TYPES):
+                msg = (f"param '{name}' must be a number, a string, a bool or None "
+                       f"(got {type(value).__name__})")
+                if where is None:
+                    raise DirectiveError(msg, path=self.path)
+                raise loc.error(param.expr, msg)
+            values[name] = value
+        return values
+
+    def _override(self, name: str, value, env: dict):
+        if hasattr(value, "item") and not isinstance(value, PARAM_TYPES):
+            value = value.item()            # numpy scalars
+        if not isinstance(value, str):
+            return value
+        loc = Locator(self.path, [value], None)
+        try:
+            ev = Evaluator(env, loc, context=f"the override of param '{name}'",
+                           names_hint=self._param_names_hint(name))
+            node = ast.parse(value.strip(), mode="eval").body
+            ev.check(node)
+            return ev.eval(node)
+        except SyntaxError as exc:
+            msg = exc.msg
+        except DirectiveError as exc:
+            msg = exc.message
+        except (ValueError, RecursionError, MemoryError) as exc:
+            msg = str(exc)
+        raise DirectiveError(f"invalid value {value!r} for param '{name}': {msg}",
+                             path=self.path, hint="an override is a constant expression over "
+                             "params defined above it, e.g. 4096, 1<<12, 2*N or '\"gpu\"'")
+
+    def _param_names_hint(self, name: str) -> str:
+        earlier = []
+        for other in self.params:
+            if other == name:
+                break
+            earlier.append(other)
+        return ("a param value may use constants, the functions " + FUNCTION_LIST +
+                " and params defined above it" + (f" ({', '.join(earlier)})" if earlier else ""))
+
+    # -- entry points --------------------------------------------------------------------------
+
+    def entry_point(self, entry: str | None = None) -> GraphFunc:
+        """The graph function ``entry`` (default: the only one)."""
+        names = ", ".join(self.graphs)
+        if not self.graphs:
+            raise DirectiveError("no `# @stream graph` function in this file", path=self.path,
+                                 hint="put `# @stream graph` above the function whose body is "
+                                      "the dataflow (or `# @stream pipeline(items=...)`)")
+        if entry is None:
+            if len(self.graphs) > 1:
+                raise DirectiveError(f"several graph functions ({names}): choose one as the "
+                                     "entry point", path=self.path,
+                                     hint=f"pass entry=NAME with NAME one of {names}")
+            return next(iter(self.graphs.values()))
+        if entry not in self.graphs:
+            raise DirectiveError(f"no graph function '{entry}' in this file", path=self.path,
+                                 hint=f"graph functions: {names}")
+        return self.graphs[entry]
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+def read_program(path) -> Program:
+    """Scan ``path`` and check its directives; see the module docstring."""
+    src = scan(path)
+    prog = Program(str(path), src, module_names=_module_names(src.tree))
+    # Every param the file declares, so that a use before the declaration says so.
+    for d in src.directives:
+        target = getattr(d.target, "targets", [getattr(d.target, "target", None)])[0]
+        if d.name == "param" and isinstance(target, ast.Name):
+            prog.declared.setdefault(target.id, target.lineno)
+    seen_targets: dict[int, Directive] = {}
+    for d in src.directives:
+        first = seen_targets.get(d.target.lineno)
+        if first is not None:
+            raise src.error(d.line, d.col, f"a second directive ('{d.name}') on the statement "
+                            f"that the '{first.name}' directive on line {first.line} applies to",
+                            "one directive per statement")
+        seen_targets[d.target.lineno] = d
+        if d.name == "param":
+            _read_param(prog, d)
+        elif d.name == "kernel":
+            _read_kernel(prog, d)
+        else:
+            _read_graph(prog, d)
+    for k in prog.kernels.values():
+        _check_clauses(prog, k)
+    for g in prog.graphs.values():
+        if g.items is not None:
+            ev = Evaluator({}, g.items.loc, context="the items clause",
+                           names_hint="items may use constants and params")
+            _check_names(prog, ev, g.items.expr, set(prog.params), "the items clause")
+    return prog
+
+
+def _read_param(prog: Program, d: Directive) -> None:
+    src, stmt = prog.source, d.target
+    target = value = None
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target, value = stmt.targets[0], stmt.value
+    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        target, value = stmt.target, stmt.value
+    if not isinstance(target, ast.Name):
+        raise src.error(d.line, d.col, f"param directive must be directly above an assignment "
+                        f"`NAME = EXPR`, not {_what(stmt)}",
+                        "write `# @stream param` on the line above `N = 1024`")
+    name = target.id
+    if name in prog.params:
+        first = prog.params[name]
+        raise src.error(target.lineno, target.col_offset + 1,
+                        f"duplicate param '{name}' (first declared on line {first.line})",
+                        "declare each param once")
+    loc = prog.locator()
+    ev = Evaluator({}, loc, context=f"the value of param '{name}'",
+                   names_hint=prog._param_names_hint(name),
+                   hint="a param value must be a constant expression: numbers, strings, "
+                        f"arithmetic, params defined above it and the functions {FUNCTION_LIST}")
+    _check_names(prog, ev, value, set(prog.params), f"the value of param '{name}'")
+    text = ast.get_source_segment(src.text, value) or ast.unparse(value)
+    prog.params[name] = Param(name, value, text, target.lineno, target.col_offset + 1)
+
+
+def _read_kernel(prog: Program, d: Directive) -> None:
+    fn = _def_target(prog, d)
+    _no_duplicate(prog, fn)
+    clauses = {c.name: c for c in d.clauses}
+    prog.kernels[fn.name] = Kernel(fn.name, fn.lineno, fn.col_offset + 1, d.line, clauses, {},
+                                   Signature.of(fn), fn,
+                                   f"{basename(prog.path)}:{fn.lineno}")
+
+
+def _read_graph(prog: Program, d: Directive) -> None:
+    fn = _def_target(prog, d)
+    _no_duplicate(prog, fn)
+    items = None
+    if d.name == "pipeline":
+        items = next((c for c in d.clauses if c.name == "items"), None)
+        if items is None:
+            raise prog.source.error(d.line, d.col, "pipeline directive needs an items clause",
+                                    "write `# @stream pipeline(items=N)`")
+        if not (fn.args.args or fn.args.posonlyargs):
+            raise prog.source.error(fn.lineno, fn.col_offset + 1,
+                                    f"pipeline function '{fn.name}' must take the item index "
+                                    "as its first argument", f"write `def {fn.name}(i):`")
+    prog.graphs[fn.name] = GraphFunc(fn.name, d.name, fn.lineno, fn.col_offset + 1, d.line, fn,
+                                     items)
+
+
+def _def_target(prog: Program, d: Directive) -> ast.FunctionDef:
+    stmt = d.target
+    if isinstance(stmt, ast.FunctionDef):
+        return stmt
+    what = "an async def" if isinstance(stmt, ast.AsyncFunctionDef) else _what(stmt)
+    raise prog.source.error(d.line, d.col, f"{d.name} directive must be directly above a "
+                            f"module-level def, not {what}",
+                            f"put `# @stream {d.name}` on the line above `def NAME(...):` "
+                            "(or above its decorators)")
+
+
+def _no_duplicate(prog: Program, fn: ast.FunctionDef) -> None:
+    for kind, table in (("kernel", prog.kernels), ("graph function", prog.graphs)):
+        if fn.name in table:
+            first = table[fn.name]
+            raise prog.source.error(fn.lineno, fn.col_offset + 1,
+                                    f"duplicate {kind} '{fn.name}' (first defined on line "
+                                    f"{first.line})", "give each kernel and graph a unique name")
+    if fn.name in prog.params:
+        raise prog.source.error(fn.lineno, fn.col_offset + 1,
+                                f"'{fn.name}' is both a param and a function name")
+
+
+def _check_clauses(prog: Program, k: Kernel) -> None:
+    args = k.signature.names()
+    allowed = set(prog.params) | set(args)
+    params = ", ".join(prog.params) or "none"
+    hint = (f"clauses may use params ({params}), the arguments of {k.name} "
+            f"({', '.join(args) or 'none'}) and the functions {FUNCTION_LIST}")
+    for name, clause in k.clauses.items():
+        what = f"clause '{name}' of kernel '{k.name}'"
+        ev = Evaluator({}, clause.loc, context=what, names_hint=hint)
+        k.uses[name] = frozenset(_check_names(prog, ev, clause.expr, allowed, what))
+        if k.uses[name] & set(args):
+            k.dynamic += (name,)
+        if not k.uses[name]:        # a constant: check its value now, once
+            value = ev.eval(clause.expr)
+            problem = clause_problem(name, value)
+            if problem:
+                raise clause.loc.error(clause.expr, f"{what}: {problem}", CLAUSE_HINT)
+
+
+def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed: set, what: str) -> set:
+    """``ev.check`` with messages that say why a name is not available."""
+    used = ev.check(expr)
+    called = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
+    names = sorted((n for n in ast.walk(expr) if isinstance(n, ast.Name) and id(n) not in called),
+                   key=lambda n: (n.lineno, n.col_offset))
+    for node in names:
+        if node.id in allowed:
+            continue
+        if node.id in prog.declared:
+            raise ev.loc.error(node, f"param '{node.id}' is used in {what} before it is "
+                               f"declared (line {prog.declared[node.id]})",
+                               "params are evaluated in file order: declare it above")
+        if node.id in prog.module_names:
+            raise ev.loc.error(node, f"'{node.id}' in {what} is not a param",
+                               f"mark its assignment with `# @stream param` to use it in "
+                               f"directives (line {prog.module_names[node.id]})")
+        raise ev.unknown(node)
+    return used
+
+
+# -- clause values -------------------------------------------------------------------------------
+
+CLAUSE_HINT = ("flops, bytes, mem and out are non-negative numbers; device is a string (\"gpu\", "
+                "\"cpu\", \"any\", or a model/vendor); split is an int axis; share is a number in "
+                "(0, 1]; stateful is a bool; retries is an int >= 0")
+
+
+def clause_problem(name: str, value) -> str | None:
+    """Why ``value`` is not valid for clause ``name`` (None when it is)."""
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if name in SIZE_CLAUSES:
+        if value is None or (number(value) and math.isfinite(value) and value >= 0):
+            return None
+        return f"{name} must be a non-negative number, got {value!r}"
+    if name == "device":
+        return None if isinstance(value, str) and value.strip() else \
+            f"device must be a non-empty string, got {value!r}"
+    if name == "split":
+        return None if value is None or (isinstance(value, int) and not isinstance(value, bool)) \
+            else f"split must be an int axis, got {value!r}"
+    if name == "share":
+        return None if number(value) and 0 < value <= 1 else \
+            f"share must be a number with 0 < share <= 1, got {value!r}"
+    if name == "stateful":
+        return None if isinstance(value, bool) else f"stateful must be True or False, got {value!r}"
+    if name == "retries":
+        return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+            else f"retries must be an int >= 0, got {value!r}"
+    if name == "items":
+        return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+            else f"items must be an int >= 0, got {value!r}"
+    return None
+
+
+def clause_attr(name: str, value):
+    """The IR attribute value of a valid clause value."""
+    if name in SIZE_CLAUSES or name == "share":
+        return None if value is None else float(value)
+    return value
+
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+def _what(stmt: ast.stmt) -> str:
+    kind = type(stmt).__name__
+    return {
+        "ClassDef": "a class", "FunctionDef": "a def", "AsyncFunctionDef": "an async def",
+        "Assign": "an assignment", "AnnAssign": "an annotated assignment",
+        "AugAssign": "an augmented assignment", "Import": "an import", "ImportFrom": "an import",
+        "Expr": "an expression", "If": "an if statement", "For": "a for loop",
+        "While": "a while loop", "With": "a with statement", "Try": "a try statement",
+    }.get(kind, f"a {kind.lower()} statement")
+
+
+def _module_names(tree: ast.Module) -> dict[str, int]:
+    """Names bound at module level (not inside functions or classes) -> first line."""
+    names: dict[str, int] = {}
+
+    def bind(target, line):
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name):
+                names.setdefault(node.id, line)
+
+    def visit(stmts):
+        for stmt in stmts:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.setdefault(stmt.name, stmt.lineno)
+            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                for alias in stmt.names:
+                    names.setdefault((alias.asname or alias.name).split(".")[0], stmt.lineno)
+            elif isinstance(stmt, ast.Assign):
+                for t in stmt.targets:
+                    bind(t, stmt.lineno)
+            elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+                bind(stmt.target, stmt.lineno)
+            for block in ("body", "orelse", "finalbody"):
+                if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    visit(getattr(stmt, block, []))
+            for handler in getattr(stmt, "handlers", []):
+                visit(handler.body)
+    visit(tree.body)
+    return names
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

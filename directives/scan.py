@@ -1,0 +1,350 @@
+"""Find the ``# @stream`` directives of a file and the statements they belong to.
+
+A directive is a comment, so the Python parser throws it away; this module finds it twice, on
+purpose, and compares:
+
+* :mod:`tokenize` sees **every** ``# @stream`` comment in the file, wherever it is.
+* a libcst visitor sees only the comments that are **attached**: in the lines directly above a
+  module-level statement (or among its decorators), with nothing but other comment lines between
+  the directive and the code. libcst keeps comments in the tree (``leading_lines``, the module
+  ``header`` for the first statement, ``lines_after_decorators``), and ``PositionProvider`` gives
+  their lines.
+
+Every comment the first finds and the second does not is an error, with the reason worked out
+from where it is (inside a function body, at the end of the file, separated by a blank line, after
+code on the same line). So a misplaced directive is never silently ignored.
+
+The attached directives are then parsed: the text after ``@stream`` is a Python expression
+(``kernel(flops=16*N)``), parsed with :mod:`ast` so that clause values are ``ast`` expressions
+that :mod:`.safe_eval` can check and evaluate. A directive may continue on following comment lines
+while its parenthesis is open. Positions inside the comment are mapped back to file columns by a
+:class:`~.safe_eval.Locator`.
+
+This module checks the *form* of directives (known directive, known clauses, ``name=value``
+syntax). What they mean (a param above an assignment, clause values) is checked in ``program.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import io
+import re
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from streammap.errors import DirectiveError
+
+from .safe_eval import Locator
+
+#: Directive name -> the clauses it accepts.
+DIRECTIVES = {
+    "param": (),
+    "kernel": ("flops", "bytes", "mem", "out", "device", "split", "share", "stateful", "retries"),
+    "graph": (),
+    "pipeline": ("items",),
+}
+DIRECTIVES_HINT = "directives are: param, kernel(...), graph, pipeline(items=...)"
+
+_PRAGMA = re.compile(r"#\s*@stream(\w*)")
+#: How many comment lines one directive may span.
+_MAX_CONTINUATION = 50
+
+
+@dataclass(frozen=True)
+class Clause:
+    """``name=expr`` inside a directive's parentheses."""
+    name: str
+    expr: ast.expr
+    loc: Locator            # maps positions in ``expr`` to the file
+    line: int               # position of the clause name
+    col: int
+
+
+@dataclass(frozen=True)
+class Directive:
+    """One ``# @stream`` comment, parsed, with the module-level statement below it."""
+    name: str
+    clauses: tuple[Clause, ...]
+    line: int               # position of the directive name (after ``@stream``)
+    col: int
+    target: ast.stmt        # the statement it is attached to
+    end_line: int           # last comment line of the directive
+
+
+@dataclass
+class Source:
+    """A parsed program file: text, ``ast`` tree and directives in file order."""
+    path: str
+    text: str
+    lines: list[str]
+    tree: ast.Module
+    directives: list[Directive] = field(default_factory=list)
+
+    def locator(self) -> Locator:
+        return Locator(self.path, self.lines)
+
+    def error(self, line: int, col: int | None, message: str, hint: str | None = None):
+        text = self.lines[line - 1] if line and 0 < line <= len(self.lines) else None
+        return DirectiveError(message, path=self.path, line=line, col=col, source_line=text,
+                              hint=hint)
+
+
+def scan(path) -> Source:
+    """Read ``path``, parse it, and return its attached directives (errors for the rest)."""
+    path = str(path)
+    text = _read(path)
+    lines = text.split("\n")
+    tree = _parse_ast(path, text, lines)
+    src = Source(path, text, lines, tree)
+
+    comments = _directive_comments(src)
+    if not comments:
+        return src
+    attached = _attached_lines(_parse_cst(path, text, lines))
+    by_line = {}
+    for stmt in reversed(tree.body):
+        by_line[stmt.lineno] = stmt
+    consumed: set[int] = set()      # continuation lines of directives already read
+    for line, col, comment, own_line in comments:
+        if line in consumed:
+            continue
+        if not own_line:
+            raise src.error(line, col + 1, "a directive must be on its own line",
+                            "put it on the line directly above the statement it applies to")
+        if line not in attached:
+            raise _unattached(src, line, col)
+        target = by_line.get(attached[line]) or \
+            next(s for s in tree.body if s.lineno >= attached[line])
+        directive = _parse_directive(src, line, col, comment, target)
+        consumed.update(range(line, directive.end_line + 1))
+        src.directives.append(directive)
+    return src
+
+
+# -- reading and parsing the file ----------------------------------------------------------------
+
+def _read(path: str) -> str:
+    try:
+        with tokenize.open(path) as fh:      # honours a coding cookie; universal newlines
+            return fh.read()
+    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+        raise DirectiveError(f"cannot read program: {exc}", path=path) from None
+
+
+def _parse_ast(path: str, text: str, lines: list[str]) -> ast.Module:
+    # The compiler's own parser first: its messages and positions are the ones users know.
+    try:
+        return ast.parse(text, filename=path)
+    except SyntaxError as exc:
+        line = exc.lineno
+        src = lines[line - 1] if line and 0 < line <= len(lines) else None
+        raise DirectiveError(f"invalid Python syntax: {exc.msg}", path=path, line=line,
+                             col=exc.offset or None, source_line=src,
+                             hint="the file must be valid Python before directives are read"
+                             ) from None
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise DirectiveError(f"cannot parse program: {exc}", path=path) from None
+
+
+def _parse_cst(path: str, text: str, lines: list[str]) -> cst.Module:
+    try:
+        return cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        line = exc.raw_line
+        src = lines[line - 1] if 0 < line <= len(lines) else None
+        raise DirectiveError(f"invalid Python syntax: {exc.message}", path=path, line=line,
+                             col=exc.raw_column + 1, source_line=src) from None
+
+
+def _directive_comments(src: Source) -> list[tuple[int, int, str, bool]]:
+    """Every ``# @stream`` comment: (line, 0-based col, text, alone on its line)."""
+    found = []
+    readline = io.StringIO(src.text).readline
+    try:
+        for tok in tokenize.generate_tokens(readline):
+            if tok.type == tokenize.COMMENT and _PRAGMA.match(tok.string):
+                (line, col) = tok.start
+                found.append((line, col, tok.string, not tok.line[:col].strip()))
+    except (tokenize.TokenError, SyntaxError):   # cannot happen once ast has parsed the file
+        pass
+    return found
+
+
+# -- attachment (libcst) -------------------------------------------------------------------------
+
+class _AttachedDirectives(cst.CSTVisitor):
+    """Collects the ``# @stream`` comments directly above each module-level statement.
+
+    Result: ``attached[comment_line] = statement_line`` where the statement line is the line
+    ``ast`` gives the statement (the ``def`` line for a decorated function).
+    """
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self):
+        super().__init__()
+        self.attached: dict[int, int] = {}
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        for i, stmt in enumerate(node.body):
+            # Comment blocks that sit directly above a line of this statement: above its first
+            # decorator (libcst keeps the first statement's in the module header), above each
+            # further decorator, and between the decorators and the ``def``.
+            above = (list(node.header) if i == 0 else []) + list(stmt.leading_lines)
+            blocks = []
+            for deco in getattr(stmt, "decorators", ()):
+                blocks.append(above + list(deco.leading_lines))
+                above = []
+            blocks.append(above + list(getattr(stmt, "lines_after_decorators", ())))
+            for block in blocks:
+                self._attach(self._directly_above(block), stmt)
+        return False            # module-level only: nothing below needs visiting
+
+    def _directly_above(self, lines) -> list[int]:
+        """Lines of the directives in ``lines`` with no blank line between them and the code."""
+        pending: list[int] = []
+        for empty in lines:
+            if empty.comment is None:
+                pending = []
+            elif _PRAGMA.match(empty.comment.value):
+                pending.append(self.get_metadata(PositionProvider, empty.comment).start.line)
+        return pending
+
+    def _attach(self, pending: list[int], stmt) -> None:
+        line = self.get_metadata(PositionProvider, stmt).start.line
+        for comment_line in pending:
+            self.attached[comment_line] = line
+
+
+def _attached_lines(module: cst.Module) -> dict[int, int]:
+    visitor = _AttachedDirectives()
+    MetadataWrapper(module, unsafe_skip_copy=True).visit(visitor)
+    return visitor.attached
+
+
+def _unattached(src: Source, line: int, col: int) -> DirectiveError:
+    """Explain why the directive at ``line`` belongs to no statement."""
+    hint = ("a directive goes on the line directly above a module-level def or assignment "
+            "(only other comment lines may stand between)")
+    before = None
+    for stmt in src.tree.body:
+        if stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno):
+            return src.error(line, col + 1, f"directive inside {_describe_stmt(stmt)}", hint)
+        if stmt.lineno < line:
+            before = stmt
+    if col > 0 and before is not None and hasattr(before, "body"):
+        return src.error(line, col + 1, f"directive inside {_describe_stmt(before)}", hint)
+    nxt = line + 1
+    while nxt <= len(src.lines) and src.lines[nxt - 1].lstrip().startswith("#"):
+        nxt += 1
+    if nxt > len(src.lines) or not "".join(src.lines[nxt - 1:]).strip():
+        return src.error(line, col + 1, "directive at the end of the file applies to nothing",
+                         hint)
+    if not src.lines[nxt - 1].strip():
+        return src.error(line, col + 1, "directive is not directly above a statement "
+                         f"(line {nxt} is blank)", hint)
+    return src.error(line, col + 1, "directive is not attached to a module-level statement", hint)
+
+
+def _describe_stmt(stmt: ast.stmt) -> str:
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return f"the body of function '{stmt.name}'"
+    if isinstance(stmt, ast.ClassDef):
+        return f"class '{stmt.name}'"
+    return f"a module-level '{_keyword(stmt)}' statement"
+
+
+def _keyword(stmt: ast.stmt) -> str:
+    name = type(stmt).__name__
+    return {"AsyncFor": "async for", "AsyncWith": "async with", "Expr": "expression",
+            "Assign": "assignment", "AugAssign": "assignment", "AnnAssign": "assignment",
+            "ImportFrom": "import"}.get(name, name.lower())
+
+
+# -- directive text ------------------------------------------------------------------------------
+
+def _parse_directive(src: Source, line: int, col: int, comment: str,
+                     target: ast.stmt) -> Directive:
+    m = _PRAGMA.match(comment)
+    if m.group(1):
+        raise src.error(line, col + 1, f"unknown pragma '@stream{m.group(1)}'",
+                        "write '# @stream' followed by a space and a directive; "
+                        + DIRECTIVES_HINT)
+    rest = comment[m.end():]
+    start = col + m.end() + len(rest) - len(rest.lstrip())
+    segments = [(line, start, rest.strip())]
+    while True:
+        loc = Locator(src.path, src.lines, segments)
+        body = "\n".join(seg[2] for seg in segments)
+        if not body.strip():
+            raise src.error(line, col + 1, "empty directive", DIRECTIVES_HINT)
+        try:
+            tree = ast.parse(body, mode="eval").body
+            break
+        except SyntaxError as exc:
+            nxt = segments[-1][0] + 1
+            text = src.lines[nxt - 1] if nxt <= len(src.lines) else ""
+            # An open parenthesis continues on the next comment line.
+            if "never closed" in exc.msg and text.lstrip().startswith("#") \
+                    and len(segments) < _MAX_CONTINUATION and not _PRAGMA.match(text.lstrip()):
+                hash_col = text.index("#")
+                segments.append((nxt, hash_col + 1, text[hash_col + 1:]))
+                continue
+            raise loc.syntax_error(exc, "malformed directive",
+                                   "write `# @stream NAME` or `# @stream NAME(clause=value, ...)`")
+        except (ValueError, RecursionError, MemoryError) as exc:
+            raise src.error(line, start + 1, f"malformed directive: {exc}") from None
+
+    if isinstance(tree, ast.Name):
+        name_node, call = tree, None
+    elif isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name):
+        name_node, call = tree.func, tree
+    else:
+        raise loc.error(tree, "malformed directive",
+                        "write `# @stream NAME` or `# @stream NAME(clause=value, ...)`; "
+                        + DIRECTIVES_HINT)
+    name = name_node.id
+    if name not in DIRECTIVES:
+        close = difflib.get_close_matches(name, DIRECTIVES, n=1)
+        hint = (f"did you mean '{close[0]}'? " if close else "") + DIRECTIVES_HINT
+        raise loc.error(name_node, f"unknown directive '{name}'", hint)
+    clauses = _clauses(name, call, loc) if call is not None else ()
+    d_line, d_col = loc.position(name_node.lineno, name_node.col_offset)
+    return Directive(name, clauses, d_line, d_col, target, segments[-1][0])
+
+
+def _clauses(name: str, call: ast.Call, loc: Locator) -> tuple[Clause, ...]:
+    allowed = DIRECTIVES[name]
+    if allowed:
+        hint = f"{name} clauses are {', '.join(allowed)}"
+    else:
+        hint = f"the {name} directive takes no clauses: write `# @stream {name}`"
+    if call.args:
+        arg = call.args[0]
+        raise loc.error(arg, f"clauses of the {name} directive are written name=value", hint)
+    seen: dict[str, int] = {}
+    out = []
+    for kw in call.keywords:
+        if kw.arg is None:
+            raise loc.error(kw, f"** is not allowed in a {name} directive", hint)
+        line, col = loc.position(kw.lineno, kw.col_offset)
+        if kw.arg not in allowed:
+            close = difflib.get_close_matches(kw.arg, allowed, n=1)
+            extra = f"did you mean '{close[0]}'? " if close else ""
+            raise loc.error((line, col), f"unknown clause '{kw.arg}' in {name} directive",
+                            extra + hint if allowed else hint)
+        if kw.arg in seen:
+            raise loc.error((line, col), f"clause '{kw.arg}' is given twice", hint)
+        seen[kw.arg] = line
+        out.append(Clause(kw.arg, kw.value, loc, line, col))
+    return tuple(out)
+
+
+def basename(path: str) -> str:
+    """The file name used in task ids and sites (``fm_radio.py``)."""
+    return Path(path).name
