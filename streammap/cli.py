@@ -78,11 +78,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _console() -> Console:
+    """Standard output; wide when it is not a terminal, so tables in logs do not wrap."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
 def _discover(args) -> int:
     from .discover import discover, format_cluster, write_cluster
     found = discover(node_name=args.node, cluster_name=args.name)
     spec = found.spec
-    out = Console()
+    out = _console()
     if args.output:
         write_cluster(spec, args.output, found.notes)
         gpus = sum(1 for n in spec.nodes for d in n.devices if d.kind == "gpu")
@@ -116,7 +121,7 @@ def _compile(args) -> int:
     write_plan(plan, output)
     m = plan.mapper
     used = len({t.device for t in plan.tasks})
-    Console().print(
+    _console().print(
         f"wrote {output}: {len(plan.tasks)} tasks on {used} of {len(plan.devices)} devices, "
         f"estimated makespan {format_time(m.estimated_makespan)} (lower bound {format_time(m.lower_bound)}), "
         f"mapper {m.name}, compiled in {format_time(elapsed)}", markup=False)
@@ -126,7 +131,7 @@ def _compile(args) -> int:
 def _show(args) -> int:
     from . import show
     path = Path(args.file)
-    out = Console()
+    out = _console()
     if path.suffix == ".json":
         from .runrecord import read_run_record
         obj = read_run_record(path)
@@ -162,7 +167,7 @@ def _run(args) -> int:
                        progress=not args.no_progress and sys.stderr.isatty())
     elapsed = time.perf_counter() - t0
     names = ", ".join(f"{k} {getattr(v, 'shape', ())}" for k, v in outputs.items())
-    Console().print(f"ran {len(plan.tasks)} tasks in {format_time(elapsed)}"
+    _console().print(f"ran {len(plan.tasks)} tasks in {format_time(elapsed)}"
                     f"{' (emulated on the CPU)' if args.emulate else ''}; wrote {output} ({names}) and {record}",
                     markup=False)
     return 0
