@@ -14,15 +14,11 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import pydantic
-from pydantic import BaseModel, ConfigDict
 
 from .errors import StreamMapError
+from .plan import _Strict
 
 RUN_VERSION = 1
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class TaskRun(_Strict):

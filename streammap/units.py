@@ -37,28 +37,27 @@ def _scale(prefix: str) -> float:
 _EXAMPLES = {"size": "'80GiB'", "rate": "'25 GB/s'", "time": "'10us'", "compute rate": "'19.5 TFLOP/s'"}
 
 
-def parse_size(value) -> float:
-    """Bytes from ``80GiB``, ``512 MB``, ``1.5e9`` or ``8Gb`` (bits)."""
-    n = _number(value, "size")
+def _parse_bytes(value, what: str, per_second: bool) -> float:
+    n = _number(value, what)
     if n is not None:
         return n
-    m = re.fullmatch(_NUMBER + _PREFIX + r"(?P<unit>B|b|bytes?)?", value.strip())
+    suffix = r"(?P<unit>B|b|bytes?)" + (r"\s*(/\s*s|ps)" if per_second else "?")
+    m = re.fullmatch(_NUMBER + _PREFIX + suffix, value.strip())
     if not m:
-        raise ValueError(f"cannot read {value!r} as a size; write e.g. 80GiB, 512 MB or a number of bytes")
+        example = "25 GB/s, 100 Gb/s or bytes per second" if per_second else "80GiB, 512 MB or a number of bytes"
+        raise ValueError(f"cannot read {value!r} as a {what}; write e.g. {example}")
     bits = m["unit"] == "b"
     return float(m["num"]) * _scale(m["prefix"]) / (8.0 if bits else 1.0)
+
+
+def parse_size(value) -> float:
+    """Bytes from ``80GiB``, ``512 MB``, ``1.5e9`` or ``8Gb`` (bits)."""
+    return _parse_bytes(value, "size", per_second=False)
 
 
 def parse_rate(value) -> float:
     """Bytes per second from ``25 GB/s``, ``100 Gb/s`` (bits), ``300GiB/s`` or a number."""
-    n = _number(value, "rate")
-    if n is not None:
-        return n
-    m = re.fullmatch(_NUMBER + _PREFIX + r"(?P<unit>B|b|bytes?)\s*(/\s*s|ps)", value.strip())
-    if not m:
-        raise ValueError(f"cannot read {value!r} as a bandwidth; write e.g. 25 GB/s, 100 Gb/s or bytes per second")
-    bits = m["unit"] == "b"
-    return float(m["num"]) * _scale(m["prefix"]) / (8.0 if bits else 1.0)
+    return _parse_bytes(value, "rate", per_second=True)
 
 
 def parse_flops(value) -> float:
