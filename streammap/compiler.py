@@ -100,7 +100,7 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
                lower: float, heft_makespan: float | None) -> Plan:
     """Write a schedule down as a plan: tasks in start order (a topological order), each with its deps."""
     topo = {t: i for i, t in enumerate(nx.lexicographical_topological_sort(graph, key=cost.pos.__getitem__))}
-    order = sorted(cost.tasks, key=lambda t: (schedule.start[cost.pos[t]], topo[t]))
+    order = sorted(cost.tasks, key=lambda t: (schedule.start[cost.pos[t]], schedule.finish[cost.pos[t]], topo[t]))
     tasks = []
     for tid in order:
         i = cost.pos[tid]

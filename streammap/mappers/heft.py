@@ -1,0 +1,519 @@
+"""HEFT: Heterogeneous Earliest Finish Time, insertion-based and memory-aware.
+
+The baseline every other mapper is measured against (``design.md``, section *The mapper*).
+
+Policy
+------
+1. **Priorities.** Each task gets its *upward rank* (Topcuoglu et al. [1]_, eq. 8):
+   ``rank(t) = w̄(t) + max over successors s of (c̄(t, s) + rank(s))``, where ``w̄`` is the mean
+   time of t over the devices where it can run and ``c̄`` the mean transfer time of the edge over
+   ordered pairs of distinct devices. Tasks are placed by decreasing rank, rounded to a
+   1e-10 fraction of the largest rank first, and ties go to the earlier task in a fixed
+   topological order (by depth, then task position): so a zero-cost chain is still placed in
+   dependency order, and rounding noise cannot reorder the paper's example (ranks 80 and 80).
+2. **Device choice.** For the task at hand, the data-ready time on every device is computed at
+   once from the predecessor arrays; the earliest start on a device is the first idle gap between
+   already placed tasks that is long enough (insertion policy, [1]_ section 4.1), else the end of
+   the device's last task. The device with the earliest finish time wins; ties go to the lower
+   device position.
+3. **Memory.** Under the benchmark model (``shared/benchmarks/README.md``, and
+   :mod:`streammap.schedule`), a running task holds ``mem`` and its output stays on its device
+   from its finish until its last consumer starts. While some consumer is not yet placed, that
+   residency is open-ended; it is cut back when the last consumer is placed. A start time on a
+   device is accepted only if the device stays within capacity at every instant from that start
+   on, counting the new task, its open-ended output, and the outputs of its predecessors that it
+   releases by starting. When the data-ready slot does not fit, later slots on the same device
+   are tried (the start after each later task there: in the benchmark model a task cannot be
+   held back on an idle device, so those are the later start times a plan can express). A device
+   is only checked once the largest ``mem`` plus all outputs placed on it could exceed its
+   capacity; until then no step function is even built for it. This is MemHEFT of Herrmann,
+   Marchal and Robert [2]_ in spirit, on the README's memory model.
+4. **Stalls.** If every device the next task may use is kept full by outputs still waiting for
+   consumers, the sweep switches from the static order to a ready list by rank: that task is put
+   aside and the next ready task by rank is tried; put-aside tasks are tried again whenever the
+   ready list runs dry (placing consumers releases their inputs). Only when a whole round of
+   retries places nothing does HEFT give up with a :class:`~streammap.errors.MappingError`.
+
+State kept during the sweep: per task its device, start and finish; per device the end of its
+last task (``avail``), its idle gaps (sorted lists) and an upper bound of the longest gap (to skip
+gap searches that cannot win), and, for devices where memory can bind, a step function of memory
+use; per task the number of consumers not yet placed and the latest start among those placed.
+
+Every estimate this mapper writes is reproduced exactly by :func:`streammap.schedule.simulate`
+on its assignment and order, and :func:`streammap.schedule.evaluate` finds it memory-valid.
+
+References
+----------
+.. [1] H. Topcuoglu, S. Hariri, M.-Y. Wu, "Performance-effective and low-complexity task
+   scheduling for heterogeneous computing", IEEE Transactions on Parallel and Distributed
+   Systems 13(3), 260-274, 2002.
+.. [2] J. Herrmann, L. Marchal, Y. Robert, "Memory-aware list scheduling for hybrid platforms",
+   IEEE IPDPS Workshops (HCW), 2014.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left
+
+import numpy as np
+
+from ..cost import CostModel, concat_ranges, segment_max
+from ..errors import MappingError
+from ..schedule import MEM_RTOL, Schedule
+
+__all__ = ["heft", "upward_rank", "priority_order", "check_placeable"]
+
+
+def upward_rank(cost: CostModel) -> np.ndarray:
+    """Upward rank of every task ([1]_ eq. 8), computed level by level from the sinks.
+
+    Parameters
+    ----------
+    cost : CostModel
+
+    Returns
+    -------
+    ndarray
+        ``rank[t] = w̄(t) + max_s (c̄(t, s) + rank[s])``; ``w̄`` is the mean time over the devices
+        where t can run, ``c̄`` the mean transfer time over ordered pairs of distinct devices.
+    """
+    wbar = cost.mean_time()
+    cbar = cost.mean_comm(cost.succ_bytes)
+    rank = np.zeros(cost.n_tasks)
+    for lev in reversed(cost.levels):
+        e = concat_ranges(cost.succ_ptr[lev], cost.succ_ptr[lev + 1])
+        tail = segment_max(cbar[e] + rank[cost.succ_idx[e]], cost.succ_ptr, lev)
+        rank[lev] = wbar[lev] + tail
+    return rank
+
+
+def priority_order(cost: CostModel, rank: np.ndarray | None = None) -> np.ndarray:
+    """Task positions by decreasing upward rank, ties by topological order (see module docstring)."""
+    if rank is None:
+        rank = upward_rank(cost)
+    if rank.size == 0:
+        return np.empty(0, dtype=np.int64)
+    top = float(np.max(np.abs(rank)))
+    h = top * 1e-10 if top > 0 and math.isfinite(top) else 1.0
+    key = np.rint(rank / h)        # monotone, so a predecessor never sorts after its successor
+    return np.lexsort((cost.topo_index, -key))
+
+
+def check_placeable(cost: CostModel) -> None:
+    """Raise :class:`MappingError` for the first task (by position) that fits on no device.
+
+    A task fits on a device if it can run there (finite time: the ``device`` clause admits it and
+    the task has an estimate for it) and both its ``mem`` and its ``out`` fit in the capacity.
+    """
+    allowed = np.isfinite(cost.time)
+    need = np.maximum(cost.mem, cost.out)
+    ok = allowed & (need[:, None] <= cost.capacity[None, :] * (1.0 + MEM_RTOL))
+    bad = np.flatnonzero(~ok.any(axis=1)) if cost.n_devices else np.arange(cost.n_tasks)
+    if not bad.size:
+        return
+    i = int(bad[0])
+    tid = cost.tasks[i]
+    node = cost.graph.nodes[tid]
+    kernel = node.get("kernel")
+    cons = node.get("device") or "any"
+    path, line = cost.site_line(i)
+    more = f" (and {bad.size - 1} more)" if bad.size > 1 else ""
+    if not allowed[i].any():
+        what = "no device of the cluster matches its device constraint" if cons != "any" \
+            else "it has no time estimate for any device of the cluster"
+        raise MappingError(
+            f"task {tid} (kernel {kernel}) cannot run on any device: {what} "
+            f"(device={cons!r}; devices: {', '.join(sorted({d.kind + ':' + (d.model or '-') for d in cost.devices}))}){more}",
+            path=path, line=line,
+            hint="relax the kernel's device= clause, give times for these device models or kinds, "
+                 "or add a matching device to the cluster")
+    cap = cost.capacity[allowed[i]].max()
+    raise MappingError(
+        f"task {tid} (kernel {kernel}) needs {_size(need[i])} of device memory but the largest "
+        f"device it may run on has {_size(cap)}{more}",
+        path=path, line=line,
+        hint="reduce the kernel's mem= (or split it), relax its device= clause, add a device with more "
+             "memory, or raise memory_oversubscription in the cluster file")
+
+
+def _size(b: float) -> str:
+    if not math.isfinite(b):
+        return "unlimited memory"
+    for unit, f in (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
+        if b >= f:
+            return f"{b / f:.3g} {unit} ({int(b)} bytes)"
+    return f"{int(b)} bytes"
+
+
+class _Profile:
+    """Memory use of one device as a step function: ``v[i]`` bytes on ``[t[i], t[i+1])``.
+
+    Before ``t[0]`` the use is 0; the last step extends to infinity (open-ended outputs).
+    """
+
+    __slots__ = ("t", "v", "_suffix")
+
+    def __init__(self):
+        self.t = np.empty(0)
+        self.v = np.empty(0)
+        self._suffix = None
+
+    def suffix_max(self) -> np.ndarray:
+        """``max(v[i:])`` for every i (cached until the next change)."""
+        if self._suffix is None:
+            self._suffix = np.maximum.accumulate(self.v[::-1])[::-1]
+        return self._suffix
+
+    def _ensure(self, x: float) -> int:
+        t = self.t
+        i = int(np.searchsorted(t, x))
+        if i < t.size and t[i] == x:
+            return i
+        level = self.v[i - 1] if i > 0 else 0.0
+        self.t = np.insert(t, i, x)
+        self.v = np.insert(self.v, i, level)
+        return i
+
+    def add(self, a: float, b: float, amount: float) -> None:
+        """Add ``amount`` bytes over ``[a, b)`` (``b`` may be ``inf``; empty if ``b <= a``)."""
+        if amount == 0.0 or not b > a:
+            return
+        self._suffix = None
+        i = self._ensure(a)
+        if math.isinf(b):
+            self.v[i:] += amount
+        else:
+            j = self._ensure(b)
+            self.v[i:j] += amount
+
+    def peak_with(self, s: float, f: float, m: float, o: float, rel_t: np.ndarray, rel_a: np.ndarray) -> float:
+        """Peak use from ``s`` on if a task is added: ``m`` over ``[s, f)``, ``o`` from ``f`` on,
+        and ``rel_a[k]`` bytes are released from ``rel_t[k]`` on."""
+        t, v = self.t, self.v
+        pts = np.concatenate(((s, f), rel_t, t[np.searchsorted(t, s, side="right"):]))
+        idx = np.searchsorted(t, pts, side="right") - 1
+        level = np.where(idx >= 0, v[np.maximum(idx, 0)], 0.0) if v.size else np.zeros(pts.size)
+        level = level + np.where(pts < f, m, o)
+        if rel_t.size:
+            level = level - (rel_t[None, :] <= pts[:, None]) @ rel_a
+        return float(level.max())
+
+
+def heft(cost: CostModel) -> Schedule:
+    """Map a task graph with insertion-based, memory-aware HEFT ([1]_).
+
+    Parameters
+    ----------
+    cost : CostModel
+        Times, sizes and links of the graph on the cluster.
+
+    Returns
+    -------
+    Schedule
+        ``mapper="heft"``; device, start and finish per task; ``seq`` is the placement order.
+
+    Raises
+    ------
+    MappingError
+        If a task fits on no device (device constraint, or ``mem`` above every allowed device's
+        capacity), or if at some point no ready task fits anywhere because every device is kept
+        full by outputs still waiting for their consumers. The message names the task, its
+        kernel, its need and the largest capacity; ``path``/``line`` point at the task's call
+        site when it has one.
+
+    Notes
+    -----
+    Deterministic: ties are broken by task position and device position only, so the same inputs
+    give the same schedule. Cost is O(E·D) NumPy work plus, per task, a gap search on the few
+    devices where a gap could beat the best append position (a gap ending before
+    ``ready + time`` or shorter than the task, or a device whose ``ready + time`` already loses
+    to the best append, is never searched). Memory checks cost O(tasks on the device) each and
+    only happen on devices where memory can bind.
+    """
+    T, D = cost.n_tasks, cost.n_devices
+    check_placeable(cost)
+    order = priority_order(cost)
+
+    W = cost.time
+    lat, inv_bw = cost.lat, cost.inv_bw
+    pp, pi, pb = cost.pred_ptr, cost.pred_idx, cost.pred_bytes
+    mem, out = cost.mem, cost.out
+    cap = cost.capacity * (1.0 + MEM_RTOL)
+
+    dev = np.full(T, -1, dtype=np.int64)
+    start = np.zeros(T)
+    finish = np.zeros(T)
+    avail = np.zeros(D)
+    maxgap = np.zeros(D)                      # upper bound of the longest idle gap per device
+    gap_s: list[list[float]] = [[] for _ in range(D)]
+    gap_e: list[list[float]] = [[] for _ in range(D)]
+    zeros = np.zeros(D)
+
+    # Devices where memory can bind at all: the sum of every task's need exceeds the capacity.
+    need = np.maximum(mem, out)
+    total = need @ np.isfinite(W) if T else np.zeros(D)
+    tracked = total > cap
+    any_tracked = bool(tracked.any())
+    # Memory can only bind on a tracked device d once (largest mem placed there) + (sum of outputs
+    # placed there) could exceed its capacity: one task runs at a time, and at most every output
+    # is still resident. Until then d is treated as untracked and its step function is not built.
+    out_sum = np.zeros(D)
+    open_out = np.zeros(D)                    # outputs on each device still waiting for a consumer
+    mem_max = np.zeros(D)
+    profiles: dict[int, _Profile] = {}
+    placed: list[list[int]] = [[] for _ in range(D)]
+    pending = cost.n_succ.copy()              # consumers not yet placed
+    last_use = np.full(T, -math.inf)          # latest start among placed consumers
+    seq = np.empty(T, dtype=np.int64)
+
+    def gap_fit(d, r, w):
+        """Earliest gap on d that holds [max(gap start, r), +w): (index, start) or None."""
+        gs, ge = gap_s[d], gap_e[d]
+        for i in range(bisect_left(ge, r + w), len(ge)):
+            st = gs[i] if gs[i] > r else r
+            if st + w <= ge[i]:
+                return i, st
+        return None
+
+    def profile(d):
+        prof = profiles.get(d)
+        if prof is None:
+            # Build the step function from what is already placed on d.
+            prof = profiles[d] = _Profile()
+            for u in placed[d]:
+                prof.add(start[u], finish[u], mem[u])
+                if out[u] > 0:
+                    end = math.inf if pending[u] > 0 else max(last_use[u], finish[u])
+                    prof.add(finish[u], end, out[u])
+        return prof
+
+    def mem_fit(d, t, r, w, est_append, P):
+        """Earliest start on tracked device d that fits in time and memory: ``(gap index or None,
+        start)``, or None."""
+        prof = profile(d)
+        m, o = mem[t], out[t]
+        if P is not None and P.size:
+            sel = P[(dev[P] == d) & (pending[P] == 1) & (out[P] > 0)]
+        else:
+            sel = P[:0] if P is not None else np.empty(0, dtype=np.int64)
+        rel_a = out[sel]
+        lu = last_use[sel]
+        released = float(rel_a.sum())
+        v = prof.v
+        c = cap[d]
+        if v.size and v[-1] - released + o > c:
+            return None                        # open outputs alone leave no room, at any start
+        gs, ge = gap_s[d], gap_e[d]
+        i0 = bisect_left(ge, r + w)
+        if i0 < len(ge):
+            # Necessary for a start s: the use after its finish, less every release, plus its
+            # output fits. That bound only falls with s, so it skips a prefix of the gaps.
+            suffix = prof.suffix_max()
+            tt = prof.t
+            for i in range(i0, len(ge)):
+                st = gs[i] if gs[i] > r else r
+                if st + w > ge[i]:
+                    continue
+                j = int(np.searchsorted(tt, st + w, side="right")) - 1
+                if j >= 0 and suffix[j] - released + o > c:
+                    continue
+                if prof.peak_with(st, st + w, m, o, np.maximum(lu, st), rel_a) <= c:
+                    return i, st
+        st = est_append
+        if prof.peak_with(st, st + w, m, o, np.maximum(lu, st), rel_a) <= c:
+            return None, st
+        return None
+
+    def place(t, k):
+        """Place task t as the k-th; False if no device has room for it now."""
+        a, b = pp[t], pp[t + 1]
+        P = None
+        if b == a:
+            ready = zeros
+        elif b - a == 1:
+            p = pi[a]
+            dp = dev[p]
+            ready = finish[p] + lat[dp] + pb[a] * inv_bw[dp]
+            P = pi[a:b]
+        else:
+            P = pi[a:b]
+            dp = dev[P]
+            ready = (finish[P, None] + lat[dp] + pb[a:b, None] * inv_bw[dp]).max(axis=0)
+        w = W[t]
+        est = np.maximum(ready, avail)
+        eft = est + w
+        lb = ready + w
+        tight = None
+        if any_tracked:
+            tight = tracked & (out_sum + out[t] + np.maximum(mem_max, mem[t]) > cap)
+            if tight.any():
+                # Open outputs stay to the end of time: if they, less what t releases, plus t's
+                # output do not fit, no start on that device can work.
+                if P is not None:
+                    sel = P[pending[P] == 1]
+                    rel = np.bincount(dev[sel], weights=out[sel], minlength=D) if sel.size else zeros
+                else:
+                    rel = zeros
+                blocked = tight & (open_out - rel + out[t] > cap)
+                if blocked.any():
+                    lb = np.where(blocked, math.inf, lb)      # out of the running entirely
+                    tight &= ~blocked
+            else:
+                tight = None
+        eft_u = eft if tight is None else np.where(tight | np.isinf(lb), math.inf, eft)
+        best = int(eft_u.argmin())
+        best_eft = float(eft_u[best])
+        best_st = float(est[best])
+        best_gap = None
+        # Devices where a better slot may exist: an idle gap before the append position (pruned
+        # by the longest-gap bound), or any slot on a device whose memory must be checked.
+        maybe = (ready < avail) & (maxgap >= w)
+        if tight is not None:
+            maybe |= tight
+        maybe &= lb <= best_eft
+        maybe &= np.isfinite(lb)
+        cand = np.flatnonzero(maybe)
+        if cand.size:
+            if cand.size > 1:
+                cand = cand[np.lexsort((cand, lb[cand]))]
+            for d in cand.tolist():
+                l = lb[d]
+                if l > best_eft or (l == best_eft and d > best):
+                    break
+                wd = float(w[d])
+                if tight is not None and tight[d]:
+                    res = mem_fit(d, t, float(ready[d]), wd, float(est[d]), P)
+                    if res is None:
+                        continue
+                    gi, st = res
+                else:
+                    res = gap_fit(d, float(ready[d]), wd)
+                    if res is None:
+                        continue
+                    gi, st = res
+                e = st + wd
+                if e < best_eft or (e == best_eft and d < best):
+                    best, best_eft, best_st, best_gap = d, e, st, gi
+        if not math.isfinite(best_eft):
+            return False
+        d, st, ft = best, best_st, best_eft
+        # Place t on d.
+        dev[t], start[t], finish[t], seq[t] = d, st, ft, k
+        if best_gap is None:
+            if st > avail[d]:
+                gap_s[d].append(float(avail[d]))
+                gap_e[d].append(st)
+                if st - avail[d] > maxgap[d]:
+                    maxgap[d] = st - avail[d]
+            avail[d] = ft
+        else:
+            gs, ge = gap_s[d], gap_e[d]
+            g0, g1 = gs[best_gap], ge[best_gap]
+            repl_s, repl_e = [], []
+            if st > g0:
+                repl_s.append(g0)
+                repl_e.append(st)
+            if g1 > ft:
+                repl_s.append(ft)
+                repl_e.append(g1)
+            gs[best_gap:best_gap + 1] = repl_s
+            ge[best_gap:best_gap + 1] = repl_e
+            if g1 - g0 >= maxgap[d]:
+                maxgap[d] = max((y - x for x, y in zip(gs, ge)), default=0.0)
+        # Memory bookkeeping.
+        if any_tracked:
+            if tracked[d]:
+                placed[d].append(t)
+                out_sum[d] += out[t]
+                open_out[d] += out[t]
+                if mem[t] > mem_max[d]:
+                    mem_max[d] = mem[t]
+                prof = profiles.get(d)
+                if prof is not None:
+                    prof.add(st, ft, mem[t])
+                    if out[t] > 0:
+                        prof.add(ft, math.inf, out[t])
+            if P is not None:
+                for p in P.tolist():
+                    if st > last_use[p]:
+                        last_use[p] = st
+                    pending[p] -= 1
+                    dp = int(dev[p])
+                    if pending[p] == 0 and out[p] > 0 and tracked[dp]:
+                        open_out[dp] -= out[p]
+                        prof = profiles.get(dp)
+                        if prof is not None:
+                            # The output of p now leaves at its last consumer's start.
+                            prof.add(max(last_use[p], finish[p]), math.inf, -out[p])
+        return True
+
+    order_list = order.tolist()
+    k = 0
+    while k < T and place(order_list[k], k):
+        k += 1
+    if k < T:
+        _place_rest(cost, order, k, dev, place)
+
+    makespan = float(finish.max()) if T else 0.0
+    return Schedule("heft", dev, start, finish, makespan, n_devices=D, seq=seq)
+
+
+def _place_rest(cost: CostModel, order: np.ndarray, k: int, dev: np.ndarray, place) -> None:
+    """Finish the sweep after the task at ``order[k]`` found no device with room.
+
+    Memory can stall the static order: every device the next task may use can be held by outputs
+    whose consumers come later in the order. From there on the sweep keeps a ready list (tasks
+    whose predecessors are all placed) by rank. A task that does not fit is put aside, and every
+    put-aside task is tried again when the ready list runs dry (meanwhile the other placements
+    release inputs and move the devices' append positions). Without memory pressure this is the
+    static order. Only when a retry of every put-aside task places nothing is the mapping
+    impossible for HEFT (MemHEFT of Herrmann, Marchal and Robert fails there too).
+
+    Retrying a put-aside task as soon as some memory is released was tried: it was slower (many
+    failed retries) and gave longer schedules, since the task then takes the first late slot.
+    """
+    T = cost.n_tasks
+    prio = np.empty(T, dtype=np.int64)
+    prio[order] = np.arange(T)
+    unplaced = dev[cost.pred_idx] < 0
+    waiting = np.bincount(cost.pred_dst[unplaced], minlength=T).tolist()
+    heap = [(int(prio[t]), int(t)) for t in order[k:].tolist() if waiting[t] == 0]
+    heapq.heapify(heap)
+    sp, si = cost.succ_ptr, cost.succ_idx
+    deferred: list[tuple[int, int]] = []
+    while True:
+        placed_before = k
+        while heap:
+            item = heapq.heappop(heap)
+            t = item[1]
+            if not place(t, k):
+                deferred.append(item)
+                continue
+            k += 1
+            for c in si[sp[t]:sp[t + 1]].tolist():
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    heapq.heappush(heap, (int(prio[c]), c))
+        if not deferred:
+            return
+        if k == placed_before:                 # a whole round of retries placed nothing
+            _memory_deadlock(cost, min(deferred)[1])
+        for item in deferred:
+            heapq.heappush(heap, item)
+        deferred = []
+
+
+def _memory_deadlock(cost: CostModel, t: int):
+    tid = cost.tasks[t]
+    node = cost.graph.nodes[tid]
+    allowed = np.isfinite(cost.time[t])
+    path, line = cost.site_line(t)
+    need = max(cost.mem[t], cost.out[t])
+    raise MappingError(
+        f"task {tid} (kernel {node.get('kernel')}) needs {_size(need)} of device memory, but every device "
+        f"it may run on (largest: {_size(cost.capacity[allowed].max())}) is kept full by outputs waiting "
+        f"for consumers that HEFT places later",
+        path=path, line=line,
+        hint="add device memory or memory_oversubscription to the cluster file, or reduce mem=/out= of the kernels")
