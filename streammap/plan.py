@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import PlanError
 from .ir import spec_refs
-from .yamlio import load_yaml, validation_error
+from .yamlio import Dumper, load_yaml, validation_error
 
 PLAN_VERSION = 1
 
@@ -137,7 +137,7 @@ class Plan(_Strict):
             for key, empty in (("site", None), ("estimate", None), ("retries", 0), ("args", []), ("kwargs", {})):
                 if t.get(key) == empty:
                     del t[key]
-        return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100, allow_unicode=True)
+        return yaml.dump(data, Dumper=Dumper, sort_keys=False, default_flow_style=None, width=100, allow_unicode=True)
 
 
 def _relpath(path: str, base) -> str:

@@ -14,6 +14,10 @@ import yaml
 
 from .errors import StreamMapError
 
+# libyaml's parser when PyYAML was built with it (10x faster on large plans), else the pure one.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 
 def load_yaml(path, error_cls=StreamMapError):
     """Read a YAML file; return ``(data, lines)`` where ``lines`` maps a field path to its line.
@@ -27,15 +31,18 @@ def load_yaml(path, error_cls=StreamMapError):
         raise error_cls(f"file not found: {path}", hint="check the path") from None
     except OSError as exc:
         raise error_cls(f"cannot read {path}: {exc.strerror}") from None
+    loader = _Loader(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         col = mark.column + 1 if mark else None
         raise error_cls(f"not valid YAML: {exc.problem or exc}", path=path, line=line, col=col,
                         hint="fix the YAML syntax at this position") from None
+    finally:
+        loader.dispose()
     lines: dict[tuple, int] = {}
     if node is not None:
         _walk(node, (), lines)
