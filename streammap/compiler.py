@@ -120,7 +120,8 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
         source=SourceInfo(path=str(source_path), sha256=sha256_file(source_path), entry=g.get("entry"),
                           kind=g.get("kind", "program")),
         params=dict(g.get("params") or {}),
-        cluster=ClusterInfo(name=cluster.name, sha256=cluster.sha256),
+        cluster=ClusterInfo(name=cluster.name, sha256=cluster.sha256,
+                            spec=cluster.spec.model_dump(mode="json", exclude_none=True)),
         mapper=MapperInfo(name=schedule.mapper, estimated_makespan=float(schedule.makespan), lower_bound=float(lower),
                           heft_makespan=None if heft_makespan is None else float(heft_makespan)),
         devices=devices, outputs=g.get("outputs"), tasks=tasks)

@@ -8,6 +8,7 @@ source file that still matches its sha256 (checked by the runtime through :meth:
 
 Beyond the design's example, a plan carries what a machine needs to run it without the compiler:
 
+``cluster.spec`` the cluster file's content, so a runtime can re-map without the original file;
 ``devices``  every device of the cluster (id, kind, vendor, model, local index, memory), so the
              runtime knows a GPU from a CPU and which local GPU ``node0/gpu1`` is;
 ``outputs``  the graph's return value as an arg spec (``streammap.ir``);
@@ -50,6 +51,9 @@ class SourceInfo(_Strict):
 class ClusterInfo(_Strict):
     name: str
     sha256: str = ""
+    # The whole cluster in the cluster-file format, so that a runtime can re-map the rest of a
+    # plan (a lost or slow device) without the original file.
+    spec: Optional[dict] = None
 
 
 class MapperInfo(_Strict):
