@@ -99,16 +99,8 @@ def plan_summary(plan: Plan) -> str:
         lb += f" (makespan is {m.estimated_makespan / m.lower_bound:.3g}x the bound)"
     lines.append(lb)
     if m.heft_makespan is not None:
-        heft = f"HEFT makespan: {format_time(m.heft_makespan)}"
-        if m.heft_makespan > 0:
-            gain = 1 - m.estimated_makespan / m.heft_makespan
-            if abs(gain) < 5e-4:
-                heft += " (this plan is as long)"
-            elif gain > 0:
-                heft += f" (this plan is {gain:.1%} shorter)"
-            else:
-                heft += f" (this plan is {-gain:.1%} longer)"
-        lines.append(heft)
+        lines.append(f"HEFT makespan: {format_time(m.heft_makespan)}")
+    lines.append(plan_verdict(plan))
     by_dev = plan.tasks_by_device()
     used = [d for d, ts in by_dev.items() if ts]
     kernels = {t.kernel for t in plan.tasks}
@@ -126,6 +118,30 @@ def plan_summary(plan: Plan) -> str:
         lines.append(f"  {d.id:<{width}}  {share:6.1%}  busy {format_time(busy):>10}  "
                      f"{len(ts):>5} task{'s' if len(ts) != 1 else ' '}  {what}")
     return "\n".join(lines)
+
+
+def plan_verdict(plan: Plan) -> str:
+    """One sentence: the gain over HEFT and the gap to the lower bound, in words."""
+    m = plan.mapper
+    parts = []
+    if m.heft_makespan:
+        gain = 1 - m.estimated_makespan / m.heft_makespan
+        if abs(gain) < 5e-4:
+            parts.append("as long as HEFT's plan")
+        elif gain > 0:
+            parts.append(f"{gain:.1%} shorter than HEFT's plan ({format_time(m.heft_makespan)})")
+        else:
+            parts.append(f"{-gain:.1%} longer than HEFT's plan ({format_time(m.heft_makespan)})")
+    if m.lower_bound > 0:
+        gap = m.estimated_makespan / m.lower_bound - 1
+        if gap < 5e-4:
+            parts.append("optimal: it reaches the lower bound")
+        else:
+            parts.append(f"at most {gap:.1%} longer than the best possible plan "
+                         f"(no plan can finish before {format_time(m.lower_bound)})")
+    if not parts:
+        return f"The {m.name} plan has no HEFT or bound figures to compare with."
+    return f"The {m.name} plan is " + ", and ".join(parts) + "."
 
 
 def _ratio(t) -> float | None:

@@ -212,3 +212,16 @@ def test_large_plan_renders_quickly(tmp_path):
     assert_png(show.gantt(plan, tmp_path / "big.png"))
     assert_png(show.graph_picture(plan, tmp_path / "big_graph.png"))
     assert time.perf_counter() - t0 < 30
+
+
+def test_plan_verdict_states_the_gain_over_heft_and_the_gap_to_the_bound_in_words():
+    plan = fm_radio_plan()
+    plan.mapper.name = "auto"
+    plan.mapper.heft_makespan = plan.mapper.estimated_makespan / 0.8
+    plan.mapper.lower_bound = plan.mapper.estimated_makespan / 1.25
+    verdict = show.plan_verdict(plan)
+    assert verdict.startswith("The auto plan is 20.0% shorter than HEFT's plan")
+    assert "at most 25.0% longer than the best possible plan" in verdict
+    assert verdict in show.plan_summary(plan)
+    plan.mapper.lower_bound = plan.mapper.estimated_makespan
+    assert "optimal" in show.plan_verdict(plan)
