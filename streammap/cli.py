@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--mapper", default="heft", help="mapping algorithm (default: heft)")
     c.add_argument("-o", "--output", help="plan file (default: SOURCE_STEM.plan.yaml)")
     c.add_argument("--emit-graph", metavar="FILE", help="also write the task graph as node-link JSON")
+    c.add_argument("--history", metavar="DIR", help="performance history folder (default: $STREAMMAP_HISTORY, else $XDG_DATA_HOME/streammap/history, else ~/.local/share/streammap/history)")
+    c.add_argument("--no-history", action="store_true", help="estimate from clauses only, ignoring measured times")
     c.set_defaults(func=_compile)
 
     s = sub.add_parser("show", help="show a plan or a run record: table, Gantt chart, task graph")
@@ -74,7 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--emulate", action="store_true", help="run devices this machine lacks on the CPU (same threads and order)")
     r.add_argument("--record", help="run record path (default: OUTPUT_STEM.run.json)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--history", metavar="DIR", help="performance history folder (default: $STREAMMAP_HISTORY, else $XDG_DATA_HOME/streammap/history, else ~/.local/share/streammap/history)")
+    r.add_argument("--no-history", action="store_true", help="do not record this run's task times in the performance history")
     r.set_defaults(func=_run)
+
+    from .profile import add_profile_parser
+    add_profile_parser(sub)
     return p
 
 
@@ -116,7 +123,8 @@ def _compile(args) -> int:
     output = Path(args.output) if args.output else Path(source.stem + ".plan.yaml")
     t0 = time.perf_counter()
     plan = compile_plan(source, args.cluster, params=parse_defines(args.defines), mapper=args.mapper,
-                        entry=args.entry, emit_graph=args.emit_graph)
+                        entry=args.entry, emit_graph=args.emit_graph,
+                        history=False if args.no_history else args.history)
     elapsed = time.perf_counter() - t0
     write_plan(plan, output)
     m = plan.mapper
@@ -125,6 +133,8 @@ def _compile(args) -> int:
         f"wrote {output}: {len(plan.tasks)} tasks on {used} of {len(plan.devices)} devices, "
         f"estimated makespan {format_time(m.estimated_makespan)} (lower bound {format_time(m.lower_bound)}), "
         f"mapper {m.name}, compiled in {format_time(elapsed)}", markup=False)
+    from .history import estimate_sources_summary
+    _console().print(estimate_sources_summary(plan), markup=False)
     return 0
 
 
@@ -141,6 +151,8 @@ def _show(args) -> int:
         from .plan import read_plan
         obj = read_plan(path)
         out.print(show.plan_summary(obj), markup=False)
+        from .history import estimate_sources_summary
+        out.print(estimate_sources_summary(obj), markup=False)
         out.print(show.plan_table(obj, limit=args.limit or None))
     if args.gantt:
         show.gantt(obj, args.gantt)
@@ -170,6 +182,9 @@ def _run(args) -> int:
     _console().print(f"ran {len(plan.tasks)} tasks in {format_time(elapsed)}"
                     f"{' (emulated on the CPU)' if args.emulate else ''}; wrote {output} ({names}) and {record}",
                     markup=False)
+    if not args.no_history:
+        from .history import record_after_run
+        _console().print(record_after_run(plan, record, args.history), markup=False)
     return 0
 
 

@@ -58,7 +58,7 @@ def load_source_graph(path, params: dict | None = None, entry: str | None = None
 
 
 def compile(path, cluster, params: dict | None = None, mapper: str = "heft", entry: str | None = None,
-            emit_graph=None) -> Plan:
+            emit_graph=None, history=None) -> Plan:
     """Compile a program or workflow into a placement plan for ``cluster``.
 
     Parameters
@@ -76,6 +76,10 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "heft", ent
         The ``# @stream graph`` function to compile when the file has several.
     emit_graph : str or Path, optional
         Also write the IR as node-link JSON there.
+    history : None, bool, str, Path, History or callable
+        Measured times to prefer over clause estimates (:mod:`streammap.history`): ``None`` or
+        ``True`` the default history folder (if it exists), ``False`` none, a path that folder, a
+        :class:`~streammap.history.History` or a ``(kernel, device_model, task_attrs)`` callable.
 
     Returns
     -------
@@ -85,7 +89,8 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "heft", ent
     map_fn = get_mapper(mapper)
     clus = resolve_cluster(cluster)
     graph = load_source_graph(path, params, entry)
-    cost = CostModel(graph, clus)
+    from .history import resolve_history_hook
+    cost = CostModel(graph, clus, history=resolve_history_hook(history))
     schedule = map_fn(cost)
     heft_makespan = schedule.makespan if mapper == "heft" else get_mapper("heft")(cost).makespan
     plan = build_plan(graph, clus, cost, schedule, source_path=path,

@@ -1,0 +1,139 @@
+"""Accuracy of task-time estimates, from clauses alone and after one ``streammap profile`` run.
+
+For each sample (fm_radio, tiled_cholesky, mlp_batches, at modest sizes) on this machine's CPU
+(a one-device cluster from discovery):
+
+1. compile without history (roofline estimates from the clauses), run the plan ``--runs`` times
+   after a warm-up run, and take each task's median measured duration;
+2. profile the program once into a temporary history folder (``streammap.profile.profile``,
+   the same params), compile again with that history, run it the same way.
+
+The error of a task is ``|estimate − measured| / measured``, where the estimate is the plan's
+``finish − start`` of the task and the measured time its median over the runs. Reported per
+sample and pooled over all tasks: the median error in each case, beside the target (at most 25%
+after one profile run), and where the second plan's estimates came from.
+
+    python benchmarks/estimate_accuracy.py [--runs 3] [--repeats 3] [--all-devices] [--held-out] [--check]
+
+``--held-out`` profiles each program at four *other* sizes instead (one param varied, two below
+and two above the compiled size), so that every estimate comes from the history's regression
+over sizes rather than from an exact match.
+
+``--all-devices`` compiles for every device discovery finds (GPUs run with CuPy) instead of the
+CPU alone; ``--check`` exits with status 1 when the pooled median after profiling misses the
+target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from streammap.cluster import Cluster, ClusterSpec, Node
+from streammap.compiler import build_plan, load_source_graph
+from streammap.cost import CostModel, lower_bound
+from streammap.discover import discover_local
+from streammap.history import History, estimate_sources_summary
+from streammap.mappers import get_mapper
+from streammap.profile import profile
+from streammap.runrecord import read_run_record
+from streammap.runtime import run_plan
+
+TARGET = 0.25
+#: --held-out: (param, sizes profiled) per sample; the compiled size is the one in SAMPLES.
+HELD_OUT = {"fm_radio": ("N", [1 << 14, 1 << 15, 1 << 17, 1 << 18]),
+            "tiled_cholesky": ("B", [64, 96, 192, 256]),
+            "mlp_batches": ("WIDTH", [128, 192, 384, 512])}
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = [
+    ("fm_radio", ROOT / "samples" / "fm_radio.py", {"N": 1 << 16, "BANDS": 8}),
+    ("tiled_cholesky", ROOT / "samples" / "tiled_cholesky.py", {"T": 4, "B": 128}),
+    ("mlp_batches", ROOT / "samples" / "mlp_batches.py", {"BATCHES": 8, "ROWS": 256, "WIDTH": 256, "DEPTH": 3}),
+]
+
+
+def local_cluster(all_devices: bool) -> Cluster:
+    spec = discover_local()
+    if not all_devices:
+        node = spec.nodes[0]
+        cpu = [d for d in node.devices if d.kind == "cpu"]
+        spec = ClusterSpec(name="local-cpu", nodes=[Node(name=node.name, devices=cpu)])
+    return Cluster(spec, path="local")
+
+
+def make_plan(path, params, cluster, history_dir=None):
+    """Compile, through ``streammap.compile(history=...)`` when it has that parameter."""
+    from streammap.compiler import compile as compile_plan
+    hook = History.load(history_dir).as_hook() if history_dir is not None else None
+    if "history" in inspect.signature(compile_plan).parameters:
+        return compile_plan(path, cluster, params=params, history=hook if hook is not None else False)
+    graph = load_source_graph(path, params)
+    cost = CostModel(graph, cluster, history=hook)
+    heft = get_mapper("heft")
+    return build_plan(graph, cluster, cost, heft(cost), source_path=path, lower=lower_bound(cost),
+                      heft_makespan=None)
+
+
+def errors(plan, runs: int) -> list[float]:
+    """Per task: |estimate − median measured| / median measured, over ``runs`` runs after a warm-up."""
+    measured: dict[str, list[float]] = {t.id: [] for t in plan.tasks}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(runs + 1):
+            rec = Path(tmp) / f"r{k}.json"
+            run_plan(plan, progress=False, record_path=rec)
+            if k:
+                for t in read_run_record(rec).tasks:
+                    if t.measured:
+                        measured[t.id].append(t.measured)
+    out = []
+    for t in plan.tasks:
+        if measured[t.id]:
+            m = statistics.median(measured[t.id])
+            out.append(abs((t.finish - t.start) - m) / m)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per plan after a warm-up (default 3)")
+    ap.add_argument("--repeats", type=int, default=3, help="profile repeats (default 3)")
+    ap.add_argument("--all-devices", action="store_true", help="compile for every local device, not the CPU alone")
+    ap.add_argument("--held-out", action="store_true", help="profile at other sizes only (regression lookups)")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the pooled median misses the target")
+    args = ap.parse_args(argv)
+
+    cluster = local_cluster(args.all_devices)
+    names = ", ".join(f"{d.id} ({d.model or d.kind})" for d in cluster.devices)
+    how = "profiled at other sizes (regression)" if args.held_out else "one profile run"
+    print(f"devices: {names}; target: median |estimate - measured| / measured <= {TARGET:.0%} after {how}")
+    print(f"{'sample':<16}{'tasks':>6}{'clauses only':>14}{'after profile':>15}  estimates after profile")
+    pooled_before, pooled_after = [], []
+    with tempfile.TemporaryDirectory(prefix="streammap-history-") as hist:
+        for name, path, params in SAMPLES:
+            before = errors(make_plan(path, params, cluster), args.runs)
+            devs = None if args.all_devices else ["cpu"]
+            if args.held_out:
+                param, values = HELD_OUT[name]
+                for v in values:
+                    profile(path, params={**params, param: v}, repeats=args.repeats, devices=devs,
+                            history_dir=hist)
+            else:
+                profile(path, params=params, repeats=args.repeats, devices=devs, history_dir=hist)
+            plan = make_plan(path, params, cluster, history_dir=hist)
+            after = errors(plan, args.runs)
+            pooled_before += before
+            pooled_after += after
+            print(f"{name:<16}{len(plan.tasks):>6}{statistics.median(before):>14.1%}"
+                  f"{statistics.median(after):>15.1%}  {estimate_sources_summary(plan)}")
+    mb, ma = statistics.median(pooled_before), statistics.median(pooled_after)
+    print(f"{'all tasks':<16}{len(pooled_after):>6}{mb:>14.1%}{ma:>15.1%}  "
+          f"target <= {TARGET:.0%}: {'met' if ma <= TARGET else 'MISSED'}")
+    return 1 if args.check and ma > TARGET else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
