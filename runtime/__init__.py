@@ -3,13 +3,22 @@
 :func:`run_plan` is the one entry point: it checks the plan can run here (source unchanged,
 devices available, or ``emulate``), loads the program, runs it with the local executor, and
 writes the outputs (``.npz``) and the run record (``.run.json``).
+
+Monitoring (``supervisor.py``): unless ``telemetry=False``, a daemon thread samples the devices
+(NVML, the CPU), feeds Prometheus metrics when asked (``metrics=``), evaluates the alert rules
+(``alerts=``) and watches for a device that runs consistently slower than its model. When it finds
+one and re-mapping is on, the executor drains (running tasks finish, nothing new starts), the rest
+of the plan is re-mapped (:func:`streammap.remap.remap_plan`) and a new executor continues with
+the results held; the run record lists each re-mapping.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import logging
 import os
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -26,9 +35,12 @@ from .local import LocalExecutor, Outcome
 
 __all__ = ["run_plan", "array_module", "current_device", "LocalExecutor", "Outcome", "build_run_record"]
 
+log = logging.getLogger("streammap.runtime")
+
 
 def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None, progress: bool = True,
-             plan_path=None) -> dict:
+             plan_path=None, telemetry: bool = True, interval: float | None = None, metrics=None,
+             dcgm_names: bool = False, metrics_addr: str = "127.0.0.1", alerts=None, samplers=None) -> dict:
     """Run ``plan`` on this machine and return its outputs.
 
     Parameters
@@ -47,6 +59,21 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
         Show a progress bar (on stderr).
     plan_path : str or Path, optional
         The plan file the plan was read from, named in the run record.
+    telemetry : bool
+        Sample the devices during the run (NVML for the GPUs it uses, the CPU) into the run record;
+        with ``False`` and no ``metrics`` or ``alerts``, nothing watches the run at all.
+    interval : float, optional
+        Seconds between samples (default :data:`streammap.telemetry.DEFAULT_INTERVAL`).
+    metrics : int or streammap.metrics.RunMetrics, optional
+        A port to serve Prometheus metrics on during the run (on ``metrics_addr``; 0 picks a free
+        port), or a :class:`~streammap.metrics.RunMetrics` the caller serves and closes.
+    dcgm_names : bool
+        With a port: also export the DCGM exporter's metric names.
+    alerts : str, Path, dict or streammap.alerts.AlertConfig, optional
+        Alert rules and re-mapping settings (default :data:`streammap.alerts.DEFAULT_CONFIG`:
+        alerts on, re-mapping on except under ``emulate``).
+    samplers : list, optional
+        Telemetry samplers to use instead of this machine's (tests).
 
     Returns
     -------
@@ -76,14 +103,42 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
     if record_path is None and outputs_path is not None:
         record_path = run_record_path(outputs_path)
 
-    program = load_program(plan)
+    from streammap.alerts import AlertManager, alert_config
+
+    config = alert_config(alerts)
+    own_metrics = None
+    if isinstance(metrics, int) and not isinstance(metrics, bool):
+        from streammap.metrics import RunMetrics
+        port = metrics
+        own_metrics = metrics = RunMetrics(dcgm_names=dcgm_names)
+        metrics.serve(port, addr=metrics_addr)         # raises StreamMapError when the port is taken
+    try:
+        program = load_program(plan)
+    except BaseException:
+        if own_metrics is not None:
+            own_metrics.close()
+        raise
     started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    supervisor = None
     try:
         devices = make_devices(placements)
-        executor = LocalExecutor(plan, program.kernels, devices, progress=progress)
-        outcome = executor.run()
+        watch = telemetry or metrics is not None or alerts is not None
+        if watch:
+            from .supervisor import RunSupervisor
+            manager = AlertManager(config, metrics=metrics, context={
+                "plan": str(plan_path) if plan_path is not None else None, "source": plan.source.path})
+            supervisor = RunSupervisor(
+                plan, placements, telemetry=telemetry, metrics=metrics, alerts=manager,
+                remap=config.remap if config.remap.active(emulate) and config.remap.max_remaps > 0 else None,
+                interval=interval or _default_interval(), samplers=samplers)
+        outcome = _execute(plan, program.kernels, devices, placements, emulate=emulate, progress=progress,
+                           supervisor=supervisor)
     finally:
         program.unload()
+        if supervisor is not None:
+            supervisor.stop()
+        if own_metrics is not None:
+            own_metrics.close()
 
     if outcome.error is None and outputs_path is not None:
         try:
@@ -94,7 +149,9 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
             outcome.error = exc
     if record_path is not None:
         record = build_run_record(plan, outcome, emulate=emulate, started=started, plan_path=plan_path,
-                                  outputs_path=outputs_path if outcome.error is None else None)
+                                  outputs_path=outputs_path if outcome.error is None else None,
+                                  telemetry=supervisor.telemetry_dict() if supervisor is not None else None,
+                                  alerts=supervisor.alert_list() if supervisor is not None else None)
         try:
             write_run_record(record, record_path)
         except OSError as exc:
@@ -107,6 +164,124 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
             raise err from err.cause
         raise err
     return outcome.outputs
+
+
+def _default_interval() -> float:
+    from streammap.telemetry import DEFAULT_INTERVAL
+    return DEFAULT_INTERVAL
+
+
+def _execute(plan: Plan, kernels: dict, devices: dict, placements: dict, *, emulate: bool, progress: bool,
+             supervisor=None) -> Outcome:
+    """Run ``plan``; when the supervisor asks for it, drain, re-map the rest and go on.
+
+    Returns one :class:`Outcome` for the whole run, indexed like ``plan.tasks`` (the original
+    plan), with ``outcome.plan`` the plan the tasks finally ran under and ``outcome.remaps`` the
+    re-mappings (run-record dicts).
+    """
+    t_run = time.perf_counter()
+    if supervisor is not None:
+        supervisor.start(t_run)
+    segments: list = []
+    current, carry = plan, None
+    starts: dict[str, float] = {}
+    finishes: dict[str, float] = {}
+    attempts: dict[str, int] = {}
+    remaps: list[dict] = []
+    slowdown: dict[str, float] = {}
+    lost: set[str] = set()
+    while True:
+        executor = LocalExecutor(current, kernels, devices, progress=progress, carry=carry)
+        if supervisor is not None:
+            supervisor.attach(executor)
+        outcome = executor.run()
+        if supervisor is not None:
+            supervisor.detach()
+        segments.append((executor, outcome, executor.t0 - t_run))
+        trigger = supervisor.take_trigger() if outcome.drained and supervisor is not None else None
+        if not outcome.drained:
+            break
+        held = executor.held_results()
+        finished = {t.id: t.device for k, t in enumerate(current.tasks) if executor.done[k]}
+        now = time.perf_counter() - t_run
+        if trigger is not None:
+            for d, f in trigger.factors.items():
+                slowdown[d] = slowdown.get(d, 1.0) * f
+            lost |= set(trigger.lost)
+        exclude = {d.id for d in current.devices if d.id not in devices} if not emulate else set()
+        from streammap.remap import RemapError, remap_plan
+        try:
+            result = remap_plan(current, finished, now, slowdown=slowdown, lost=lost, exclude=exclude,
+                                available=held.keys())
+        except (RemapError, StreamMapError) as exc:
+            msg = f"cannot re-map the rest of the plan ({exc.message}); going on with the current plan"
+            log.warning("streammap: %s", msg)
+            if supervisor is not None:
+                if supervisor.alerts is not None:
+                    supervisor.alerts.fire("remap", msg, t=now)
+                supervisor.remap = None
+            carry = held
+            continue
+        new_devices = [d for d in {t.device for t in result.plan.tasks} if d not in devices]
+        if new_devices:
+            extra = check_devices(result.plan, emulate=emulate)
+            devices.update(make_devices({d: extra[d] for d in new_devices}))
+            placements.update({d: extra[d] for d in new_devices})
+        carry = {k: v for k, v in held.items() if k not in set(result.rerun)}
+        rec = {
+            "t": round(trigger.t if trigger is not None else now, 6),
+            "reason": trigger.reason if trigger is not None else "drained",
+            "devices": list(trigger.devices) if trigger is not None else [],
+            "factors": {d: round(f, 4) for d, f in (trigger.factors if trigger is not None else {}).items()},
+            "lost": sorted(lost), "unfinished": len(result.unfinished), "moved": len(result.moved),
+            "rerun": len(result.rerun), "mapping_time": result.mapping_time,
+            "drain_time": max(0.0, now - (trigger.t if trigger is not None else now)),
+            "estimated_makespan": result.estimated_makespan,
+        }
+        remaps.append(rec)
+        off = [k for k in result.moved if current.tasks[executor.index[k]].device in rec["devices"]]
+        what = ", ".join(rec["devices"]) or "the devices"
+        log.warning("streammap: re-mapped the remaining %d task(s) in %.1f ms after %s: %d moved (%d off %s)",
+                    len(result.unfinished), result.mapping_time * 1e3, rec["reason"].split(";")[0],
+                    len(result.moved), len(off), what)
+        if supervisor is not None:
+            supervisor.remaps_done += 1
+            if supervisor.metrics is not None:
+                supervisor.metrics.remapped()
+            if supervisor.detector is not None:
+                supervisor.detector.reset()
+        current = result.plan
+
+    if len(segments) == 1:         # no re-mapping (the common case): the executor's outcome as it is
+        return outcome
+    for executor, seg, offset in segments:
+        for k, t in enumerate(executor.plan.tasks):
+            if k in executor.carried:
+                continue
+            if seg.attempts[k]:
+                attempts[t.id] = attempts.get(t.id, 0) + seg.attempts[k]
+            if seg.starts[k] is not None:
+                starts[t.id] = seg.starts[k] + offset
+            if seg.finishes[k] is not None:
+                finishes[t.id] = seg.finishes[k] + offset
+    wall = time.perf_counter() - t_run
+    original = {t.id: t.device for t in plan.tasks}
+    ids = [t.id for t in plan.tasks]
+    final = {t.id: t for t in current.tasks}
+    busy: dict[str, float] = {}
+    for tid in ids:
+        s, f = starts.get(tid), finishes.get(tid)
+        if s is not None and f is not None:
+            busy[final[tid].device] = busy.get(final[tid].device, 0.0) + (f - s)
+    used = {final[t].device for t in ids} | set(busy)
+    devs = {d.id: {"executor": devices[d.id].executor, "busy": busy.get(d.id, 0.0),
+                   "peak_memory": devices[d.id].peak_memory()}
+            for d in current.devices if d.id in used and d.id in devices}
+    return Outcome(outputs=outcome.outputs, error=outcome.error, wall_time=wall,
+                   starts=[starts.get(t) for t in ids], finishes=[finishes.get(t) for t in ids],
+                   attempts=[attempts.get(t, 0) for t in ids], devices=devs,
+                   plan=current if current is not plan else None, remaps=remaps,
+                   planned_device={t: original[t] for t in ids if final[t].device != original[t]})
 
 
 def write_npz(outputs: dict, path) -> None:
@@ -132,14 +307,16 @@ def _plan_digest(plan: Plan, plan_path) -> str:
 
 
 def build_run_record(plan: Plan, outcome: Outcome, *, emulate: bool, started: str, plan_path=None,
-                     outputs_path=None, backend: str = "local") -> RunRecord:
+                     outputs_path=None, backend: str = "local", telemetry: Optional[dict] = None,
+                     alerts: Optional[list] = None) -> RunRecord:
     """The :class:`RunRecord` of a run of ``plan`` that ended with ``outcome``."""
-    tasks = [
-        TaskRun(id=t.id, kernel=t.kernel, device=t.device, site=t.site, estimated_start=t.start,
-                estimated_finish=t.finish, start=outcome.starts[k], finish=outcome.finishes[k],
-                attempts=outcome.attempts[k])
-        for k, t in enumerate(plan.tasks)
-    ]
+    final = {t.id: t for t in (outcome.plan or plan).tasks}
+    tasks = []
+    for k, t in enumerate(plan.tasks):
+        f = final.get(t.id, t)
+        tasks.append(TaskRun(id=t.id, kernel=t.kernel, device=f.device, site=t.site, estimated_start=f.start,
+                             estimated_finish=f.finish, start=outcome.starts[k], finish=outcome.finishes[k],
+                             attempts=outcome.attempts[k], planned_device=outcome.planned_device.get(t.id)))
     wall = outcome.wall_time
     devices = [
         DeviceRun(id=d, executor=info["executor"], busy=info["busy"],
@@ -167,4 +344,7 @@ def build_run_record(plan: Plan, outcome: Outcome, *, emulate: bool, started: st
         outputs=str(outputs_path) if outputs_path is not None else None,
         devices=devices,
         tasks=tasks,
+        telemetry=telemetry,
+        alerts=list(alerts or []),
+        remaps=list(outcome.remaps),
     )

@@ -47,6 +47,13 @@ Policy
   stream is never synchronised just to time a task. Measured times on the host include getting
   the task's inputs from GPUs.
 - **Progress**: the main thread polls ``done`` (no cost to the workers) for a ``rich`` bar.
+- **Monitoring**: the run's monitoring thread (``supervisor.py``) reads ``done``, ``attempts``,
+  ``starts``/``finishes`` and ``gpu_events`` while the workers write them; the workers never call it.
+- **Draining**: :meth:`LocalExecutor.request_drain` makes every worker stop before its next task
+  (running tasks finish, retries go on); ``run`` then returns an outcome with ``drained=True``
+  and the results it holds, and a new executor can continue from them: ``carry`` gives, per
+  finished task id, its result and event; those tasks are done from the start and their results
+  are kept only while some remaining task (or the outputs) needs them.
 """
 
 from __future__ import annotations
@@ -87,16 +94,24 @@ class Outcome:
     finishes: list
     attempts: list
     devices: dict[str, dict] = field(default_factory=dict)   # id → executor, busy, peak_memory
+    drained: bool = False           # stopped on request (re-mapping), not by an error
+    plan: Optional[Plan] = None     # the plan the tasks finally ran under, when re-mapped
+    remaps: list = field(default_factory=list)
+    planned_device: dict = field(default_factory=dict)      # task id → the original plan's device
 
 
 class LocalExecutor:
     """Run ``plan`` with ``kernels`` (name → function) on ``devices`` (id → executor device)."""
 
-    def __init__(self, plan: Plan, kernels: dict, devices: dict, progress: bool = False):
+    def __init__(self, plan: Plan, kernels: dict, devices: dict, progress: bool = False,
+                 carry: Optional[dict] = None):
         self.plan = plan
         self.kernels = kernels
         self.devices = devices
         self.progress = progress
+        self.carry = carry or {}
+        self.draining = False
+        self.t0 = time.perf_counter()
         self._compile()
 
     # -- preparation ---------------------------------------------------------------------
@@ -109,10 +124,16 @@ class LocalExecutor:
         dev_of: list[str] = []
         pos: list[int] = []
         by_dev: dict[str, list[int]] = {}
+        carry = self.carry
+        carried: set[int] = set()
         for k, t in enumerate(tasks):
             index[t.id] = k
             d = t.device
             dev_of.append(d)
+            if carry and t.id in carry:
+                carried.add(k)
+                pos.append(-1)
+                continue
             ks = by_dev.get(d)
             if ks is None:
                 ks = by_dev[d] = []
@@ -125,11 +146,14 @@ class LocalExecutor:
         if missing:
             raise PlanError(f"no executor for device {missing[0]!r}")
         self.order = by_dev
+        self.carried = carried
 
         # Data consumers: producer -> {consumer device: last consumer}. Plain refs are the
         # common case and are read without walking the spec.
         last_use: dict[int, dict[str, int]] = {}
         for k, t in enumerate(tasks):
+            if k in carried:
+                continue
             d = dev_of[k]
             specs = t.args if not t.kwargs else (*t.args, *t.kwargs.values())
             for spec in specs:
@@ -170,6 +194,8 @@ class LocalExecutor:
                 latest: dict[str, int] = {}
                 for dep in deps:
                     i = index[dep]
+                    if i in carried:
+                        continue
                     e = dev_of[i]
                     if e != d and pos[i] > latest.get(e, -1):
                         latest[e] = pos[i]
@@ -193,6 +219,12 @@ class LocalExecutor:
         self.attempts: list = [0] * n
         self.gpu_events: list = [None] * n       # (start event, end event) of GPU tasks
         self.stop = [False]
+        for i in carried:
+            value, event = carry[tasks[i].id]
+            self.done[i] = True
+            self.events[i] = event
+            if store[i] and (i in outputs or i in last_use):
+                self.results[i] = value
         self.error: Optional[BaseException] = None
         self._error_lock = threading.Lock()
 
@@ -294,6 +326,10 @@ class LocalExecutor:
     def run(self) -> Outcome:
         """Run the plan; never raises for a failing kernel (see ``Outcome.error``)."""
         threads = []
+        if self.stop[0]:                      # drained before it started
+            return Outcome(outputs={}, error=self.error, wall_time=0.0, starts=[None] * self.n,
+                           finishes=[None] * self.n, attempts=list(self.attempts),
+                           drained=self.error is None)
         self.t0 = time.perf_counter()
         self.gpu_base: dict[str, tuple] = {}
         for d in self.order:
@@ -322,7 +358,8 @@ class LocalExecutor:
                     self._fail(None, exc)
         wall = time.perf_counter() - self.t0
         outputs = {}
-        if self.error is None:
+        drained = self.draining and self.error is None
+        if self.error is None and not drained:
             try:
                 outputs = self._outputs()
             except Exception as exc:
@@ -335,7 +372,25 @@ class LocalExecutor:
                        if s is not None and f is not None)
             devices[d] = {"executor": dev.executor, "busy": busy, "peak_memory": dev.peak_memory()}
         return Outcome(outputs=outputs, error=self.error, wall_time=wall, starts=starts,
-                       finishes=finishes, attempts=list(self.attempts), devices=devices)
+                       finishes=finishes, attempts=list(self.attempts), devices=devices, drained=drained)
+
+    def request_drain(self) -> None:
+        """Stop dispatching: each worker stops before its next task (see *Draining*)."""
+        self.draining = True
+        self.stop[0] = True
+
+    def held_results(self) -> dict:
+        """``{task id: (result, event)}`` of the finished tasks whose results are still held: those
+        a task not yet done needs, and the plan's outputs (for a new executor's ``carry``)."""
+        tasks, done, index = self.plan.tasks, self.done, self.index
+        keep = {index[r] for r in spec_refs(self.plan.outputs)}
+        for k, t in enumerate(tasks):
+            if done[k]:
+                continue
+            for spec in (*t.args, *t.kwargs.values()):
+                for r in spec_refs(spec):
+                    keep.add(index[r])
+        return {tasks[i].id: (self.results[i], self.events[i]) for i in sorted(keep) if done[i]}
 
     def _wait_with_progress(self, threads) -> None:
         from rich.console import Console
@@ -374,7 +429,7 @@ class LocalExecutor:
     def _retry(self, k: int, call, retries: int, exc: BaseException):
         """``call()`` again after ``exc``, up to ``retries`` more times; raise :class:`_Stop` when out."""
         for _ in range(retries):
-            if self.stop[0]:
+            if self.stop[0] and not self.draining:
                 break
             self.attempts[k] += 1
             try:

@@ -29,7 +29,7 @@ def compile(path, cluster="local", params=None, mapper="heft", entry=None, emit_
                     history=history)
 
 
-def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: bool = False) -> dict:
+def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: bool = False, **monitoring) -> dict:
     """Run a plan (a :class:`Plan` or a plan file) on this machine; return its outputs.
 
     Parameters
@@ -44,6 +44,10 @@ def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: boo
         Where to write the run record (default: beside ``outputs``, ``out.run.json``).
     progress : bool
         Show a progress bar.
+    **monitoring
+        ``telemetry`` (default True), ``interval``, ``metrics`` (a port or a
+        :class:`~streammap.metrics.RunMetrics`), ``dcgm_names``, ``alerts`` (a config file, dict or
+        :class:`~streammap.alerts.AlertConfig`): see :func:`streammap.runtime.run_plan`.
 
     Returns
     -------
@@ -56,7 +60,7 @@ def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: boo
     if isinstance(plan, (str, Path)):
         plan_path, plan = plan, read_plan(plan)
     return run_plan(plan, emulate=emulate, outputs_path=outputs, record_path=record, progress=progress,
-                    plan_path=plan_path)
+                    plan_path=plan_path, **monitoring)
 
 
 def array_module(*arrays):

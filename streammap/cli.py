@@ -8,6 +8,7 @@ once their whole content is ready, so an error never leaves a half-written file 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_USAGE
     err = Console(stderr=True, highlight=False)
+    # Alerts and re-mapping notices are log records (streammap.alerts, streammap.runtime).
+    logging.basicConfig(format="streammap: %(message)s", level=logging.WARNING)
     try:
         return args.func(args) or 0
     except StreamMapError as exc:
@@ -68,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--gantt", metavar="IMAGE", help="write a Gantt chart (png, svg or pdf)")
     s.add_argument("--graph", metavar="IMAGE", help="write the task graph as a picture (plans)")
     s.add_argument("--limit", type=int, default=40, help="rows of the task table (0: all; default 40)")
+    s.add_argument("--html", nargs="?", const="", metavar="REPORT.html",
+                   help="write the run report (one HTML page + PNGs); default beside the record: OUT.report.html")
     s.set_defaults(func=_show)
 
     r = sub.add_parser("run", help="run a plan on this machine")
@@ -78,10 +83,15 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--history", metavar="DIR", help="performance history folder (default: $STREAMMAP_HISTORY, else $XDG_DATA_HOME/streammap/history, else ~/.local/share/streammap/history)")
     r.add_argument("--no-history", action="store_true", help="do not record this run's task times in the performance history")
+    from .monitor import add_monitor_parser, add_run_monitoring_arguments
+    add_run_monitoring_arguments(r)
     r.set_defaults(func=_run)
+    add_monitor_parser(sub)
 
     from .profile import add_profile_parser
     add_profile_parser(sub)
+    from .bench.mapping import add_bench_parser
+    add_bench_parser(sub)
     return p
 
 
@@ -157,6 +167,12 @@ def _show(args) -> int:
     if args.gantt:
         show.gantt(obj, args.gantt)
         out.print(f"wrote {args.gantt}", markup=False)
+    if args.html is not None:
+        if path.suffix != ".json":
+            raise StreamMapError("--html writes a run report; give it a run record (*.run.json)", path=path)
+        from .report import write_report
+        files = write_report(obj, args.html or None, record_path=path)
+        out.print(f"wrote {files.html} ({', '.join(map(str, files.images))})", markup=False)
     if args.graph:
         if path.suffix == ".json":
             raise StreamMapError("--graph draws a plan's task graph; give it the plan file", path=path)
@@ -174,9 +190,15 @@ def _run(args) -> int:
     plan = read_plan(plan_path)
     output = Path(args.output) if args.output else plan_path.with_name(plan_path.stem + ".out.npz")
     record = Path(args.record) if args.record else run_record_path(output)
+    from .monitor import run_monitoring_kwargs
+    monitoring = run_monitoring_kwargs(args)    # a bad alerts file is reported before anything runs
     t0 = time.perf_counter()
-    outputs = run_plan(plan, emulate=args.emulate, outputs_path=output, record_path=record, plan_path=plan_path,
-                       progress=not args.no_progress and sys.stderr.isatty())
+    try:
+        outputs = run_plan(plan, emulate=args.emulate, outputs_path=output, record_path=record, plan_path=plan_path,
+                           progress=not args.no_progress and sys.stderr.isatty(), **monitoring)
+    finally:
+        if monitoring.get("metrics") is not None:
+            monitoring["metrics"].close()
     elapsed = time.perf_counter() - t0
     names = ", ".join(f"{k} {getattr(v, 'shape', ())}" for k, v in outputs.items())
     _console().print(f"ran {len(plan.tasks)} tasks in {format_time(elapsed)}"

@@ -4,6 +4,16 @@ Per task: the device, the mapper's estimated start/finish and duration, and the 
 (seconds since the run started), with the number of attempts. Per device: what executed it
 (``cupy:0``, ``numpy``, ``numpy (emulating node0/gpu1)``), busy time and utilisation, and peak
 memory where known. ``streammap show run.json`` reads it.
+
+Optional parts (absent in records of older versions, which stay readable):
+
+``telemetry``  per observed device (``gpu0`` through NVML, ``cpu`` from ``/proc``) a time series
+               of utilisation (0–1), memory used (bytes), power (W), temperature (°C) and
+               uncorrected ECC errors, with the plan devices it hosted; and the Xid events seen.
+``alerts``     what the alert rules raised during the run (:mod:`streammap.alerts`).
+``remaps``     each time the runtime re-mapped the rest of the plan (:mod:`streammap.remap`): when,
+               why, which device, how many tasks moved, how long re-mapping took.
+per task       ``planned_device``, when a re-mapping moved the task off the device of the plan.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ class TaskRun(_Strict):
     start: Optional[float] = None      # measured, seconds from run start; None if it never ran
     finish: Optional[float] = None
     attempts: int = 0
+    planned_device: Optional[str] = None   # the plan's device, when a re-mapping moved the task
 
     @property
     def estimated(self) -> float:
@@ -49,6 +60,62 @@ class DeviceRun(_Strict):
     peak_memory: Optional[float] = None
 
 
+class DeviceTelemetry(_Strict):
+    id: str                            # local name: gpu0 (NVML index), cpu
+    kind: str
+    source: str                        # nvml or cpu
+    model: Optional[str] = None
+    uuid: Optional[str] = None
+    memory_total: Optional[float] = None
+    plan_devices: list[str] = []       # plan devices that ran on it
+    lost: bool = False
+    t: list[float] = []                # seconds from the run's start
+    utilization: Optional[list[Optional[float]]] = None      # 0-1
+    memory_used: Optional[list[Optional[float]]] = None      # bytes
+    power: Optional[list[Optional[float]]] = None            # W
+    temperature: Optional[list[Optional[float]]] = None      # degrees C
+    ecc_uncorrected: Optional[list[Optional[int]]] = None
+
+
+class XidRecord(_Strict):
+    device: str
+    xid: int
+    t: float
+
+
+class RunTelemetry(_Strict):
+    interval: float
+    # seconds monitoring cost: on the run's thread (set-up, final harvest) + CPU of its own thread
+    monitor_time: Optional[float] = None
+    devices: list[DeviceTelemetry] = []
+    xid_events: list[XidRecord] = []
+
+
+class AlertRecord(_Strict):
+    t: float                           # seconds from the run's start
+    kind: str                          # memory, temperature, slow_task, slow_device, device_lost, ecc, xid
+    severity: Literal["warning", "critical"] = "warning"
+    message: str
+    device: Optional[str] = None
+    task: Optional[str] = None
+    value: Optional[float] = None
+    threshold: Optional[float] = None
+
+
+class RemapRecord(_Strict):
+    t: float                           # seconds from the run's start, when the re-mapping was decided
+    reason: str
+    devices: list[str] = []            # the slow or lost devices
+    factors: dict[str, float] = {}     # slowdown factor used per slow device
+    lost: list[str] = []
+    unfinished: int = 0                # tasks left to run when re-mapping
+    moved: int = 0                     # of which changed device
+    rerun: int = 0                     # finished tasks run again (their outputs were on a lost device)
+    mapping_time: float = 0.0          # seconds spent re-mapping
+    drain_time: float = 0.0            # seconds from the decision until the running tasks were done
+    estimated_makespan: float = 0.0    # of the new plan, from the run's start
+
+
 class RunRecord(_Strict):
     streammap_run: int = RUN_VERSION
     plan: str
@@ -64,6 +131,9 @@ class RunRecord(_Strict):
     outputs: Optional[str] = None
     devices: list[DeviceRun]
     tasks: list[TaskRun]
+    telemetry: Optional[RunTelemetry] = None
+    alerts: list[AlertRecord] = []
+    remaps: list[RemapRecord] = []
 
 
 def run_record_path(outputs_path) -> Path:

@@ -1,0 +1,327 @@
+"""The run's monitoring thread: telemetry, metrics, alerts and the slow-device detector.
+
+The process's ticker thread (:data:`~streammap.telemetry.TICKER`, one daemon thread shared by every
+run, so a run pays no thread start-up) calls :meth:`RunSupervisor.tick` every ``interval`` seconds,
+which, in this order:
+
+1. samples the devices (:mod:`streammap.telemetry`: NVML for the GPUs the plan runs on, the CPU
+   always), records the readings, updates the device gauges, checks the memory, temperature,
+   lost-device and ECC/Xid rules;
+2. *harvests* the tasks that finished since the last tick from the executor's own lists (``done``,
+   ``starts``/``finishes``, ``gpu_events``): a cursor per device, because a device finishes its
+   tasks in plan order, so a tick costs O(new tasks). Each finished task feeds the duration
+   histogram, the slow-task rule and the :class:`~streammap.remap.SlowDeviceDetector`; the task
+   a device is running (``attempts`` set, not ``done``) is checked against the slow-task rule too;
+3. when the detector finds a slow device (or NVML a lost one) and re-mapping is on, asks the
+   executor to drain; :func:`streammap.runtime.run_plan` then re-maps and continues.
+
+The executor's workers never call into this module, so the hot path is unchanged; everything
+here reads lists the workers write (reads of list items are atomic in CPython).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import threading
+import time
+from collections import deque
+from typing import Optional
+
+from streammap.telemetry import DEFAULT_INTERVAL, TICKER, CpuSampler, NvmlSampler, TelemetryRecorder
+
+log = logging.getLogger("streammap.runtime")
+
+
+def nvml_index(ordinal: int) -> int:
+    """The NVML index of CUDA device ``ordinal`` (through ``CUDA_VISIBLE_DEVICES`` when it lists
+    indices; NVML and CUDA agree on order with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``)."""
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis:
+        items = [x.strip() for x in vis.split(",") if x.strip()]
+        if ordinal < len(items) and items[ordinal].isdigit():
+            return int(items[ordinal])
+    return ordinal
+
+
+def local_device_of(placement) -> str:
+    """The local observed device (``gpu<nvml index>`` or ``cpu``) that executes a placement."""
+    if placement.backend == "cupy" and placement.ordinal is not None:
+        return f"gpu{nvml_index(placement.ordinal)}"
+    return "cpu"
+
+
+class Trigger:
+    """Why the run should re-map: ``kind`` ``slow`` (with ``factors``) or ``lost`` (``lost``)."""
+
+    def __init__(self, kind: str, t: float, reason: str, devices: list, factors: dict | None = None,
+                 lost: list | None = None):
+        self.kind, self.t, self.reason, self.devices = kind, t, reason, devices
+        self.factors = factors or {}
+        self.lost = lost or []
+
+
+class RunSupervisor:
+    """Monitoring of one run (all its executor segments). See the module docstring.
+
+    Parameters
+    ----------
+    plan : Plan
+    placements : dict
+        Plan device id → :class:`~streammap.runtime.devices.Placement`.
+    telemetry : bool
+        Sample the devices.
+    interval : float
+        Seconds between ticks.
+    metrics : streammap.metrics.RunMetrics, optional
+    alerts : streammap.alerts.AlertManager, optional
+    remap : streammap.alerts.RemapConfig, optional
+        When given and active, slow or lost devices trigger a drain.
+    samplers : list, optional
+        Samplers to use instead of this machine's (tests).
+    """
+
+    def __init__(self, plan, placements: dict, *, telemetry: bool = True, interval: float = DEFAULT_INTERVAL,
+                 metrics=None, alerts=None, remap=None, samplers=None, nvml=None):
+        c0 = time.perf_counter()
+        #: What monitoring cost: seconds on the run's own thread (set-up, hand-overs, the final
+        #: harvest and sample) and CPU seconds of the monitoring thread's ticks.
+        self.main_time = 0.0
+        self.thread_cpu = 0.0
+        self.ticks = 0
+        self.plan = plan
+        self.metrics = metrics
+        self.alerts = alerts
+        self.remap = remap
+        self.interval = interval
+        self.plan_devices: dict[str, list[str]] = {}
+        for d, p in placements.items():
+            self.plan_devices.setdefault(local_device_of(p), []).append(d)
+        if samplers is None and telemetry:
+            samplers = []
+            gpus = sorted({int(k[3:]) for k in self.plan_devices if k.startswith("gpu")})
+            if gpus:
+                s = NvmlSampler(nvml, indices=gpus)
+                if s.devices():
+                    samplers.append(s)
+            samplers.append(CpuSampler())
+        self.recorder = TelemetryRecorder(samplers or [], interval) if telemetry else None
+        if metrics is not None and self.recorder is not None:
+            for s in self.recorder.series.values():
+                metrics.set_device_info(s.info, self.plan_devices.get(s.info.id, []))
+        self.detector = None
+        if remap is not None:
+            from streammap.remap import SlowDeviceDetector
+            self.detector = SlowDeviceDetector(remap.factor, remap.window, remap.min_task_time)
+        self.trigger: Optional[Trigger] = None
+        self.remaps_done = 0
+        self._lock = threading.RLock()
+        self._ex = None
+        self._cursor: dict[str, int] = {}
+        self._running_seen: dict[int, float] = {}
+        self._ratios: deque = deque(maxlen=256)
+        self._median: Optional[float] = None
+        self._est: list = []
+        self._lost_seen: set = set()
+        self._handle: Optional[int] = None
+        self._closed = False
+        self.t0 = time.perf_counter()
+        self.main_time += self.t0 - c0
+
+    # -- life cycle --------------------------------------------------------------------------
+    def start(self, t0: float | None = None) -> "RunSupervisor":
+        c0 = time.perf_counter()
+        self.t0 = c0 if t0 is None else t0
+        # the ticker takes the first sample itself: nothing on the run's critical path
+        self._handle = TICKER.add(self._thread_tick, self.interval, first=self.recorder is not None)
+        self.main_time += time.perf_counter() - c0
+        return self
+
+    def _thread_tick(self) -> None:
+        c0 = time.thread_time()
+        self.tick()
+        self.thread_cpu += time.thread_time() - c0
+        self.ticks += 1
+
+    def attach(self, executor) -> None:
+        """Follow ``executor`` (a new segment of the run, after a re-mapping)."""
+        c0 = time.perf_counter()
+        with self._lock:
+            self._ex = executor
+            self._cursor = {d: 0 for d in executor.order}
+            self._running_seen.clear()
+            self._est = [t.finish - t.start for t in executor.plan.tasks]
+            self.plan = executor.plan
+            if self.trigger is not None:     # decided before this segment started: drain it at once
+                executor.request_drain()
+        self.main_time += time.perf_counter() - c0
+
+    def detach(self) -> None:
+        """Harvest what the executor finished, then stop following it."""
+        c0 = time.perf_counter()
+        with self._lock:
+            if self._ex is not None:
+                self._harvest(self.now())
+            self._ex = None
+        self.main_time += time.perf_counter() - c0
+
+    def take_trigger(self) -> Optional[Trigger]:
+        with self._lock:
+            t, self.trigger = self.trigger, None
+            return t
+
+    def stop(self) -> None:
+        c0 = time.perf_counter()
+        if self._handle is not None:
+            TICKER.remove(self._handle)
+            self._handle = None
+        with self._lock:
+            self.tick()
+            self._closed = True
+        if self.alerts is not None:
+            self.alerts.close()
+        self.main_time += time.perf_counter() - c0
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    # -- the tick ----------------------------------------------------------------------------
+    def tick(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            t = self.now()
+            if self.recorder is not None:
+                self._sample(t)
+            if self._ex is not None:
+                self._harvest(t)
+            if self.metrics is not None:
+                self.metrics.elapsed.set(t)
+
+    def _where(self, dev: str) -> str:
+        pds = self.plan_devices.get(dev)
+        return f" ({', '.join(pds)})" if pds else ""
+
+    def _sample(self, t: float) -> None:
+        readings, events = self.recorder.sample(t)
+        m, a = self.metrics, self.alerts
+        for r in readings:
+            if m is not None:
+                m.set_reading(r)
+            if a is not None:
+                a.check_reading(t, r, self._where(r.device))
+            if r.lost and r.device not in self._lost_seen:
+                self._lost_seen.add(r.device)
+                lost = [d for d in self.plan_devices.get(r.device, [])]
+                if lost and self._may_remap():
+                    self._request(Trigger("lost", t, f"{r.device} is lost", lost, lost=lost))
+        if a is not None:
+            for e in events:
+                a.check_xid(t, e, self._where(e.device))
+
+    def _may_remap(self) -> bool:
+        return (self.remap is not None and self.trigger is None and self._ex is not None
+                and self.remaps_done < self.remap.max_remaps)
+
+    def _request(self, trigger: Trigger) -> None:
+        self.trigger = trigger
+        ex = self._ex
+        if ex is not None:
+            ex.request_drain()
+
+    def _harvest(self, t: float) -> None:
+        ex = self._ex
+        done, attempts = ex.done, ex.attempts
+        starts, finishes, gpu_events = ex.starts, ex.finishes, ex.gpu_events
+        tasks = ex.plan.tasks
+        est = self._est
+        m, a, det = self.metrics, self.alerts, self.detector
+        # the slow-task rule, unpacked so that the common case (not slow) costs a comparison
+        rule = a.config.slow_task if a is not None else None
+        base = self._median if rule is None or rule.baseline == "run" else 1.0
+        if rule is not None and base is not None:
+            slow_at, min_time = rule.factor * base, rule.min_time
+        else:
+            slow_at, min_time = float("inf"), float("inf")
+        ratios = self._ratios
+        running = 0
+        for d, ks in ex.order.items():
+            c = self._cursor[d]
+            n = len(ks)
+            while c < n:
+                k = ks[c]
+                if not done[k]:
+                    break
+                c += 1
+                self._running_seen.pop(k, None)
+                if gpu_events[k] is None:
+                    s, f = starts[k], finishes[k]
+                    if s is None or f is None:
+                        continue
+                    dur = f - s
+                else:
+                    dur = self._duration(ex, k, starts, finishes, gpu_events)
+                    if dur is None:
+                        continue
+                task = tasks[k]
+                if m is not None:
+                    m.observe_task(task.kernel, d, dur)
+                e = est[k]
+                if e > 0:
+                    ratios.append(dur / e)
+                    if dur >= min_time and dur >= slow_at * e:
+                        a.check_task(t, task.id, d, e, dur, self._median)
+                    if det is not None:
+                        found = det.observe(d, e, dur, task.id)
+                        if found is not None and self._may_remap():
+                            self._slow(t, found)
+            self._cursor[d] = c
+            if c < n:
+                k = ks[c]
+                if attempts[k] and not done[k]:
+                    running += 1
+                    first = self._running_seen.setdefault(k, t)
+                    if a is not None and est[k] > 0 and t - first > 0:
+                        a.check_task(t, tasks[k].id, d, est[k], t - first, self._median, running=True)
+        if len(self._ratios) >= 5:
+            self._median = statistics.median(self._ratios)
+        if m is not None:
+            n_done = done.count(True)
+            failed = 1 if ex.error is not None else 0
+            m.set_tasks(max(0, len(done) - n_done - running - failed), running, n_done, failed)
+
+    @staticmethod
+    def _duration(ex, k, starts, finishes, gpu_events) -> Optional[float]:
+        pair = gpu_events[k]
+        if pair is not None:
+            try:
+                if not pair[1].done:
+                    return None
+                dev = ex.devices[ex.plan.tasks[k].device]
+                return dev.cupy.cuda.get_elapsed_time(pair[0], pair[1]) / 1e3
+            except Exception:          # noqa: BLE001
+                return None
+        s, f = starts[k], finishes[k]
+        if s is None or f is None:
+            return None
+        return f - s
+
+    def _slow(self, t: float, found) -> None:
+        msg = (f"{found.device} runs {found.factor:.1f}x slower than its model compared with the other devices "
+               f"({len(found.evidence)} tasks in a row); draining to re-map the rest of the plan")
+        if self.alerts is not None:
+            self.alerts.fire("slow_device", msg, t=t, device=found.device, value=found.factor,
+                             threshold=self.remap.factor)
+        self._request(Trigger("slow", t, msg, [found.device], factors={found.device: found.factor}))
+
+    # -- results -----------------------------------------------------------------------------
+    def telemetry_dict(self) -> Optional[dict]:
+        if self.recorder is None:
+            return None
+        d = self.recorder.to_dict(self.plan_devices)
+        d["monitor_time"] = round(self.main_time + self.thread_cpu, 6)
+        return d
+
+    def alert_list(self) -> list[dict]:
+        return list(self.alerts.alerts) if self.alerts is not None else []

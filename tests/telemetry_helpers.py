@@ -1,0 +1,116 @@
+"""A fake NVML for telemetry tests (the calls :class:`streammap.telemetry.NvmlSampler` makes), and
+a sampler that replays fixed readings."""
+
+from __future__ import annotations
+
+import types
+from types import SimpleNamespace
+
+from streammap.telemetry import DeviceInfo, Reading, Sampler
+
+
+class NVMLError(Exception):
+    def __init__(self, value, text="NVML error"):
+        super().__init__(text)
+        self.value = value
+
+
+class NVMLError_NotSupported(NVMLError):
+    def __init__(self):
+        super().__init__(3, "Not Supported")
+
+
+class NVMLError_Timeout(NVMLError):
+    def __init__(self):
+        super().__init__(10, "Timeout")
+
+
+class NVMLError_GpuIsLost(NVMLError):
+    def __init__(self):
+        super().__init__(15, "GPU is lost")
+
+
+def fake_nvml(gpus: list[dict], *, xids=(), no_events=False):
+    """``gpus``: dicts with name, uuid, total, used, util, power_mw, temp, ecc; a key set to
+    ``"unsupported"`` raises NotSupported, ``lost=True`` makes every query raise GpuIsLost.
+    ``xids``: (gpu index, xid) events pending in the event set."""
+    m = types.ModuleType("pynvml")
+    m.NVMLError = NVMLError
+    m.NVML_TEMPERATURE_GPU = 0
+    m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    m.NVML_VOLATILE_ECC = 0
+    m.nvmlEventTypeXidCriticalError = 8
+    m.calls = []
+    pending = list(xids)
+
+    def g(h):
+        d = gpus[h[1]]
+        if d.get("lost"):
+            raise NVMLError_GpuIsLost()
+        return d
+
+    def val(h, key):
+        v = g(h)[key]
+        if v == "unsupported":
+            raise NVMLError_NotSupported()
+        return v
+
+    def counted(name, fn):
+        def call(*a):
+            m.calls.append(name)
+            return fn(*a)
+        return call
+
+    m.nvmlInit = lambda: m.calls.append("init")
+    m.nvmlShutdown = lambda: m.calls.append("shutdown")
+    m.nvmlDeviceGetCount = lambda: len(gpus)
+    m.nvmlDeviceGetHandleByIndex = lambda i: ("handle", i)
+    m.nvmlDeviceGetName = lambda h: gpus[h[1]]["name"].encode()
+    m.nvmlDeviceGetUUID = lambda h: gpus[h[1]]["uuid"]
+    m.nvmlDeviceGetPciInfo = lambda h: SimpleNamespace(busId=f"00000000:{h[1]:02x}:00.0".encode())
+    m.nvmlDeviceGetMemoryInfo = counted("mem", lambda h: SimpleNamespace(
+        total=gpus[h[1]]["total"], used=val(h, "used"), free=gpus[h[1]]["total"] - val(h, "used")))
+    m.nvmlDeviceGetUtilizationRates = counted("util", lambda h: SimpleNamespace(gpu=val(h, "util"), memory=0))
+    m.nvmlDeviceGetPowerUsage = counted("power", lambda h: val(h, "power_mw"))
+    m.nvmlDeviceGetTemperature = counted("temp", lambda h, kind: val(h, "temp"))
+    m.nvmlDeviceGetTotalEccErrors = counted("ecc", lambda h, kind, counter: val(h, "ecc"))
+    if not no_events:
+        m.nvmlEventSetCreate = lambda: "eventset"
+        m.nvmlDeviceRegisterEvents = lambda h, kind, es: None
+
+        def wait(es, timeout_ms):
+            if not pending:
+                raise NVMLError_Timeout()
+            i, xid = pending.pop(0)
+            return SimpleNamespace(device=("handle", i), eventType=8, eventData=xid)
+
+        m.nvmlEventSetWait = wait
+        m.nvmlEventSetFree = lambda es: None
+    m.pending_xids = pending
+    return m
+
+
+def gpu(**kw) -> dict:
+    d = dict(name="NVIDIA H200", uuid="GPU-1234", total=141 * 2**30, used=10 * 2**30, util=57,
+             power_mw=350000, temp=61, ecc=0)
+    d.update(kw)
+    return d
+
+
+class ScriptedSampler(Sampler):
+    """Returns ``readings[i]`` at its i-th sample (the last one repeated)."""
+
+    source = "test"
+
+    def __init__(self, infos: list[DeviceInfo], readings: list[list[Reading]]):
+        self.infos = infos
+        self.readings = readings
+        self.n = 0
+
+    def devices(self):
+        return list(self.infos)
+
+    def sample(self):
+        r = self.readings[min(self.n, len(self.readings) - 1)]
+        self.n += 1
+        return [Reading(**vars(x)) for x in r]

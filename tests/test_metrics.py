@@ -1,0 +1,172 @@
+"""Prometheus metrics: names and labels, DCGM names, serving on 127.0.0.1 during and after a run."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from streammap.errors import StreamMapError
+from streammap.metrics import RunMetrics
+from streammap.runtime import run_plan
+from streammap.telemetry import DeviceInfo, Reading
+
+from runtime_helpers import cpu_devices, make_plan, ref, task
+from telemetry_helpers import ScriptedSampler
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def value(text: str, name: str, **labels) -> float:
+    """The sample of ``name`` whose labels include ``labels``."""
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        head, _, v = line.rpartition(" ")
+        metric, _, rest = head.partition("{")
+        if metric != name:
+            continue
+        got = dict(p.split("=", 1) for p in rest.rstrip("}").split(",") if "=" in p)
+        got = {k: v.strip('"') for k, v in got.items()}
+        if all(got.get(k) == str(x) for k, x in labels.items()):
+            return float(v)
+    raise KeyError(f"{name} {labels} not in metrics")
+
+
+GPU = DeviceInfo(id="gpu0", kind="gpu", source="nvml", model="NVIDIA H200", uuid="GPU-abc", index=0,
+                 memory_total=141 * 2**30)
+
+
+def test_names_follow_prometheus_conventions():
+    m = RunMetrics()
+    m.observe_task("scale", "node0/gpu0", 0.002)
+    m.observe_task("scale", "node0/gpu0", 0.004)
+    m.set_tasks(3, 1, 5, 0)
+    m.set_device_info(GPU, ["node0/gpu0"])
+    m.set_reading(Reading("gpu0", utilization=0.42, memory_used=2**30, memory_total=141 * 2**30, power=300.0,
+                          temperature=60.0))
+    m.alert("memory", "warning")
+    m.remapped()
+    text = m.render()
+    assert value(text, "streammap_task_duration_seconds_count", kernel="scale", device="node0/gpu0") == 2
+    assert value(text, "streammap_task_duration_seconds_sum", kernel="scale", device="node0/gpu0") == pytest.approx(0.006)
+    assert value(text, "streammap_task_duration_seconds_bucket", kernel="scale", device="node0/gpu0", le="0.003") == 1
+    assert value(text, "streammap_tasks", state="pending") == 3
+    assert value(text, "streammap_tasks", state="done") == 5
+    assert value(text, "streammap_device_utilization_ratio", device="gpu0") == pytest.approx(0.42)
+    assert value(text, "streammap_device_memory_used_bytes", device="gpu0") == 2**30
+    assert value(text, "streammap_device_memory_total_bytes", device="gpu0") == 141 * 2**30
+    assert value(text, "streammap_device_power_watts", device="gpu0") == 300.0
+    assert value(text, "streammap_device_temperature_celsius", device="gpu0") == 60.0
+    assert value(text, "streammap_device_info", device="gpu0", plan_devices="node0/gpu0", uuid="GPU-abc") == 1
+    assert value(text, "streammap_alerts_total", kind="memory", severity="warning") == 1
+    assert value(text, "streammap_remaps_total") == 1
+    assert "DCGM_FI_DEV_GPU_UTIL" not in text
+
+
+def test_dcgm_names_and_labels():
+    m = RunMetrics(dcgm_names=True, hostname="box")
+    m.set_device_info(GPU)
+    m.set_reading(Reading("gpu0", utilization=0.42, memory_used=2 * 2**30, memory_total=141 * 2**30, power=300.5,
+                          temperature=60.0))
+    m.set_device_info(DeviceInfo(id="cpu", kind="cpu", source="cpu"))
+    m.set_reading(Reading("cpu", utilization=0.5))
+    text = m.render()
+    lab = dict(gpu="0", UUID="GPU-abc", device="nvidia0", modelName="NVIDIA H200", Hostname="box")
+    assert value(text, "DCGM_FI_DEV_GPU_UTIL", **lab) == 42
+    assert value(text, "DCGM_FI_DEV_FB_USED", **lab) == 2048
+    assert value(text, "DCGM_FI_DEV_FB_FREE", **lab) == 139 * 1024
+    assert value(text, "DCGM_FI_DEV_POWER_USAGE", **lab) == 300.5
+    assert value(text, "DCGM_FI_DEV_GPU_TEMP", **lab) == 60
+    assert text.count("DCGM_FI_DEV_GPU_UTIL{") == 1           # the CPU has no DCGM series
+
+
+def test_private_registries_do_not_mix():
+    a, b = RunMetrics(), RunMetrics()
+    a.observe_task("k", "d", 1.0)
+    with pytest.raises(KeyError):
+        value(b.render(), "streammap_task_duration_seconds_count", kernel="k")
+
+
+def test_serves_on_loopback_and_port_in_use_is_an_error():
+    m = RunMetrics()
+    port = m.serve(0)
+    try:
+        assert m.addr == "127.0.0.1" and port > 0
+        assert "streammap_tasks" in scrape(port)
+        other = RunMetrics()
+        with pytest.raises(StreamMapError, match="cannot serve metrics"):
+            other.serve(port)
+    finally:
+        m.close()
+    with pytest.raises(urllib.error.URLError):
+        scrape(port)
+
+
+SLEEPY = """
+import time
+import numpy as np
+
+def source():
+    return np.arange(4.0)
+
+def nap(x, k):
+    time.sleep(0.02)
+    return x + k
+"""
+
+
+def sleepy_plan(tmp_path, n=10):
+    devs = [d["id"] for d in cpu_devices(2)]
+    tasks = [task("src", "source", devs[0])]
+    tasks += [task(f"nap{k}", "nap", devs[k % 2], ref("src"), k) for k in range(n)]
+    return make_plan(tmp_path, SLEEPY, tasks, devices=cpu_devices(2), outputs=ref(f"nap{n - 1}"))
+
+
+def test_scrape_during_and_after_a_run(tmp_path):
+    plan = sleepy_plan(tmp_path)
+    m = RunMetrics(dcgm_names=True)
+    port = m.serve(0)
+    gpu_sampler = ScriptedSampler([GPU], [[Reading("gpu0", utilization=0.75, memory_used=3 * 2**30,
+                                                    memory_total=141 * 2**30, power=250.0, temperature=50.0)]])
+    during: list[str] = []
+
+    def scraper():
+        time.sleep(0.06)
+        during.append(scrape(port))
+
+    th = threading.Thread(target=scraper)
+    th.start()
+    try:
+        run_plan(plan, progress=False, metrics=m, interval=0.01, samplers=[gpu_sampler])
+        th.join()
+        after = scrape(port)
+    finally:
+        m.close()
+    mid = during[0]
+    assert value(mid, "streammap_device_utilization_ratio", device="gpu0") == 0.75
+    assert value(mid, "streammap_tasks", state="done") < 11
+    assert value(after, "streammap_tasks", state="done") == 11
+    assert value(after, "streammap_tasks", state="pending") == 0
+    assert value(after, "streammap_task_duration_seconds_count", kernel="nap", device="node0/cpu0") == 5
+    assert value(after, "streammap_task_duration_seconds_count", kernel="nap", device="node0/cpu1") == 5
+    assert value(after, "streammap_device_memory_used_bytes", device="gpu0") == 3 * 2**30
+    assert value(after, "DCGM_FI_DEV_GPU_UTIL", gpu="0", UUID="GPU-abc") == 75
+    assert value(after, "streammap_run_elapsed_seconds") > 0.05
+
+
+def test_metrics_port_given_to_run_plan_is_closed_after(tmp_path):
+    plan = sleepy_plan(tmp_path, n=2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_plan(plan, progress=False, metrics=port, interval=0.01)
+    with pytest.raises(urllib.error.URLError):
+        scrape(port)
