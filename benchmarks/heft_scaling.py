@@ -14,8 +14,10 @@ Usage::
     python benchmarks/heft_scaling.py               # 1,000 and 10,000 tasks x 8 and 64 devices
     python benchmarks/heft_scaling.py --large       # also 100,000 tasks x 512 devices
     python benchmarks/heft_scaling.py --tasks 2000 --devices 16 --ccr 1.0 --seed 3
+    python benchmarks/heft_scaling.py --mappers peft auto --large   # time other mappers beside HEFT
 
-Target (issue 2): 10,000 tasks x 64 devices mapped in at most 10 s on a 2-core machine.
+Targets: HEFT (issue 2): 10,000 tasks x 64 devices mapped in at most 10 s on a 2-core machine;
+the default mapper ``auto`` (issue 3): 10,000 x 64 in at most 5 s, 100,000 x 512 in at most 60 s.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from streammap.cluster import cluster_from_dict, load_cluster
 from streammap.cost import CostModel, lower_bound
 from streammap.errors import MappingError
 from streammap.ir import add_task, new_graph
+from streammap.mappers import get_mapper
 from streammap.mappers.heft import heft
 from streammap.schedule import evaluate
 
@@ -96,7 +99,7 @@ def random_cluster(n_devices: int, seed: int, per_node: int = 8, memory: str = "
                               "nodes": nodes})
 
 
-def run_case(v: int, d: int, seed: int, ccr: float, check: bool, memory: str = "80GiB"):
+def run_case(v: int, d: int, seed: int, ccr: float, check: bool, memory: str = "80GiB", others=()):
     t0 = time.perf_counter()
     g = random_dag(v, seed, ccr=ccr)
     cl = random_cluster(d, seed, memory=memory)
@@ -115,8 +118,20 @@ def run_case(v: int, d: int, seed: int, ccr: float, check: bool, memory: str = "
     if check:
         ms, valid, _ = evaluate(cost, sched)
         ok = "yes" if (ms == sched.makespan and valid) else "NO"
+    extra = {}
+    for name in others:                        # other mappers: time and makespan / HEFT's
+        t5 = time.perf_counter()
+        try:
+            s = get_mapper(name)(cost)
+        except MappingError:
+            extra[name] = (time.perf_counter() - t5, math.nan)
+            continue
+        extra[name] = (time.perf_counter() - t5, s.makespan / sched.makespan)
+        if check:
+            ms, valid, _ = evaluate(cost, s)
+            ok = ok if (abs(ms - s.makespan) <= 1e-9 * ms and valid) else "NO"
     return dict(tasks=v, devices=d, edges=g.number_of_edges(), gen=t1 - t0, cost=t2 - t1, heft=t3 - t2,
-                lb_time=t4 - t3, makespan=sched.makespan, lb=lb, check=ok)
+                lb_time=t4 - t3, makespan=sched.makespan, lb=lb, check=ok, extra=extra)
 
 
 def main(argv=None):
@@ -129,6 +144,8 @@ def main(argv=None):
     ap.add_argument("--check", action="store_true", help="re-score every schedule with schedule.evaluate")
     ap.add_argument("--memory", default="80GiB",
                     help="device memory (default 80GiB; e.g. 1GiB makes the memory checks bind)")
+    ap.add_argument("--mappers", nargs="*", default=[],
+                    help="other registered mappers to time beside HEFT (e.g. peft auto): seconds and makespan / HEFT")
     args = ap.parse_args(argv)
 
     cases = [(v, d) for v in args.tasks for d in args.devices]
@@ -136,18 +153,20 @@ def main(argv=None):
         cases.append((100_000, 512))
     print(f"HEFT scaling (seed {args.seed}, CCR {args.ccr}, device memory {args.memory}); times in seconds")
     head = f"{'tasks':>7} {'devices':>7} {'edges':>7} {'gen':>6} {'cost':>6} {'heft':>7} {'bound':>6} " \
-           f"{'makespan':>10} {'/bound':>7}" + ("  valid" if args.check else "")
+           f"{'makespan':>10} {'/bound':>7}" + ("  valid" if args.check else "") + \
+           "".join(f" {m[:8]:>8} {'/heft':>6}" for m in args.mappers)
     print(head)
     print("-" * len(head))
     for v, d in cases:
-        r = run_case(v, d, args.seed, args.ccr, args.check, args.memory)
+        r = run_case(v, d, args.seed, args.ccr, args.check, args.memory, args.mappers)
         if "error" in r:
             print(f"{r['tasks']:>7} {r['devices']:>7} {r['edges']:>7} {r['gen']:>6.2f} {r['cost']:>6.2f} "
                   f"{r['heft']:>7.2f}  no plan: {r['error'][:60]}...")
             continue
         print(f"{r['tasks']:>7} {r['devices']:>7} {r['edges']:>7} {r['gen']:>6.2f} {r['cost']:>6.2f} "
               f"{r['heft']:>7.2f} {r['lb_time']:>6.2f} {r['makespan']:>10.4g} {r['makespan'] / r['lb']:>7.3f}"
-              + (f"  {r['check']:>5}" if args.check else ""))
+              + (f"  {r['check']:>5}" if args.check else "")
+              + "".join(f" {r['extra'][m][0]:>8.2f} {r['extra'][m][1]:>6.3f}" for m in args.mappers))
         sys.stdout.flush()
 
     ex = SHARED / "classic" / "topcuoglu-10.json"

@@ -2,15 +2,22 @@
 
 Every mapper has the signature ``mapper(cost) -> Schedule`` and is registered in :data:`MAPPERS`
 under the name the CLI's ``--mapper`` option and ``streammap.compile(mapper=...)`` use.
+
+Placement policies (:mod:`streammap.mappers.policies`: ``least-loaded``, ``spread``, ``binpack``,
+``binpack-node``, ``spread-node``, ``fastest``) are registered here too, and :func:`get_mapper`
+also accepts a custom policy by class path (``package.module:ClassName``) or by the name of an
+entry point in the ``streammap.policies`` group.
 """
 
 from __future__ import annotations
 
 from ..errors import StreamMapError
-from .heft import heft
+from .heft import heft, heft_plain
+from .peft import peft
+from .auto import auto
 
 #: Known mappers by name.
-MAPPERS = {"heft": heft}
+MAPPERS = {"heft": heft, "heft-plain": heft_plain, "peft": peft, "auto": auto}
 
 
 def get_mapper(name: str):
@@ -24,5 +31,16 @@ def get_mapper(name: str):
     try:
         return MAPPERS[name]
     except KeyError:
-        raise StreamMapError(f"unknown mapper {name!r}",
-                             hint=f"known mappers: {', '.join(sorted(MAPPERS))}") from None
+        pass
+    from .policies import find_policy
+    custom = find_policy(name)
+    if custom is not None:
+        return custom
+    raise StreamMapError(f"unknown mapper {name!r}",
+                         hint=f"known mappers: {', '.join(sorted(MAPPERS))}; or a placement policy class "
+                              "'package.module:ClassName', or an entry point in the 'streammap.policies' group")
+
+# Placement policies (streammap.mappers.policies).
+from .policies import POLICY_MAPPERS  # noqa: E402
+
+MAPPERS.update(POLICY_MAPPERS)

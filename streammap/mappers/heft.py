@@ -63,7 +63,8 @@ from ..cost import CostModel, concat_ranges, segment_max
 from ..errors import MappingError
 from ..schedule import MEM_RTOL, Schedule
 
-__all__ = ["heft", "upward_rank", "priority_order", "check_placeable"]
+__all__ = ["heft", "heft_plain", "list_schedule", "restrict_times", "upward_rank", "priority_order",
+           "check_placeable", "is_topological"]
 
 
 def upward_rank(cost: CostModel) -> np.ndarray:
@@ -101,15 +102,16 @@ def priority_order(cost: CostModel, rank: np.ndarray | None = None) -> np.ndarra
     return np.lexsort((cost.topo_index, -key))
 
 
-def check_placeable(cost: CostModel) -> None:
+def check_placeable(cost: CostModel, memory: bool = True, times: np.ndarray | None = None) -> None:
     """Raise :class:`MappingError` for the first task (by position) that fits on no device.
 
     A task fits on a device if it can run there (finite time: the ``device`` clause admits it and
-    the task has an estimate for it) and both its ``mem`` and its ``out`` fit in the capacity.
+    the task has an estimate for it) and, when ``memory``, both its ``mem`` and its ``out`` fit in
+    the capacity. ``times`` replaces ``cost.time`` (e.g. restricted to some devices).
     """
-    allowed = np.isfinite(cost.time)
+    allowed = np.isfinite(cost.time if times is None else times)
     need = np.maximum(cost.mem, cost.out)
-    ok = allowed & (need[:, None] <= cost.capacity[None, :] * (1.0 + MEM_RTOL))
+    ok = allowed & (need[:, None] <= cost.capacity[None, :] * (1.0 + MEM_RTOL)) if memory else allowed
     bad = np.flatnonzero(~ok.any(axis=1)) if cost.n_devices else np.arange(cost.n_tasks)
     if not bad.size:
         return
@@ -201,13 +203,25 @@ class _Profile:
         return float(level.max())
 
 
-def heft(cost: CostModel) -> Schedule:
+def heft(cost: CostModel, *, memory_aware: bool = True, rank: np.ndarray | None = None,
+         devices=None, mapper: str | None = None) -> Schedule:
     """Map a task graph with insertion-based, memory-aware HEFT ([1]_).
 
     Parameters
     ----------
     cost : CostModel
         Times, sizes and links of the graph on the cluster.
+    memory_aware : bool, optional
+        ``False`` gives *plain* insertion HEFT, which ignores device capacities (the benchmark's
+        baseline; its plans may break capacity).
+    rank : ndarray, optional
+        Priorities to use instead of the upward rank (higher first; ties as in
+        :func:`priority_order`). A rank that does not decrease along every edge is served from a
+        ready list (see :func:`list_schedule`).
+    devices : array of bool or int, optional
+        Restrict the mapping to these devices (a mask of length D, or device positions).
+    mapper : str, optional
+        Name written in the schedule (default ``"heft"``, ``"heft-plain"`` when not memory-aware).
 
     Returns
     -------
@@ -232,11 +246,64 @@ def heft(cost: CostModel) -> Schedule:
     to the best append, is never searched). Memory checks cost O(tasks on the device) each and
     only happen on devices where memory can bind.
     """
-    T, D = cost.n_tasks, cost.n_devices
-    check_placeable(cost)
-    order = priority_order(cost)
+    if mapper is None:
+        mapper = "heft" if memory_aware else "heft-plain"
+    times = None
+    if devices is not None:
+        times = restrict_times(cost, devices)
+    check_placeable(cost, memory=memory_aware, times=times)
+    order = priority_order(cost, rank)
+    return list_schedule(cost, order, times=times, memory_aware=memory_aware, mapper=mapper)
 
-    W = cost.time
+
+def heft_plain(cost: CostModel) -> Schedule:
+    """Plain insertion-based HEFT that ignores device capacities: the benchmark baseline.
+
+    Same as ``heft(cost, memory_aware=False)``; its plans may be memory-invalid.
+    """
+    return heft(cost, memory_aware=False)
+
+
+def restrict_times(cost: CostModel, devices) -> np.ndarray:
+    """``cost.time`` with ``inf`` on every device not in ``devices`` (mask or positions)."""
+    mask = np.asarray(devices)
+    if mask.dtype != bool:
+        m = np.zeros(cost.n_devices, dtype=bool)
+        m[mask] = True
+        mask = m
+    return np.where(mask[None, :], cost.time, math.inf)
+
+
+def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, memory_aware: bool = True,
+                  mapper: str = "heft") -> Schedule:
+    """The placement core of HEFT, for any priority order, time table and device-choice bias.
+
+    Parameters
+    ----------
+    cost : CostModel
+    order : ndarray of int
+        Every task position once, highest priority first. A topological order is swept as is
+        (HEFT); otherwise tasks are taken from a ready list (tasks whose predecessors are all
+        placed) by their place in ``order`` (as PEFT does).
+    times : indexable, optional
+        ``times[t]`` is the row of task t's times over the devices (default ``cost.time``); use
+        ``inf`` to forbid a device (see :func:`restrict_times`). An object that computes rows on
+        demand (``__getitem__``) avoids a T×D array.
+    bias : indexable, optional
+        ``bias[t]``, a row over the devices added to the earliest finish time when choosing the
+        device (PEFT's optimistic cost table); the start and finish written are the real ones.
+    memory_aware : bool
+        Keep every device within capacity (see the module docstring); ``False`` ignores memory.
+    mapper : str
+        Name written in the schedule.
+
+    Raises
+    ------
+    MappingError
+        When no ready task fits anywhere (memory), or a task has no allowed device left.
+    """
+    T, D = cost.n_tasks, cost.n_devices
+    W = cost.time if times is None else times
     lat, inv_bw = cost.lat, cost.inv_bw
     pp, pi, pb = cost.pred_ptr, cost.pred_idx, cost.pred_bytes
     mem, out = cost.mem, cost.out
@@ -253,8 +320,8 @@ def heft(cost: CostModel) -> Schedule:
 
     # Devices where memory can bind at all: the sum of every task's need exceeds the capacity.
     need = np.maximum(mem, out)
-    total = need @ np.isfinite(W) if T else np.zeros(D)
-    tracked = total > cap
+    total = need @ np.isfinite(cost.time) if T else np.zeros(D)
+    tracked = (total > cap) if memory_aware else np.zeros(D, dtype=bool)
     any_tracked = bool(tracked.any())
     # Memory can only bind on a tracked device d once (largest mem placed there) + (sum of outputs
     # placed there) could exceed its capacity: one task runs at a time, and at most every output
@@ -345,6 +412,10 @@ def heft(cost: CostModel) -> Schedule:
         est = np.maximum(ready, avail)
         eft = est + w
         lb = ready + w
+        if bias is not None:
+            bt = bias[t]
+            eft = eft + bt
+            lb = lb + bt
         tight = None
         if any_tracked:
             tight = tracked & (out_sum + out[t] + np.maximum(mem_max, mem[t]) > cap)
@@ -393,12 +464,13 @@ def heft(cost: CostModel) -> Schedule:
                     if res is None:
                         continue
                     gi, st = res
-                e = st + wd
+                e = st + wd if bias is None else st + wd + float(bt[d])
                 if e < best_eft or (e == best_eft and d < best):
                     best, best_eft, best_st, best_gap = d, e, st, gi
         if not math.isfinite(best_eft):
             return False
-        d, st, ft = best, best_st, best_eft
+        d, st = best, best_st
+        ft = best_eft if bias is None else st + float(w[best])
         # Place t on d.
         dev[t], start[t], finish[t], seq[t] = d, st, ft, k
         if best_gap is None:
@@ -449,15 +521,26 @@ def heft(cost: CostModel) -> Schedule:
                             prof.add(max(last_use[p], finish[p]), math.inf, -out[p])
         return True
 
-    order_list = order.tolist()
+    order = np.asarray(order, dtype=np.int64)
     k = 0
-    while k < T and place(order_list[k], k):
-        k += 1
+    if is_topological(cost, order):
+        order_list = order.tolist()
+        while k < T and place(order_list[k], k):
+            k += 1
     if k < T:
         _place_rest(cost, order, k, dev, place)
 
     makespan = float(finish.max()) if T else 0.0
-    return Schedule("heft", dev, start, finish, makespan, n_devices=D, seq=seq)
+    return Schedule(mapper, dev, start, finish, makespan, n_devices=D, seq=seq)
+
+
+def is_topological(cost: CostModel, order: np.ndarray) -> bool:
+    """Whether ``order`` (task positions) puts every predecessor before its successors."""
+    if not cost.n_edges:
+        return True
+    place = np.empty(cost.n_tasks, dtype=np.int64)
+    place[order] = np.arange(order.size)
+    return bool((place[cost.pred_idx] < place[cost.pred_dst]).all())
 
 
 def _place_rest(cost: CostModel, order: np.ndarray, k: int, dev: np.ndarray, place) -> None:

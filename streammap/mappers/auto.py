@@ -1,0 +1,248 @@
+"""The default mapper: the best of several placements, polished by local search.
+
+Policy
+------
+``auto`` builds a set of *candidate* schedules, each a complete, memory-valid plan, and returns
+the one with the smallest makespan (ties: the earlier candidate in the list below). Memory-aware
+HEFT is always the first candidate, so the result is never worse than HEFT's plan; every
+candidate is built by the same insertion list scheduler
+(:func:`streammap.mappers.heft.list_schedule`), so memory is respected by construction, and
+whatever the local search changes is re-checked against every capacity.
+
+Candidates, in order:
+
+1. **HEFT** (:func:`~streammap.mappers.heft.heft`).
+2. **PEFT** (:func:`~streammap.mappers.peft.peft`): optimistic-cost-table ranking and device choice
+   (a lookahead to where the successors can run fast).
+3. **Device subsets**: HEFT, and PEFT where affordable, on the fastest device alone, on the fastest
+   k devices for k = 2, 4, 8, ... below D, and on each of the two fastest nodes. Decisive when
+   communication dominates (CCR 10): using fewer, faster, better-connected devices avoids
+   transfers that the full-cluster list schedulers accept greedily one task at a time.
+4. **Partitions** (:mod:`streammap.mappers.partition`, METIS through pymetis): the graph cut into
+   one part per node, and into one part per device of the fastest 2, 4, ... devices, with edges
+   weighted by bytes and parts weighted by speed; HEFT then places each task on the devices of
+   its part. Keeps heavy edges inside a node or a device.
+5. **Local search** (:func:`streammap.mappers.local_search.improve`) from the best few distinct
+   candidates: tasks on the critical path are moved to other devices while the makespan (then the
+   sum of finish times) falls.
+
+Effort is bounded by operation counts that scale with the graph (no wall-clock budget, which
+would make plans depend on the machine's load): the number of candidates shrinks as ``T × D``
+grows, and the local search gets a number of re-timings inversely proportional to T. The
+schedule's ``mapper`` names the winner, e.g. ``"auto(peft+search)"``.
+
+Deterministic: every step breaks ties by task and device position, METIS runs with a fixed seed,
+and no step reads the clock.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+
+from ..cost import CostModel
+from ..errors import MappingError
+from ..schedule import MEM_RTOL, Schedule, fits, peak_memory
+from .heft import check_placeable, heft, list_schedule, priority_order, upward_rank
+from .local_search import improve
+from .partition import GroupTimes, available as metis_available, device_speed, partition_tasks
+from .peft import peft
+
+__all__ = ["auto", "device_subset", "lift"]
+
+#: Work (tasks × devices) up to which every candidate is tried.
+SMALL_WORK = 200_000
+#: Work up to which PEFT on subsets and the fastest node are tried (above it: HEFT on the fastest
+#: device and node, PEFT, the node partition).
+MEDIUM_WORK = 4_000_000
+#: Tasks × re-timings the local search may spend (each re-timing costs O(T + E)).
+SEARCH_BUDGET = 400_000
+#: Most re-timings for one local search.
+SEARCH_MAX_RUNS = 400
+
+
+def device_subset(cost: CostModel, devices) -> CostModel:
+    """A view of ``cost`` with only the given device positions (same tasks and edges).
+
+    The view's device ``i`` is ``devices[i]``; link matrices, capacities and device classes are
+    sliced accordingly, so the mean transfer cost that ranks use is the subset's own.
+    """
+    devs = np.asarray(devices, dtype=np.int64)
+    sub = copy.copy(cost)
+    sub.devices = [cost.devices[i] for i in devs]
+    sub.n_devices = int(devs.size)
+    sub.time = np.ascontiguousarray(cost.time[:, devs])
+    sub.capacity = cost.capacity[devs]
+    ix = np.ix_(devs, devs)
+    sub.bw, sub.lat, sub.inv_bw = cost.bw[ix], cost.lat[ix], cost.inv_bw[ix]
+    sub.node_of = cost.node_of[devs]
+    uniq, inv = np.unique(cost.device_class[devs], return_inverse=True)
+    sub.device_class = inv.reshape(-1)
+    sub.class_time = cost.class_time[:, uniq]
+    sub.class_count = np.bincount(sub.device_class, minlength=uniq.size)
+    return sub
+
+
+def lift(cost: CostModel, devices, schedule: Schedule, mapper: str | None = None) -> Schedule:
+    """A schedule on :func:`device_subset` ``(cost, devices)`` expressed on all of ``cost``'s devices."""
+    devs = np.asarray(devices, dtype=np.int64)
+    return Schedule(mapper or schedule.mapper, devs[schedule.device], schedule.start, schedule.finish,
+                    schedule.makespan, n_devices=cost.n_devices, seq=schedule.seq)
+
+
+def _placement_order(s: Schedule) -> np.ndarray:
+    return np.argsort(s.seq, kind="stable")
+
+
+def auto(cost: CostModel) -> Schedule:
+    """Map a task graph with the best of HEFT, PEFT, subset, partition and local-search candidates.
+
+    Parameters
+    ----------
+    cost : CostModel
+
+    Returns
+    -------
+    Schedule
+        Never a longer makespan than :func:`~streammap.mappers.heft.heft` gives, memory-valid;
+        ``mapper`` is ``"auto(<winner>)"``.
+
+    Raises
+    ------
+    MappingError
+        If a task fits on no device, or if no candidate finds a plan within capacity (the error
+        of the first candidate that failed).
+
+    Notes
+    -----
+    Every candidate but HEFT is first built capacity-blind (faster: no memory bookkeeping). If
+    that plan happens to be memory-valid (:func:`~streammap.schedule.peak_memory`) it is kept as
+    is; otherwise, when it would beat the best so far, it is rebuilt memory-aware (except above
+    :data:`MEDIUM_WORK`, where such a candidate is dropped).
+    """
+    T, D = cost.n_tasks, cost.n_devices
+    check_placeable(cost)
+    if T == 0 or D == 0:
+        s = heft(cost)
+        s.mapper = "auto(heft)"
+        return s
+    work = T * D
+    tier = 0 if work <= SMALL_WORK else (1 if work <= MEDIUM_WORK else 2)
+    results: list[tuple[float, int, str, Schedule]] = []
+    errors: list[MappingError] = []
+    cap = cost.capacity
+    need = np.maximum(cost.mem, cost.out)
+    # Memory can bind only where all the tasks' needs together exceed the capacity.
+    binds = bool((need @ np.isfinite(cost.time) > cap * (1.0 + MEM_RTOL)).any())
+
+    def best_ms():
+        return min((r[0] for r in results), default=math.inf)
+
+    def attempt(name, build):
+        """``build(memory_aware) -> Schedule``; keep its result if it is a valid plan."""
+        try:
+            s = build(not binds)
+            if binds:
+                valid = bool(fits(peak_memory(cost, s.device, s.start, s.finish), cap).all())
+                if not valid:
+                    # Rebuild memory-aware only if it may win, and not on the largest graphs,
+                    # where memory checks cost as much as HEFT itself.
+                    if tier == 2 or not s.makespan < best_ms():
+                        return None
+                    s = build(True)
+        except MappingError as exc:
+            errors.append(exc)
+            return None
+        results.append((s.makespan, len(results), name, s))
+        return s
+
+    try:
+        h = heft(cost)
+        results.append((h.makespan, 0, "heft", h))
+    except MappingError as exc:
+        errors.append(exc)
+    attempt("peft", lambda mem: peft(cost, memory_aware=mem))
+
+    # Device subsets, fastest first (ties: device position).
+    speed = device_speed(cost)
+    by_speed = np.lexsort((np.arange(D), -speed))
+    sizes = []
+    k = 1
+    while k < D:
+        sizes.append(k)
+        k *= 2
+    if tier >= 1:                              # the single fastest device and a few large subsets
+        sizes = sorted({1} | {k for k in sizes if k >= D // 8})
+    subsets = [(f"top{k}", np.sort(by_speed[:k])) for k in sizes]
+    nodes = np.unique(cost.node_of)
+    if nodes.size > 1:
+        node_speed = np.array([speed[cost.node_of == n].sum() for n in nodes])
+        for rank_i, n in enumerate(nodes[np.lexsort((nodes, -node_speed))][:2 if tier == 0 else 1].tolist()):
+            devs = np.flatnonzero(cost.node_of == n)
+            if not any(np.array_equal(devs, d) for _, d in subsets):
+                subsets.append((f"node{rank_i}", devs))
+    if tier == 2:
+        subsets = [x for x in subsets if x[1].size == 1 or x[0].startswith("node")]
+    for name, devs in subsets:
+        sub = device_subset(cost, devs)
+        tmin = sub.time.min(axis=1)
+        if not np.isfinite(tmin).all():
+            continue
+        # Skip a subset whose work alone, spread perfectly, cannot beat the best plan so far.
+        if tmin.sum() / devs.size >= best_ms():
+            continue
+        attempt(f"heft-{name}", lambda mem, sub=sub, devs=devs: lift(cost, devs, heft(sub, memory_aware=mem)))
+        if tier <= 1:
+            attempt(f"peft-{name}", lambda mem, sub=sub, devs=devs: lift(cost, devs, peft(sub, memory_aware=mem)))
+
+    # Partitions: one part per node, one part per device of the fastest m devices.
+    if metis_available() and T > 1:
+        order = priority_order(cost)
+        groupings: list[tuple[str, list[np.ndarray]]] = []
+        if nodes.size > 1:
+            groupings.append(("nodes", [np.flatnonzero(cost.node_of == n) for n in nodes]))
+        if tier == 0:
+            m = 2
+            while m <= D:
+                groupings.append((f"dev{m}", [np.array([d]) for d in np.sort(by_speed[:m])]))
+                if m == D:
+                    break
+                m = min(2 * m, D)
+        for name, groups in groupings:
+            wts = [float(speed[g].sum()) for g in groups]
+            # Every part must expect a few tasks (METIS cannot bisect empty parts).
+            if min(wts) <= 0 or min(wts) / sum(wts) * T < 4:
+                continue
+            part = partition_tasks(cost, wts)
+            gt = GroupTimes(cost, groups, part)
+            attempt(f"part-{name}", lambda mem, gt=gt: list_schedule(cost, order, times=gt, memory_aware=mem,
+                                                                   mapper="part"))
+
+    if not results:
+        raise errors[0]
+    results.sort(key=lambda r: (r[0], r[1]))
+
+    # Local search from the best distinct candidates.
+    runs = min(SEARCH_MAX_RUNS, (SEARCH_BUDGET if tier == 0 else SEARCH_BUDGET // 4) // max(1, T))
+    if runs >= 8 and D > 1:
+        starts, seen = [], set()
+        for ms, i, name, s in results:
+            key = s.device.tobytes()
+            if key in seen:
+                continue
+            seen.add(key)
+            starts.append((name, s))
+            if len(starts) == 2:
+                break
+        share = runs // len(starts)
+        for name, s in starts:
+            better = improve(cost, s, _placement_order(s), max_runs=share)
+            if better is not s:
+                results.append((better.makespan, len(results), f"{name}+search", better))
+        results.sort(key=lambda r: (r[0], r[1]))
+
+    ms, _, name, best = results[0]
+    return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
+                    n_devices=D, seq=best.seq)

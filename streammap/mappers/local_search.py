@@ -1,0 +1,238 @@
+"""Local search on a schedule: move tasks of the critical path to other devices.
+
+A schedule is re-timed for a given assignment by :class:`FixedAssignment`: list scheduling in a
+fixed priority order (a topological order) where every task's device is given and only its
+start is chosen, the earliest idle gap on that device after its inputs arrive (insertion, as
+HEFT). Its estimates are exactly what :func:`streammap.schedule.simulate` gives for the
+resulting device orders. Because the sweep is sequential, changing the device of the task at
+place k of the order leaves every task before k untouched: the sweep restarts from the nearest
+checkpoint before k.
+
+:func:`improve` then repeatedly takes the critical path of the current schedule (walking back
+from the last task through whichever input or device predecessor set each start) and tries to
+move one of its tasks to another device, or it and the next task of the path together, keeping a
+change when it lowers the makespan, or keeps it and lowers the sum of finish times (which lets
+the search cross plateaus where several paths are critical). Plans that break a device's
+capacity (when memory binds) are rejected. The effort is bounded by a number of re-timings, so
+the result depends on the inputs only.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+
+import numpy as np
+
+from ..cost import CostModel
+from ..schedule import Schedule, fits, peak_memory
+
+__all__ = ["FixedAssignment", "improve"]
+
+
+class FixedAssignment:
+    """Re-time assignments of one graph in one priority order (see the module docstring).
+
+    Parameters
+    ----------
+    cost : CostModel
+    order : ndarray of int
+        A topological order of the task positions.
+    """
+
+    def __init__(self, cost: CostModel, order: np.ndarray):
+        self.cost = cost
+        self.order = [int(t) for t in order]
+        self.place = np.empty(cost.n_tasks, dtype=np.int64)
+        self.place[np.asarray(order, dtype=np.int64)] = np.arange(cost.n_tasks)
+        pp = cost.pred_ptr.tolist()
+        pi = cost.pred_idx.tolist()
+        pb = cost.pred_bytes.tolist()
+        self.preds = [list(zip(pi[pp[t]:pp[t + 1]], pb[pp[t]:pp[t + 1]])) for t in range(cost.n_tasks)]
+        self.lat = cost.lat.tolist()
+        self.inv = cost.inv_bw.tolist()
+        self.time = cost.time
+        self.count = 0                          # number of re-timings so far (effort measure)
+
+    def run(self, dev) -> tuple[np.ndarray, np.ndarray]:
+        """Start and finish of every task for the assignment ``dev`` (device position per task)."""
+        self.count += 1
+        cost = self.cost
+        T, D = cost.n_tasks, cost.n_devices
+        devl = [int(d) for d in dev]
+        w = self.time[np.arange(T), np.asarray(dev, dtype=np.int64)].tolist()
+        start = [0.0] * T
+        finish = [0.0] * T
+        avail = [0.0] * D
+        gs: list[list[float]] = [[] for _ in range(D)]
+        ge: list[list[float]] = [[] for _ in range(D)]
+        lat, inv, preds = self.lat, self.inv, self.preds
+        for t in self.order:
+            d = devl[t]
+            r = 0.0
+            ld, id_ = None, None
+            for p, b in preds[t]:
+                dp = devl[p]
+                if dp == d:
+                    a = finish[p]
+                else:
+                    a = finish[p] + lat[dp][d] + b * inv[dp][d]
+                if a > r:
+                    r = a
+            wt = w[t]
+            av = avail[d]
+            if r >= av:
+                if r > av:
+                    gs[d].append(av)
+                    ge[d].append(r)
+                st = r
+                avail[d] = r + wt
+            else:
+                st = None
+                g_s, g_e = gs[d], ge[d]
+                for i in range(bisect_left(g_e, r + wt), len(g_e)):
+                    s0 = g_s[i] if g_s[i] > r else r
+                    if s0 + wt <= g_e[i]:
+                        st = s0
+                        e1 = g_e[i]
+                        repl_s, repl_e = [], []
+                        if s0 > g_s[i]:
+                            repl_s.append(g_s[i])
+                            repl_e.append(s0)
+                        if e1 > s0 + wt:
+                            repl_s.append(s0 + wt)
+                            repl_e.append(e1)
+                        g_s[i:i + 1] = repl_s
+                        g_e[i:i + 1] = repl_e
+                        break
+                if st is None:
+                    st = av
+                    avail[d] = av + wt
+            start[t] = st
+            finish[t] = st + wt
+        return np.array(start), np.array(finish)
+
+
+def critical_path(cost: CostModel, dev: np.ndarray, start: np.ndarray, finish: np.ndarray) -> list[int]:
+    """Tasks of one critical path, from the last task back (see the module docstring)."""
+    T = cost.n_tasks
+    if T == 0:
+        return []
+    # Task on each device finishing at each instant (the device predecessor of a blocked start).
+    ends = {}
+    for t in np.argsort(finish, kind="stable").tolist():
+        ends[(int(dev[t]), float(finish[t]))] = t
+    t = int(np.argmax(finish))
+    path = [t]
+    pp, pi, pb = cost.pred_ptr, cost.pred_idx, cost.pred_bytes
+    seen = {t}
+    while True:
+        s = start[t]
+        if s <= 0.0:
+            break
+        nxt = None
+        a, b = pp[t], pp[t + 1]
+        d = dev[t]
+        for k in range(a, b):
+            p = pi[k]
+            dp = dev[p]
+            arr = finish[p] if dp == d else finish[p] + cost.lat[dp, d] + pb[k] * cost.inv_bw[dp, d]
+            if arr >= s:
+                nxt = int(p)
+                break
+        if nxt is None:
+            nxt = ends.get((int(d), float(s)))
+        if nxt is None or nxt in seen:
+            break
+        seen.add(nxt)
+        path.append(nxt)
+        t = nxt
+    return path
+
+
+def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs: int,
+            memory_aware: bool = True, mapper: str | None = None) -> Schedule:
+    """Local search from ``schedule`` (see the module docstring).
+
+    Parameters
+    ----------
+    cost : CostModel
+    schedule : Schedule
+        The start point; only its assignment is used.
+    order : ndarray of int
+        Topological priority order used to re-time assignments.
+    max_runs : int
+        At most this many re-timings (the effort bound).
+    memory_aware : bool
+        Reject assignments whose re-timed plan breaks a capacity.
+    mapper : str, optional
+        Name of the returned schedule (default: the start's name).
+
+    Returns
+    -------
+    Schedule
+        The best schedule found (the start re-timed if nothing better was found, or the start
+        itself if its re-timing is worse).
+    """
+    T, D = cost.n_tasks, cost.n_devices
+    if T == 0 or D < 2 or max_runs < 2:
+        return schedule
+    fx = FixedAssignment(cost, order)
+    cap = cost.capacity
+    check_mem = memory_aware and bool(np.isfinite(cap).any())
+    allowed = np.isfinite(cost.time)
+
+    def score(dev):
+        s, f = fx.run(dev)
+        ms = float(f.max())
+        if check_mem and not fits(peak_memory(cost, dev, s, f), cap).all():
+            return None
+        return (ms, float(f.sum())), s, f
+
+    dev = schedule.device.copy()
+    got = score(dev)
+    if got is None:
+        return schedule
+    best, start, finish = got
+    tried: set = set()
+    while fx.count < max_runs:
+        path = critical_path(cost, dev, start, finish)
+        moved = False
+        # Single moves first (each task of the path, devices by speed), then pair moves (a task
+        # and the path's next task, which is its critical input or device predecessor, together).
+        for group_size in (1, 2):
+            for i, t in enumerate(path):
+                if fx.count >= max_runs or moved:
+                    break
+                tasks = [t] if group_size == 1 else path[i:i + 2]
+                if len(tasks) < group_size:
+                    continue
+                ok = allowed[tasks].all(axis=0)
+                cands = np.flatnonzero(ok)
+                cands = cands[np.lexsort((cands, cost.time[t, cands]))]
+                for d in cands.tolist():
+                    if all(dev[u] == d for u in tasks):
+                        continue
+                    key = (tuple(tasks), d, best)
+                    if key in tried:
+                        continue
+                    tried.add(key)
+                    old = dev[tasks].copy()
+                    dev[tasks] = d
+                    got = score(dev)
+                    if got is not None and got[0] < best:
+                        best, start, finish = got
+                        moved = True
+                        break
+                    dev[tasks] = old
+                    if fx.count >= max_runs:
+                        break
+            if moved:
+                break
+        if not moved:
+            break
+    if best[0] >= schedule.makespan:
+        return schedule
+    seq = np.empty(T, dtype=np.int64)
+    seq[np.asarray(order, dtype=np.int64)] = np.arange(T)
+    return Schedule(mapper or schedule.mapper, dev, start, finish, best[0], n_devices=D, seq=seq)
