@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                    help="override a # @stream param (repeatable); VALUE may be an expression")
     c.add_argument("--entry", help="the # @stream graph function, when the file has several")
-    c.add_argument("--mapper", default="heft", help="mapping algorithm (default: heft)")
+    c.add_argument("--mapper", default="auto", help="mapping algorithm: auto (default), heft, heft-plain, peft, a placement policy (least-loaded, binpack, spread, binpack-node, spread-node, fastest) or pkg.module:Class")
     c.add_argument("-o", "--output", help="plan file (default: SOURCE_STEM.plan.yaml)")
     c.add_argument("--emit-graph", metavar="FILE", help="also write the task graph as node-link JSON")
     c.add_argument("--history", metavar="DIR", help="performance history folder (default: $STREAMMAP_HISTORY, else $XDG_DATA_HOME/streammap/history, else ~/.local/share/streammap/history)")

@@ -57,7 +57,7 @@ def load_source_graph(path, params: dict | None = None, entry: str | None = None
                          "or a .json workflow (WfCommons or node-link)", path=path)
 
 
-def compile(path, cluster, params: dict | None = None, mapper: str = "heft", entry: str | None = None,
+def compile(path, cluster, params: dict | None = None, mapper: str = "auto", entry: str | None = None,
             emit_graph=None, history=None) -> Plan:
     """Compile a program or workflow into a placement plan for ``cluster``.
 
@@ -71,7 +71,7 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "heft", ent
     params : dict, optional
         Param overrides, ``{"N": 4096}`` (values may be expression strings such as ``"1<<12"``).
     mapper : str
-        Mapper name (``heft``; see ``streammap.mappers.MAPPERS``).
+        Mapper name (``auto`` by default; see ``streammap.mappers.MAPPERS``).
     entry : str, optional
         The ``# @stream graph`` function to compile when the file has several.
     emit_graph : str or Path, optional

@@ -98,7 +98,7 @@ CLUSTER = {"name": "four", "nodes": [{"name": "node0", "link": {"bandwidth": "30
 def program_plan(tmp_path):
     path = tmp_path / "prog.py"
     path.write_text(textwrap.dedent(PROGRAM))
-    return streammap.compile(path, cluster=CLUSTER, params={"N": 24})
+    return streammap.compile(path, cluster=CLUSTER, params={"N": 24}, mapper="heft")
 
 
 def test_finished_tasks_stay_and_the_slow_device_is_avoided(program_plan):
