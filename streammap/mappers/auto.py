@@ -14,6 +14,8 @@ Candidates, in order:
 1. **HEFT** (:func:`~streammap.mappers.heft.heft`).
 2. **PEFT** (:func:`~streammap.mappers.peft.peft`): optimistic-cost-table ranking and device choice
    (a lookahead to where the successors can run fast).
+2b. **HEFT in other priority orders** (small graphs): upward rank with each task's fastest time,
+   and with its harmonic-mean time over the devices.
 3. **Device subsets**: HEFT, and PEFT where affordable, on the fastest device alone, on the fastest
    k devices for k = 2, 4, 8, ... below D, and on each of the two fastest nodes. Decisive when
    communication dominates (CCR 10): using fewer, faster, better-connected devices avoids
@@ -23,8 +25,10 @@ Candidates, in order:
    weighted by bytes and parts weighted by speed; HEFT then places each task on the devices of
    its part. Keeps heavy edges inside a node or a device.
 5. **Local search** (:func:`streammap.mappers.local_search.improve`) from the best few distinct
-   candidates: tasks on the critical path are moved to other devices while the makespan (then the
-   sum of finish times) falls.
+   candidates: tasks on the critical path are moved to other devices, or swapped with a task of
+   another device, while the makespan (then the sum of finish times) falls; at a local optimum
+   the best plan is kicked (a few critical tasks to random devices, seeded RNG) and the descent
+   resumes, until the re-timing budget is spent (iterated local search).
 
 Effort is bounded by operation counts that scale with the graph (no wall-clock budget, which
 would make plans depend on the machine's load): the number of candidates shrinks as ``T × D``
@@ -42,7 +46,7 @@ import math
 
 import numpy as np
 
-from ..cost import CostModel
+from ..cost import CostModel, concat_ranges, segment_max
 from ..errors import MappingError
 from ..schedule import MEM_RTOL, Schedule, fits, peak_memory
 from .heft import check_placeable, heft, list_schedule, priority_order, upward_rank
@@ -57,10 +61,12 @@ SMALL_WORK = 200_000
 #: Work up to which PEFT on subsets and the fastest node are tried (above it: HEFT on the fastest
 #: device and node, PEFT, the node partition).
 MEDIUM_WORK = 4_000_000
-#: Tasks × re-timings the local search may spend (each re-timing costs O(T + E)).
-SEARCH_BUDGET = 400_000
+#: Tasks × re-timings the local search may spend (each re-timing costs O(T + E)), on graphs up
+#: to :data:`SMALL_WORK`; larger graphs get :data:`SEARCH_BUDGET_LARGE`.
+SEARCH_BUDGET = 700_000
+SEARCH_BUDGET_LARGE = 100_000
 #: Most re-timings for one local search.
-SEARCH_MAX_RUNS = 400
+SEARCH_MAX_RUNS = 1500
 
 
 def device_subset(cost: CostModel, devices) -> CostModel:
@@ -90,6 +96,17 @@ def lift(cost: CostModel, devices, schedule: Schedule, mapper: str | None = None
     devs = np.asarray(devices, dtype=np.int64)
     return Schedule(mapper or schedule.mapper, devs[schedule.device], schedule.start, schedule.finish,
                     schedule.makespan, n_devices=cost.n_devices, seq=schedule.seq)
+
+
+def upward_rank_with(cost: CostModel, w: np.ndarray) -> np.ndarray:
+    """Upward rank as :func:`~streammap.mappers.heft.upward_rank` with task times ``w`` instead of
+    the mean time over the devices (transfers still at their mean cost)."""
+    cbar = cost.mean_comm(cost.succ_bytes)
+    rank = np.zeros(cost.n_tasks)
+    for lev in reversed(cost.levels):
+        e = concat_ranges(cost.succ_ptr[lev], cost.succ_ptr[lev + 1])
+        rank[lev] = w[lev] + segment_max(cbar[e] + rank[cost.succ_idx[e]], cost.succ_ptr, lev)
+    return rank
 
 
 def _placement_order(s: Schedule) -> np.ndarray:
@@ -164,6 +181,15 @@ def auto(cost: CostModel) -> Schedule:
     except MappingError as exc:
         errors.append(exc)
     attempt("peft", lambda mem: peft(cost, memory_aware=mem))
+    if tier == 0:
+        # HEFT in other priority orders: upward ranks from the fastest and from the harmonic-mean
+        # time of each task (closer to what a load-balanced plan spends than the mean time).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv = np.where(np.isfinite(cost.time), 1.0 / cost.time, np.nan)
+            hmean = np.nan_to_num(1.0 / np.nanmean(inv, axis=1), nan=0.0, posinf=0.0)
+        for name, w in (("heft-minrank", cost.min_time()), ("heft-hrank", hmean)):
+            r = upward_rank_with(cost, w)
+            attempt(name, lambda mem, r=r, name=name: heft(cost, memory_aware=mem, rank=r, mapper=name))
 
     # Device subsets, fastest first (ties: device position).
     speed = device_speed(cost)
@@ -225,7 +251,7 @@ def auto(cost: CostModel) -> Schedule:
     results.sort(key=lambda r: (r[0], r[1]))
 
     # Local search from the best distinct candidates.
-    runs = min(SEARCH_MAX_RUNS, (SEARCH_BUDGET if tier == 0 else SEARCH_BUDGET // 4) // max(1, T))
+    runs = min(SEARCH_MAX_RUNS, (SEARCH_BUDGET if tier == 0 else SEARCH_BUDGET_LARGE) // max(1, T))
     if runs >= 8 and D > 1:
         starts, seen = [], set()
         for ms, i, name, s in results:
@@ -238,7 +264,7 @@ def auto(cost: CostModel) -> Schedule:
                 break
         share = runs // len(starts)
         for name, s in starts:
-            better = improve(cost, s, _placement_order(s), max_runs=share)
+            better = improve(cost, s, _placement_order(s), max_runs=share, seed=len(results))
             if better is not s:
                 results.append((better.makespan, len(results), f"{name}+search", better))
         results.sort(key=lambda r: (r[0], r[1]))

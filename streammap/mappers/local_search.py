@@ -13,7 +13,10 @@ from the last task through whichever input or device predecessor set each start)
 move one of its tasks to another device, or it and the next task of the path together, keeping a
 change when it lowers the makespan, or keeps it and lowers the sum of finish times (which lets
 the search cross plateaus where several paths are critical). Plans that break a device's
-capacity (when memory binds) are rejected. The effort is bounded by a number of re-timings, so
+capacity (when memory binds) are rejected. When no move or swap (a path task exchanging devices
+with the task of another device that starts nearest to it) improves, the search is iterated: the
+best plan so far gets a kick (one to three of its critical tasks moved to random devices, from a
+NumPy generator seeded by ``seed``) and the descent starts again from there. The effort is bounded by a number of re-timings, so
 the result depends on the inputs only.
 """
 
@@ -151,7 +154,8 @@ def critical_path(cost: CostModel, dev: np.ndarray, start: np.ndarray, finish: n
 
 
 def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs: int,
-            memory_aware: bool = True, mapper: str | None = None) -> Schedule:
+            memory_aware: bool = True, mapper: str | None = None, seed: int = 0,
+            kicks: bool = True) -> Schedule:
     """Local search from ``schedule`` (see the module docstring).
 
     Parameters
@@ -167,6 +171,12 @@ def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs:
         Reject assignments whose re-timed plan breaks a capacity.
     mapper : str, optional
         Name of the returned schedule (default: the start's name).
+    seed : int
+        Seed of the random kicks (iterated local search); the result depends on it and on the
+        inputs only.
+    kicks : bool
+        When a local optimum is reached, perturb the best assignment found (move a few tasks of
+        its critical path to random devices) and descend again, until the budget is spent.
 
     Returns
     -------
@@ -181,6 +191,7 @@ def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs:
     cap = cost.capacity
     check_mem = memory_aware and bool(np.isfinite(cap).any())
     allowed = np.isfinite(cost.time)
+    rng = np.random.default_rng(seed)
 
     def score(dev):
         s, f = fx.run(dev)
@@ -193,17 +204,20 @@ def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs:
     got = score(dev)
     if got is None:
         return schedule
-    best, start, finish = got
+    cur, start, finish = got
+    gbest, gdev, gstart, gfinish = cur, dev.copy(), start, finish
     tried: set = set()
-    while fx.count < max_runs:
+
+    def descend_step():
+        """One improving move from ``dev`` (first found); True if the current plan changed."""
+        nonlocal cur, start, finish
         path = critical_path(cost, dev, start, finish)
-        moved = False
         # Single moves first (each task of the path, devices by speed), then pair moves (a task
         # and the path's next task, which is its critical input or device predecessor, together).
         for group_size in (1, 2):
             for i, t in enumerate(path):
-                if fx.count >= max_runs or moved:
-                    break
+                if fx.count >= max_runs:
+                    return False
                 tasks = [t] if group_size == 1 else path[i:i + 2]
                 if len(tasks) < group_size:
                     continue
@@ -213,24 +227,67 @@ def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs:
                 for d in cands.tolist():
                     if all(dev[u] == d for u in tasks):
                         continue
-                    key = (tuple(tasks), d, best)
+                    key = (tuple(tasks), d, cur)
                     if key in tried:
                         continue
                     tried.add(key)
                     old = dev[tasks].copy()
                     dev[tasks] = d
                     got = score(dev)
-                    if got is not None and got[0] < best:
-                        best, start, finish = got
-                        moved = True
-                        break
+                    if got is not None and got[0] < cur:
+                        cur, start, finish = got
+                        return True
                     dev[tasks] = old
                     if fx.count >= max_runs:
-                        break
-            if moved:
-                break
-        if not moved:
+                        return False
+        # Swaps: a task of the path and, on every other device, the task starting nearest to it.
+        by_dev = [np.flatnonzero(dev == d) for d in range(D)]
+        for t in path:
+            dt = int(dev[t])
+            for d in range(D):
+                if d == dt or not allowed[t, d] or by_dev[d].size == 0:
+                    continue
+                us = by_dev[d]
+                u = int(us[np.argmin(np.abs(start[us] - start[t]))])
+                if not allowed[u, dt]:
+                    continue
+                key = ((t, u), -1, cur)
+                if key in tried:
+                    continue
+                tried.add(key)
+                dev[t], dev[u] = d, dt
+                got = score(dev)
+                if got is not None and got[0] < cur:
+                    cur, start, finish = got
+                    return True
+                dev[t], dev[u] = dt, d
+                if fx.count >= max_runs:
+                    return False
+        return False
+
+    while fx.count < max_runs:
+        if descend_step():
+            if cur < gbest:
+                gbest, gdev, gstart, gfinish = cur, dev.copy(), start, finish
+            continue
+        if not kicks or fx.count >= max_runs:
             break
+        # Kick: from the best plan, move a few tasks of its critical path to random devices.
+        dev = gdev.copy()
+        path = critical_path(cost, dev, gstart, gfinish)
+        k = min(len(path), 1 + int(rng.integers(0, 3)))
+        for t in rng.choice(np.asarray(path), size=k, replace=False).tolist():
+            ds = np.flatnonzero(allowed[t])
+            dev[t] = int(ds[rng.integers(0, ds.size)])
+        got = score(dev)
+        if got is None:
+            dev = gdev.copy()
+            cur, start, finish = gbest, gstart, gfinish
+            continue
+        cur, start, finish = got
+        if cur < gbest:
+            gbest, gdev, gstart, gfinish = cur, dev.copy(), start, finish
+    best, dev, start, finish = gbest, gdev, gstart, gfinish
     if best[0] >= schedule.makespan:
         return schedule
     seq = np.empty(T, dtype=np.int64)
