@@ -11,7 +11,9 @@ configurations alternating so that drift in the machine's load hits both alike:
         the run; a scrape every tick would cost the scraper, not the run)
 
 Both modes write the run record (as ``streammap run`` always does). Reported per sample: median
-wall time of ``run_plan`` off and on, and the A/B overhead ``median(on) / median(off) - 1``; then
+wall time of ``run_plan`` off and on, the A/B overhead ``median(on) / median(off) - 1``, the paired
+one (the median over repetitions of ``on / off - 1``, each on and its off run back to back, so that
+slow drift cancels) with its interquartile range (the spread the machine's noise gives); then
 the monitoring's own accounted cost, which the run record carries (``telemetry.monitor_time``:
 seconds it took on the run's thread, plus CPU seconds of its ticks), as a share of the run. The
 A/B figure is the honest end-to-end one but is as noisy as the machine; the accounted one does not
@@ -58,6 +60,7 @@ def measure(name: str, reps: int, scale: str, interval: float, server_per_run: b
     if metrics is not None:
         metrics.serve(0)
     times = {"off": [], "on": []}
+    paired = []
     accounted = []
     tmp = Path(tempfile.mkdtemp(prefix="streammap-bench-"))
     rec = {"off": tmp / "off.run.json", "on": tmp / "on.run.json"}
@@ -81,12 +84,15 @@ def measure(name: str, reps: int, scale: str, interval: float, server_per_run: b
                 if mode == "on":
                     data = json.loads(rec[mode].read_text())
                     accounted.append(data["telemetry"]["monitor_time"] / data["wall_time"])
+            paired.append(times["on"][-1] / times["off"][-1] - 1.0)
     finally:
         if metrics is not None:
             metrics.close()
     off, on = statistics.median(times["off"]), statistics.median(times["on"])
+    q = statistics.quantiles(paired, n=4) if len(paired) >= 2 else [paired[0], paired[0], paired[0]]
     return {"sample": name, "tasks": len(plan.tasks), "off": off, "on": on, "overhead": on / off - 1.0,
-            "accounted": statistics.median(accounted), "params": plan.params}
+            "paired": statistics.median(paired), "paired_q1": q[0], "paired_q3": q[2],
+            "accounted": statistics.median(accounted), "accounted_max": max(accounted), "params": plan.params}
 
 
 def main(argv=None) -> int:
@@ -103,13 +109,16 @@ def main(argv=None) -> int:
     logging.getLogger("streammap").setLevel(logging.ERROR)          # slow-task alerts of emulated samples
     print(f"monitoring overhead, {args.reps} repetitions per mode (alternating), scale {args.scale}, "
           f"interval {args.interval} s, Python {sys.version.split()[0]}")
-    print(f"{'sample':<16}{'tasks':>6}{'off ms':>10}{'on ms':>10}{'A/B':>10}{'accounted':>11}")
+    print(f"{'sample':<16}{'tasks':>6}{'off ms':>10}{'on ms':>10}{'A/B':>10}{'paired':>10}"
+          f"{'paired IQR':>20}{'accounted':>11}{'acc. max':>10}")
     rows = []
     for name in SAMPLES:
         r = measure(name, args.reps, args.scale, args.interval, args.server_per_run)
         rows.append(r)
+        iqr = f"{r['paired_q1']:+.1%} .. {r['paired_q3']:+.1%}"
         print(f"{r['sample']:<16}{r['tasks']:>6}{r['off'] * 1e3:>10.2f}{r['on'] * 1e3:>10.2f}"
-              f"{r['overhead']:>+10.2%}{r['accounted']:>11.2%}")
+              f"{r['overhead']:>+10.2%}{r['paired']:>+10.2%}{iqr:>20}{r['accounted']:>11.2%}"
+              f"{r['accounted_max']:>10.2%}")
     key = "accounted" if args.accounted else "overhead"
     med = statistics.median(r[key] for r in rows)
     ok = med <= TARGET

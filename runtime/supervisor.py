@@ -15,6 +15,12 @@ which, in this order:
 3. when the detector finds a slow device (or NVML a lost one) and re-mapping is on, asks the
    executor to drain; :func:`streammap.runtime.run_plan` then re-maps and continues.
 
+The first tick comes one interval after the start; :meth:`RunSupervisor.detach` harvests what the
+executor finished and :meth:`RunSupervisor.stop` takes a last sample, both on the run's thread
+once the workers are done. So a run shorter than the interval is never disturbed while it runs and
+pays a fixed few hundred microseconds: set-up (the CPU baseline: one read of ``/proc/stat``), one
+harvest, one sample (``/proc/stat``, ``/proc/meminfo``).
+
 The executor's workers never call into this module, so the hot path is unchanged; everything
 here reads lists the workers write (reads of list items are atomic in CPython).
 """
@@ -124,6 +130,7 @@ class RunSupervisor:
         self._median: Optional[float] = None
         self._est: list = []
         self._lost_seen: set = set()
+        self._wheres: dict[str, str] = {}
         self._handle: Optional[int] = None
         self._closed = False
         self.t0 = time.perf_counter()
@@ -133,8 +140,10 @@ class RunSupervisor:
     def start(self, t0: float | None = None) -> "RunSupervisor":
         c0 = time.perf_counter()
         self.t0 = c0 if t0 is None else t0
-        # the ticker takes the first sample itself: nothing on the run's critical path
-        self._handle = TICKER.add(self._thread_tick, self.interval, first=self.recorder is not None)
+        # the first tick comes one interval in (a sample at the start would measure nothing: the CPU
+        # baseline was just read, and it would compete with the workers starting up); stop() takes
+        # the last one, so a run shorter than the interval has one sample, covering the whole run
+        self._handle = TICKER.add(self._thread_tick, self.interval)
         self.main_time += time.perf_counter() - c0
         return self
 
@@ -161,8 +170,11 @@ class RunSupervisor:
         """Harvest what the executor finished, then stop following it."""
         c0 = time.perf_counter()
         with self._lock:
-            if self._ex is not None:
-                self._harvest(self.now())
+            ex = self._ex
+            if ex is not None:
+                # a segment that was not drained is the run's last: what the detector would find now
+                # could not be acted on (nothing is left to re-map), so it is not asked
+                self._harvest(self.now(), detector=ex.draining)
             self._ex = None
         self.main_time += time.perf_counter() - c0
 
@@ -200,8 +212,11 @@ class RunSupervisor:
                 self.metrics.elapsed.set(t)
 
     def _where(self, dev: str) -> str:
-        pds = self.plan_devices.get(dev)
-        return f" ({', '.join(pds)})" if pds else ""
+        w = self._wheres.get(dev)
+        if w is None:
+            pds = self.plan_devices.get(dev)
+            w = self._wheres[dev] = f" ({', '.join(pds)})" if pds else ""
+        return w
 
     def _sample(self, t: float) -> None:
         readings, events = self.recorder.sample(t)
@@ -230,13 +245,13 @@ class RunSupervisor:
         if ex is not None:
             ex.request_drain()
 
-    def _harvest(self, t: float) -> None:
+    def _harvest(self, t: float, detector: bool = True) -> None:
         ex = self._ex
         done, attempts = ex.done, ex.attempts
         starts, finishes, gpu_events = ex.starts, ex.finishes, ex.gpu_events
         tasks = ex.plan.tasks
         est = self._est
-        m, a, det = self.metrics, self.alerts, self.detector
+        m, a, det = self.metrics, self.alerts, self.detector if detector else None
         # the slow-task rule, unpacked so that the common case (not slow) costs a comparison
         rule = a.config.slow_task if a is not None else None
         base = self._median if rule is None or rule.baseline == "run" else 1.0
@@ -245,6 +260,8 @@ class RunSupervisor:
         else:
             slow_at, min_time = float("inf"), float("inf")
         ratios = self._ratios
+        observed = [] if m is not None else None       # (kernel, device, seconds), fed in one batch
+        det_min = det.min_task_time if det is not None else float("inf")
         running = 0
         for d, ks in ex.order.items():
             c = self._cursor[d]
@@ -265,14 +282,14 @@ class RunSupervisor:
                     if dur is None:
                         continue
                 task = tasks[k]
-                if m is not None:
-                    m.observe_task(task.kernel, d, dur)
+                if observed is not None:
+                    observed.append((task.kernel, d, dur))
                 e = est[k]
                 if e > 0:
                     ratios.append(dur / e)
                     if dur >= min_time and dur >= slow_at * e:
                         a.check_task(t, task.id, d, e, dur, self._median)
-                    if det is not None:
+                    if dur >= det_min:           # shorter tasks are no evidence to the detector
                         found = det.observe(d, e, dur, task.id)
                         if found is not None and self._may_remap():
                             self._slow(t, found)
@@ -287,6 +304,8 @@ class RunSupervisor:
         if len(self._ratios) >= 5:
             self._median = statistics.median(self._ratios)
         if m is not None:
+            if observed:
+                m.observe_tasks(observed)
             n_done = done.count(True)
             failed = 1 if ex.error is not None else 0
             m.set_tasks(max(0, len(done) - n_done - running - failed), running, n_done, failed)

@@ -197,6 +197,16 @@ class Webhook:
         self._thread.join(self.config.timeout + 1.0 if timeout is None else timeout)
 
 
+_HOST: list = []
+
+
+def _hostname() -> str:
+    """This host's name, asked once per process (every run's alert manager names it)."""
+    if not _HOST:
+        _HOST.append(socket.gethostname())
+    return _HOST[0]
+
+
 class AlertManager:
     """Evaluates the rules and raises alerts (log, metric, record, webhook).
 
@@ -208,7 +218,8 @@ class AlertManager:
         self.config = config or DEFAULT_CONFIG
         self.metrics = metrics
         self.context = dict(context or {})
-        self.context.setdefault("host", socket.gethostname())
+        if "host" not in self.context:
+            self.context["host"] = _hostname()
         self.alerts: list[dict] = []
         self._last: dict[tuple, float] = {}
         self._active: set[tuple] = set()
@@ -249,7 +260,7 @@ class AlertManager:
         """Memory, temperature, lost device and ECC rules on one :class:`~streammap.telemetry.Reading`."""
         c = self.config
         dev = r.device
-        label = f"{dev}{where}"
+        label = dev + where
         share = r.memory_share
         if c.memory_share is not None and share is not None:
             key = ("memory", dev)

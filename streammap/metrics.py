@@ -4,7 +4,9 @@ Each :class:`RunMetrics` has its own :class:`prometheus_client.CollectorRegistry
 one, so several runs in one process do not mix), and :meth:`RunMetrics.serve` exposes it over HTTP
 on 127.0.0.1 unless told otherwise. The executor's threads never touch it: the run's monitoring
 thread (:mod:`streammap.runtime.supervisor`) feeds it once per sampling interval from the
-executor's task lists and the device samplers.
+executor's task lists and the device samplers. Task durations are handed over as a list and
+folded into the histogram when the metrics are read (a scrape, :meth:`RunMetrics.render`), so a run
+pays one ``list.extend`` for them; labelled children are looked up once.
 
 Metrics (Prometheus naming: base units, ``_total`` for counters, ``_ratio`` for 0–1)
 
@@ -30,6 +32,8 @@ for dcgm-exporter work unchanged: ``DCGM_FI_DEV_GPU_UTIL`` (percent), ``DCGM_FI_
 from __future__ import annotations
 
 import socket
+import threading
+from bisect import bisect_left
 from typing import Optional
 
 from .errors import StreamMapError
@@ -39,6 +43,18 @@ DURATION_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.
                     100.0, 300.0, float("inf"))
 TASK_STATES = ("pending", "running", "done", "failed")
 _MIB = 1024.0 * 1024.0
+
+
+class _Flush:
+    """A collector with no metrics of its own: folds a :class:`RunMetrics`' pending task durations
+    into its histogram when the registry is collected (before the histogram, registered later)."""
+
+    def __init__(self, metrics: "RunMetrics"):
+        self._metrics = metrics
+
+    def collect(self):
+        self._metrics.flush()
+        return []
 
 
 class RunMetrics:
@@ -57,13 +73,19 @@ class RunMetrics:
 
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # task durations a run hands over are folded into the histogram when the metrics are read
+        # (a scrape, render()), by this collector, registered first so it runs before the others
+        self._pending: list = []
+        self._pending_lock = threading.Lock()
+        r.register(_Flush(self))
         self.dcgm_names = dcgm_names
         self.hostname = hostname or socket.gethostname()
         self.task_duration = Histogram("streammap_task_duration_seconds", "Measured duration of each task",
                                        ["kernel", "device"], buckets=DURATION_BUCKETS, registry=r)
         self.tasks = Gauge("streammap_tasks", "Tasks of the running plan by state", ["state"], registry=r)
-        for s in TASK_STATES:
-            self.tasks.labels(s).set(0)
+        self._task_states = [self.tasks.labels(s) for s in TASK_STATES]
+        for g in self._task_states:
+            g.set(0)
         self.util = Gauge("streammap_device_utilization_ratio", "Device utilisation (0-1)", ["device"], registry=r)
         self.mem_used = Gauge("streammap_device_memory_used_bytes", "Device memory in use", ["device"], registry=r)
         self.mem_total = Gauge("streammap_device_memory_total_bytes", "Device memory capacity", ["device"],
@@ -85,6 +107,12 @@ class RunMetrics:
         self._server = None
         self._thread = None
         self._infos: dict[str, object] = {}
+        # labelled children, looked up once (``labels()`` takes a lock and checks the labels: a
+        # run feeds the same few children again and again)
+        self._durations: dict[tuple, object] = {}
+        self._device_gauges: dict[str, list] = {}
+        self._dcgm_gauges: dict[tuple, list] = {}
+        self._declared: dict[str, tuple] = {}
         self.port: Optional[int] = None
         self.addr: Optional[str] = None
 
@@ -141,14 +169,72 @@ class RunMetrics:
 
     # -- updates --------------------------------------------------------------------------
     def observe_task(self, kernel: str, device: str, seconds: float) -> None:
-        self.task_duration.labels(kernel, device).observe(seconds)
+        child = self._durations.get((kernel, device))
+        if child is None:
+            child = self._durations[(kernel, device)] = self.task_duration.labels(kernel, device)
+        child.observe(seconds)
+
+    #: Pending durations above this many are folded in at once rather than at the next read.
+    PENDING_MAX = 10_000
+
+    def observe_tasks(self, items) -> None:
+        """:meth:`observe_task` for each ``(kernel, device, seconds)`` of ``items`` (a list), at
+        the next read of the metrics: the run's thread only hands the list over."""
+        with self._pending_lock:
+            self._pending.extend(items)
+            if len(self._pending) <= self.PENDING_MAX:
+                return
+        self.flush()
+
+    def flush(self) -> None:
+        """Fold the pending task durations into the histogram (batched: one update of the sum and
+        of each bucket touched per (kernel, device), rather than per task)."""
+        with self._pending_lock:
+            items, self._pending = self._pending, []
+        if not items:
+            return
+        groups: dict[tuple, list] = {}
+        for kernel, device, seconds in items:
+            g = groups.get((kernel, device))
+            if g is None:
+                groups[(kernel, device)] = [seconds]
+            else:
+                g.append(seconds)
+        for key, values in groups.items():
+            child = self._durations.get(key)
+            if child is None:
+                child = self._durations[key] = self.task_duration.labels(*key)
+            if len(values) == 1:
+                child.observe(values[0])
+                continue
+            try:           # prometheus_client's Histogram: _upper_bounds, _buckets (counters), _sum
+                bounds, buckets, total = child._upper_bounds, child._buckets, child._sum
+            except AttributeError:
+                for v in values:
+                    child.observe(v)
+                continue
+            counts: dict[int, int] = {}
+            for v in values:
+                i = bisect_left(bounds, v)           # the first bound >= v, as observe() finds it
+                counts[i] = counts.get(i, 0) + 1
+            total.inc(sum(values))
+            for i, n in counts.items():
+                if i < len(buckets):
+                    buckets[i].inc(n)
 
     def set_tasks(self, pending: int, running: int, done: int, failed: int) -> None:
-        for state, n in zip(TASK_STATES, (pending, running, done, failed)):
-            self.tasks.labels(state).set(n)
+        p, r, d, f = self._task_states
+        p.set(pending)
+        r.set(running)
+        d.set(done)
+        f.set(failed)
 
     def set_device_info(self, info, plan_devices: list[str] | None = None) -> None:
         """Declare a device (a :class:`streammap.telemetry.DeviceInfo`)."""
+        key = (info, tuple(plan_devices or ()))
+        if self._declared.get(info.id) == key:       # the same device as the last run's: nothing new
+            return
+        self._declared[info.id] = key
         self._infos[info.id] = info
         self.info.labels(info.id, info.kind, info.model or "", info.uuid or "",
                          ",".join(plan_devices or [])).set(1)
@@ -158,33 +244,44 @@ class RunMetrics:
     def set_reading(self, reading) -> None:
         """Update the device gauges from a :class:`streammap.telemetry.Reading`."""
         d = reading.device
+        g = self._device_gauges.get(d)
+        if g is None:                 # children made when first set: a field never known is not exported
+            g = self._device_gauges[d] = [None] * 5
         if reading.utilization is not None:
-            self.util.labels(d).set(reading.utilization)
+            (g[0] or self._child(g, 0, self.util, (d,))).set(reading.utilization)
         if reading.memory_used is not None:
-            self.mem_used.labels(d).set(reading.memory_used)
+            (g[1] or self._child(g, 1, self.mem_used, (d,))).set(reading.memory_used)
         if reading.memory_total:
-            self.mem_total.labels(d).set(reading.memory_total)
+            (g[2] or self._child(g, 2, self.mem_total, (d,))).set(reading.memory_total)
         if reading.power is not None:
-            self.power.labels(d).set(reading.power)
+            (g[3] or self._child(g, 3, self.power, (d,))).set(reading.power)
         if reading.temperature is not None:
-            self.temp.labels(d).set(reading.temperature)
+            (g[4] or self._child(g, 4, self.temp, (d,))).set(reading.temperature)
         if self.dcgm_names:
             info = self._infos.get(d)
             if info is None or info.kind != "gpu":
                 return
             idx = str(info.index if info.index is not None else d.removeprefix("gpu"))
             lab = (idx, info.uuid or "", f"nvidia{idx}", info.model or "", self.hostname)
+            g = self._dcgm_gauges.get(lab)
+            if g is None:
+                g = self._dcgm_gauges[lab] = [None] * 5
             if reading.utilization is not None:
-                self.dcgm_util.labels(*lab).set(round(reading.utilization * 100.0))
+                (g[0] or self._child(g, 0, self.dcgm_util, lab)).set(round(reading.utilization * 100.0))
             if reading.memory_used is not None:
-                self.dcgm_fb_used.labels(*lab).set(round(reading.memory_used / _MIB))
+                (g[1] or self._child(g, 1, self.dcgm_fb_used, lab)).set(round(reading.memory_used / _MIB))
                 total = reading.memory_total or info.memory_total
                 if total:
-                    self.dcgm_fb_free.labels(*lab).set(round((total - reading.memory_used) / _MIB))
+                    (g[2] or self._child(g, 2, self.dcgm_fb_free, lab)).set(round((total - reading.memory_used) / _MIB))
             if reading.power is not None:
-                self.dcgm_power.labels(*lab).set(reading.power)
+                (g[3] or self._child(g, 3, self.dcgm_power, lab)).set(reading.power)
             if reading.temperature is not None:
-                self.dcgm_temp.labels(*lab).set(reading.temperature)
+                (g[4] or self._child(g, 4, self.dcgm_temp, lab)).set(reading.temperature)
+
+    @staticmethod
+    def _child(cache: list, pos: int, metric, labels: tuple):
+        child = cache[pos] = metric.labels(*labels)
+        return child
 
     def alert(self, kind: str, severity: str) -> None:
         self.alerts.labels(kind, severity).inc()

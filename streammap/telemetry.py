@@ -19,7 +19,9 @@ Two samplers, one interface (:class:`Sampler`): :meth:`~Sampler.devices` lists w
     samples), memory used from ``/proc/meminfo`` (``MemTotal − MemAvailable``), package
     temperature from ``/sys/class/thermal`` and package power from RAPL
     (``/sys/class/powercap/intel-rapl:0/energy_uj``) where they are readable. No third-party
-    module: two small file reads per sample.
+    module: two small file reads per sample (three with RAPL); the temperature is read at most
+    once a second per process (:data:`TEMPERATURE_EVERY`), what never changes (model, memory
+    size, which thermal zone) once per process.
 
 :func:`local_samplers` gives both (NVML only when it starts and sees a GPU). NVML is started once
 per process and never shut down (``nvmlInit`` is reference counted and slow on big machines), so
@@ -28,6 +30,8 @@ repeated runs and ``streammap monitor`` pay it once.
 :class:`TelemetryRecorder` keeps the readings as per-device time series (seconds since the run
 started) for the run record, and :class:`PeriodicThread` calls a function every ``interval``
 seconds in a daemon thread until :meth:`~PeriodicThread.stop`, which wakes it at once.
+:data:`TICKER` is one such thread shared by the whole process (runs add and remove jobs without
+starting a thread, or even waking it when it already sleeps until an earlier time).
 """
 
 from __future__ import annotations
@@ -311,6 +315,59 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
+_fds: dict[str, int] = {}
+_fds_lock = threading.Lock()
+
+
+def _pread(path: str) -> Optional[str]:
+    """Like :func:`_read` for a kernel file read again and again (``/proc/stat``, RAPL): the file
+    stays open (one descriptor per path per process, close-on-exec) and each read is one
+    ``pread`` at offset 0, which makes the kernel generate it afresh. One system call instead of
+    six (open, fstat, ioctl, read, read, close): a few microseconds, where a cold ``open`` costs
+    tens. Other paths (tests' fake ``/proc``) are read with :func:`_read`."""
+    fd = _fds.get(path)
+    if fd is None:
+        if not path.startswith(("/proc/", "/sys/")):
+            return _read(path)
+        with _fds_lock:
+            fd = _fds.get(path)
+            if fd is None:
+                try:
+                    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                except OSError:
+                    return None
+                _fds[path] = fd
+    try:
+        data = os.pread(fd, 65536, 0)
+    except OSError:
+        return _read(path)
+    if len(data) >= 65536:                 # (never for these files) the rest the slow way
+        return _read(path)
+    return data.decode("ascii", "replace")
+
+
+#: Seconds a package temperature read from ``/sys/class/thermal`` is reused: a thermal zone read
+#: can take milliseconds (ACPI zones), and the temperature changes slowly.
+TEMPERATURE_EVERY = 1.0
+_temperatures: dict[str, tuple[float, Optional[float]]] = {}     # path -> (monotonic time, °C)
+
+
+def _temperature(path: str) -> Optional[float]:
+    """The temperature at ``path`` (°C), read at most every :data:`TEMPERATURE_EVERY` seconds per
+    process (shared by the runs and samplers of the process)."""
+    now = time.monotonic()
+    hit = _temperatures.get(path)
+    if hit is not None and now - hit[0] < TEMPERATURE_EVERY:
+        return hit[1]
+    text = _pread(path)
+    try:
+        value = float(text) / 1000.0 if text else None
+    except ValueError:
+        value = None
+    _temperatures[path] = (now, value)
+    return value
+
+
 class CpuSampler(Sampler):
     """The host's CPUs and memory, from ``/proc`` and ``/sys`` (fields stay ``None`` elsewhere)."""
 
@@ -353,7 +410,7 @@ class CpuSampler(Sampler):
         return best
 
     def _jiffies(self) -> Optional[tuple[int, int]]:
-        text = _read(self._stat)
+        text = _pread(self._stat)
         if not text:
             return None
         first = text.split("\n", 1)[0].split()
@@ -365,7 +422,7 @@ class CpuSampler(Sampler):
         return total, total - idle
 
     def _memory(self) -> tuple[Optional[float], Optional[float]]:
-        text = _read(self._meminfo)
+        text = _pread(self._meminfo)
         if not text:
             return None, None
         total = avail = None
@@ -383,7 +440,7 @@ class CpuSampler(Sampler):
     def _energy(self) -> Optional[tuple[float, float]]:
         if self._rapl is None:
             return None
-        text = _read(self._rapl)
+        text = _pread(self._rapl)
         if not text:
             return None
         try:
@@ -404,11 +461,7 @@ class CpuSampler(Sampler):
             self._prev = now
         r.memory_used, r.memory_total = self._memory()
         if self._temp_path is not None:
-            t = _read(self._temp_path)
-            try:
-                r.temperature = float(t) / 1000.0 if t else None
-            except ValueError:
-                r.temperature = None
+            r.temperature = _temperature(self._temp_path)
         e = self._energy()
         if e is not None and self._energy_prev is not None and e[0] > self._energy_prev[0] and e[1] >= self._energy_prev[1]:
             r.power = (e[1] - self._energy_prev[1]) / (e[0] - self._energy_prev[0])
@@ -556,31 +609,39 @@ class Ticker:
         self._next = 0
         self._thread: Optional[threading.Thread] = None
         self._name = name
+        self._wake_at = float("-inf")      # when the sleeping thread wakes up by itself (-inf: awake)
 
     def add(self, fn: Callable[[], None], interval: float, first: bool = False) -> int:
         now = time.perf_counter()
         with self._cv:
             self._next += 1
             h = self._next
-            self._jobs[h] = [now if first else now + interval, max(0.001, float(interval)), fn]
+            due = now if first else now + interval
+            self._jobs[h] = [due, max(0.001, float(interval)), fn]
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
                 self._thread.start()
-            self._cv.notify()
+            elif due < self._wake_at:
+                # wake the thread only when it would sleep past the new job: a run that adds its job
+                # while the thread sleeps until an earlier time (or runs jobs) costs it no wake-up
+                self._cv.notify()
         return h
 
     def remove(self, handle: int) -> None:
-        with self._cv:
+        with self._cv:                     # no wake-up: the thread skips what is gone when it wakes
             self._jobs.pop(handle, None)
 
     def _loop(self) -> None:
         cv, jobs = self._cv, self._jobs
+        inf = float("inf")
         while True:
             with cv:
                 now = time.perf_counter()
                 due = [(h, j[2]) for h, j in jobs.items() if j[0] <= now]
                 if not due:
-                    cv.wait(min(j[0] for j in jobs.values()) - now if jobs else None)
+                    self._wake_at = min(j[0] for j in jobs.values()) if jobs else inf
+                    cv.wait(self._wake_at - now if jobs else None)
+                    self._wake_at = -inf      # awake: add() need not notify
                     continue
                 for h, _ in due:
                     j = jobs[h]

@@ -170,3 +170,38 @@ def test_metrics_port_given_to_run_plan_is_closed_after(tmp_path):
     run_plan(plan, progress=False, metrics=port, interval=0.01)
     with pytest.raises(urllib.error.URLError):
         scrape(port)
+
+
+def test_batched_task_durations_match_one_by_one():
+    one, batch = RunMetrics(), RunMetrics()
+    items = [("scale", "node0/cpu0", v) for v in (1e-6, 1e-5, 2e-3, 2e-3, 0.05, 1e3)] + \
+            [("add", "node0/cpu1", 0.5), ("scale", "node0/cpu1", 3e-4)]
+    for k, d, v in items:
+        one.observe_task(k, d, v)
+    batch.observe_tasks(items)
+    batch.observe_tasks([])
+    lines = lambda m: sorted(l for l in m.render().splitlines() if l.startswith("streammap_task_duration_seconds")
+                             and "_created" not in l)
+    assert lines(one) == lines(batch)
+
+
+def test_device_fields_never_read_are_not_exported():
+    m = RunMetrics()
+    for _ in range(2):
+        m.set_reading(Reading("cpu", utilization=0.5, memory_used=1e9, memory_total=8e9))
+    text = m.render()
+    assert value(text, "streammap_device_utilization_ratio", device="cpu") == 0.5
+    assert 'streammap_device_power_watts{device="cpu"}' not in text
+    assert 'streammap_device_temperature_celsius{device="cpu"}' not in text
+    m.set_reading(Reading("cpu", power=42.0))
+    assert value(m.render(), "streammap_device_power_watts", device="cpu") == 42.0
+
+
+def test_device_info_declared_again_only_when_it_changes():
+    m = RunMetrics()
+    m.set_device_info(GPU, ["node0/gpu0"])
+    m.set_device_info(GPU, ["node0/gpu0"])
+    m.set_device_info(GPU, ["node0/gpu1"])
+    text = m.render()
+    assert value(text, "streammap_device_info", device="gpu0", plan_devices="node0/gpu0") == 1
+    assert value(text, "streammap_device_info", device="gpu0", plan_devices="node0/gpu1") == 1

@@ -199,3 +199,59 @@ def test_old_run_records_stay_readable(tmp_path):
     record = read_run_record(path)
     assert record.telemetry is None and record.alerts == [] and record.remaps == []
     assert record.tasks[0].planned_device is None
+
+
+def test_ticker_wakes_only_when_needed():
+    from streammap.telemetry import Ticker
+    tk = Ticker("test ticker")
+    calls = []
+    h = tk.add(lambda: calls.append("a"), 0.01, first=True)
+    time.sleep(0.05)
+    assert calls and calls[0] == "a"
+    tk.remove(h)
+    n = len(calls)
+    time.sleep(0.03)
+    assert len(calls) <= n + 1                   # at most one already under way
+    assert tk._wake_at == float("inf")           # nothing left: it sleeps until the next add
+    tk.add(lambda: calls.append("b"), 10.0)      # wakes it (it slept forever) to sleep until then
+    time.sleep(0.02)
+    assert 9.0 < tk._wake_at - time.perf_counter() <= 10.0
+    tk.add(lambda: calls.append("c"), 20.0)      # later than its wake-up: no need to wake it
+    h = tk.add(lambda: calls.append("d"), 0.005)  # earlier: woken, runs it
+    time.sleep(0.05)
+    tk.remove(h)
+    assert "d" in calls and "b" not in calls and "c" not in calls
+
+
+def test_kernel_files_are_read_with_pread(tmp_path):
+    from streammap import telemetry
+    first = telemetry._pread("/proc/meminfo")
+    assert first is not None and first.startswith("MemTotal:") and "/proc/meminfo" in telemetry._fds
+    assert telemetry._pread("/proc/meminfo").startswith("MemTotal:")      # read afresh from offset 0
+    assert telemetry._pread("/proc/no-such-file") is None
+    f = tmp_path / "x"
+    f.write_text("1")
+    assert telemetry._pread(str(f)) == "1" and str(f) not in telemetry._fds   # not a kernel file: not kept
+
+
+def test_temperature_is_read_at_most_once_a_second(tmp_path, monkeypatch):
+    from streammap import telemetry
+    zone = tmp_path / "thermal_zone0"
+    zone.mkdir()
+    (zone / "temp").write_text("50000\n")
+    path = str(zone / "temp")
+    assert telemetry._temperature(path) == 50.0
+    (zone / "temp").write_text("60000\n")
+    assert telemetry._temperature(path) == 50.0                 # within TEMPERATURE_EVERY
+    monkeypatch.setattr(telemetry, "TEMPERATURE_EVERY", 0.0)
+    assert telemetry._temperature(path) == 60.0
+
+
+def test_run_shorter_than_the_interval_is_sampled_once_at_its_end(tmp_path):
+    plan = sleepy_plan(tmp_path, n=2)
+    run_plan(plan, progress=False, record_path=tmp_path / "r.json", interval=30.0)
+    record = read_run_record(tmp_path / "r.json")
+    (cpu,) = record.telemetry.devices
+    assert len(cpu.t) == 1 and record.wall_time - 0.001 <= cpu.t[0] <= record.wall_time + 0.05
+    assert cpu.memory_used is not None
+    assert 0 < record.telemetry.monitor_time < record.wall_time
