@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 
@@ -153,47 +153,115 @@ class _Profile:
     """Memory use of one device as a step function: ``v[i]`` bytes on ``[t[i], t[i+1])``.
 
     Before ``t[0]`` the use is 0; the last step extends to infinity (open-ended outputs).
+    The breakpoints are a sorted Python list (bisect, ``list.insert``); the values live in a NumPy
+    buffer grown by doubling, so inserting a breakpoint is one block move and adding over a range
+    one slice operation. Each value is the sum, in the order of the calls to :meth:`add`, of the
+    amounts added over its step (a new breakpoint copies the level of the step it splits), so the
+    bytes compared with a capacity do not depend on how the steps were stored.
     """
 
-    __slots__ = ("t", "v", "_suffix")
+    __slots__ = ("t", "_v", "n")
 
     def __init__(self):
-        self.t = np.empty(0)
-        self.v = np.empty(0)
-        self._suffix = None
+        self.t: list[float] = []
+        self._v = np.zeros(16)
+        self.n = 0
 
-    def suffix_max(self) -> np.ndarray:
-        """``max(v[i:])`` for every i (cached until the next change)."""
-        if self._suffix is None:
-            self._suffix = np.maximum.accumulate(self.v[::-1])[::-1]
-        return self._suffix
+    @property
+    def v(self) -> np.ndarray:
+        """The values, ``v[i]`` on ``[t[i], t[i+1])`` (a view)."""
+        return self._v[:self.n]
+
+    def last(self) -> float:
+        """The use from the last breakpoint on (0 if there is none)."""
+        return float(self._v[self.n - 1]) if self.n else 0.0
 
     def _ensure(self, x: float) -> int:
         t = self.t
-        i = int(np.searchsorted(t, x))
-        if i < t.size and t[i] == x:
+        i = bisect_left(t, x)
+        n = self.n
+        if i < n and t[i] == x:
             return i
-        level = self.v[i - 1] if i > 0 else 0.0
-        self.t = np.insert(t, i, x)
-        self.v = np.insert(self.v, i, level)
+        v = self._v
+        if n == v.size:
+            v = self._v = np.concatenate((v, np.zeros(n)))
+        if i < n:
+            v[i + 1:n + 1] = v[i:n]
+        v[i] = v[i - 1] if i > 0 else 0.0
+        t.insert(i, x)
+        self.n = n + 1
         return i
 
     def add(self, a: float, b: float, amount: float) -> None:
         """Add ``amount`` bytes over ``[a, b)`` (``b`` may be ``inf``; empty if ``b <= a``)."""
         if amount == 0.0 or not b > a:
             return
-        self._suffix = None
-        i = self._ensure(a)
+        i = self._ensure(float(a))
         if math.isinf(b):
-            self.v[i:] += amount
+            self._v[i:self.n] += amount
         else:
-            j = self._ensure(b)
-            self.v[i:j] += amount
+            j = self._ensure(float(b))
+            self._v[i:j] += amount
+
+    def range_max(self, a: float, b: float) -> float:
+        """Largest use over ``[a, b)`` (``a < b``; ``b`` may be ``inf``)."""
+        t = self.t
+        i = bisect_right(t, a) - 1
+        j = self.n if b == math.inf else bisect_left(t, b)
+        if i < 0:
+            if j <= 0:
+                return 0.0
+            top = float(self._v[:j].max())
+            return top if top > 0.0 else 0.0
+        if j == i + 1:
+            return float(self._v[i])
+        return float(self._v[i:j].max())
+
+    def fits_with(self, s: float, f: float, m: float, o: float, rel: list, c: float) -> bool:
+        """Whether the use stays within ``c`` from ``s`` on if a task is added: ``m`` over
+        ``[s, f)``, ``o`` from ``f`` on, and ``a`` bytes released from ``max(l, s)`` on for each
+        ``(l, a)`` in ``rel``.
+
+        Same value as ``peak_with(...) <= c``, computed per piece of the added step function
+        (between ``s``, ``f`` and the release times) with one range maximum of the profile each:
+        adding a constant is monotone in floating point, so the maximum of ``level + k`` is
+        ``max(level) + k`` to the last bit. Over two releases, the general :meth:`peak_with` is used
+        (its release sums are a matrix product, whose rounding this does not reproduce).
+        """
+        if len(rel) > 2:
+            lu = np.array([x[0] for x in rel])
+            rel_a = np.array([x[1] for x in rel])
+            return self.peak_with(s, f, m, o, np.maximum(lu, s), rel_a) <= c
+        if not rel:
+            # Pieces [s, f) holding m and [f, inf) holding o.
+            if f > s and self.range_max(s, f) + m > c:
+                return False
+            return self.range_max(f, math.inf) + o <= c
+        rt = [(l if l > s else s) for l, _ in rel]
+        qs = sorted({s, f, *rt})
+        last = len(qs) - 1
+        for k, q in enumerate(qs):
+            qn = qs[k + 1] if k < last else math.inf
+            level = self.range_max(q, qn) + (m if q < f else o)
+            if len(rt) == 1:
+                if rt[0] <= q:
+                    level = level - rel[0][1]
+            else:
+                a0, a1 = rt[0] <= q, rt[1] <= q
+                if a0 and a1:
+                    level = level - (rel[0][1] + rel[1][1])
+                elif a0:
+                    level = level - rel[0][1]
+                elif a1:
+                    level = level - rel[1][1]
+            if level > c:
+                return False
+        return True
 
     def peak_with(self, s: float, f: float, m: float, o: float, rel_t: np.ndarray, rel_a: np.ndarray) -> float:
         """Peak use from ``s`` on if a task is added: ``m`` over ``[s, f)``, ``o`` from ``f`` on,
         and ``rel_a[k]`` bytes are released from ``rel_t[k]`` on."""
-        t, v = self.t, self.v
+        t, v = np.asarray(self.t, dtype=np.float64), self.v
         pts = np.concatenate(((s, f), rel_t, t[np.searchsorted(t, s, side="right"):]))
         idx = np.searchsorted(t, pts, side="right") - 1
         level = np.where(idx >= 0, v[np.maximum(idx, 0)], 0.0) if v.size else np.zeros(pts.size)
@@ -243,8 +311,10 @@ def heft(cost: CostModel, *, memory_aware: bool = True, rank: np.ndarray | None 
     give the same schedule. Cost is O(E·D) NumPy work plus, per task, a gap search on the few
     devices where a gap could beat the best append position (a gap ending before
     ``ready + time`` or shorter than the task, or a device whose ``ready + time`` already loses
-    to the best append, is never searched). Memory checks cost O(tasks on the device) each and
-    only happen on devices where memory can bind.
+    to the best append, is never searched). Memory checks only happen on devices where memory can
+    bind; each tried start costs a few range maxima over the device's step function (a bisection
+    plus one vectorised maximum each), and the gaps that the device's open outputs rule out are
+    crossed by bisection rather than one by one.
     """
     if mapper is None:
         mapper = "heft" if memory_aware else "heft-plain"
@@ -356,40 +426,59 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
                     prof.add(finish[u], end, out[u])
         return prof
 
-    def mem_fit(d, t, r, w, est_append, P):
+    def mem_fit(d, t, r, w, est_append, rel):
         """Earliest start on tracked device d that fits in time and memory: ``(gap index or None,
-        start)``, or None."""
+        start)``, or None. ``rel``: ``(last use, bytes)`` of the outputs on d that t releases."""
         prof = profile(d)
         m, o = mem[t], out[t]
-        if P is not None and P.size:
-            sel = P[(dev[P] == d) & (pending[P] == 1) & (out[P] > 0)]
+        if len(rel) > 2:
+            released = float(np.array([x[1] for x in rel]).sum())
+        elif len(rel) == 2:
+            released = rel[0][1] + rel[1][1]
+        elif rel:
+            released = rel[0][1]
         else:
-            sel = P[:0] if P is not None else np.empty(0, dtype=np.int64)
-        rel_a = out[sel]
-        lu = last_use[sel]
-        released = float(rel_a.sum())
-        v = prof.v
+            released = 0.0
         c = cap[d]
-        if v.size and v[-1] - released + o > c:
+        if prof.n and prof.last() - released + o > c:
             return None                        # open outputs alone leave no room, at any start
         gs, ge = gap_s[d], gap_e[d]
-        i0 = bisect_left(ge, r + w)
-        if i0 < len(ge):
+        i = bisect_left(ge, r + w)
+        G = len(ge)
+        if i < G:
             # Necessary for a start s: the use after its finish, less every release, plus its
-            # output fits. That bound only falls with s, so it skips a prefix of the gaps.
-            suffix = prof.suffix_max()
+            # output fits. That bound only falls with s: the gaps it rules out are those whose
+            # finish falls in [t[0], t[jb]), one run of them, crossed by bisection.
             tt = prof.t
-            for i in range(i0, len(ge)):
-                st = gs[i] if gs[i] > r else r
-                if st + w > ge[i]:
+            jb = -1                            # first step where the bound holds (-1: not known yet)
+            while i < G:
+                g0 = gs[i]
+                st = g0 if g0 > r else r
+                e = st + w
+                if e > ge[i]:
+                    i += 1
                     continue
-                j = int(np.searchsorted(tt, st + w, side="right")) - 1
-                if j >= 0 and suffix[j] - released + o > c:
-                    continue
-                if prof.peak_with(st, st + w, m, o, np.maximum(lu, st), rel_a) <= c:
+                if tt and e >= tt[0]:
+                    if jb < 0:
+                        bad = (prof.v - released + o > c).nonzero()[0]
+                        jb = int(bad[-1]) + 1 if bad.size else 0
+                    if jb > 0 and e < tt[jb]:
+                        xb = tt[jb]
+                        lo, hi = i + 1, G
+                        while lo < hi:
+                            mid = (lo + hi) // 2
+                            g0 = gs[mid]
+                            if (g0 if g0 > r else r) + w >= xb:
+                                hi = mid
+                            else:
+                                lo = mid + 1
+                        i = lo
+                        continue
+                if prof.fits_with(st, e, m, o, rel, c):
                     return i, st
+                i += 1
         st = est_append
-        if prof.peak_with(st, st + w, m, o, np.maximum(lu, st), rel_a) <= c:
+        if prof.fits_with(st, st + w, m, o, rel, c):
             return None, st
         return None
 
@@ -417,6 +506,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
             eft = eft + bt
             lb = lb + bt
         tight = None
+        rel_src = ()                          # (device, last use, bytes) of the outputs t releases
         if any_tracked:
             tight = tracked & (out_sum + out[t] + np.maximum(mem_max, mem[t]) > cap)
             if tight.any():
@@ -424,7 +514,12 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
                 # output do not fit, no start on that device can work.
                 if P is not None:
                     sel = P[pending[P] == 1]
-                    rel = np.bincount(dev[sel], weights=out[sel], minlength=D) if sel.size else zeros
+                    if sel.size:
+                        rel = np.bincount(dev[sel], weights=out[sel], minlength=D)
+                        sel = sel[out[sel] > 0]
+                        rel_src = list(zip(dev[sel].tolist(), last_use[sel].tolist(), out[sel].tolist()))
+                    else:
+                        rel = zeros
                 else:
                     rel = zeros
                 blocked = tight & (open_out - rel + out[t] > cap)
@@ -445,7 +540,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
             maybe |= tight
         maybe &= lb <= best_eft
         maybe &= np.isfinite(lb)
-        cand = np.flatnonzero(maybe)
+        cand = maybe.nonzero()[0]
         if cand.size:
             if cand.size > 1:
                 cand = cand[np.lexsort((cand, lb[cand]))]
@@ -455,7 +550,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
                     break
                 wd = float(w[d])
                 if tight is not None and tight[d]:
-                    res = mem_fit(d, t, float(ready[d]), wd, float(est[d]), P)
+                    res = mem_fit(d, t, float(ready[d]), wd, float(est[d]), [(l, a) for q, l, a in rel_src if q == d])
                     if res is None:
                         continue
                     gi, st = res
