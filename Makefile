@@ -10,7 +10,7 @@ DEMO   ?= .demo
 $(BIN)/streammap: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,cluster]'
 	@touch $@
 
 venv: $(BIN)/streammap

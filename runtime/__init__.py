@@ -40,7 +40,8 @@ log = logging.getLogger("streammap.runtime")
 
 def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None, progress: bool = True,
              plan_path=None, telemetry: bool = True, interval: float | None = None, metrics=None,
-             dcgm_names: bool = False, metrics_addr: str = "127.0.0.1", alerts=None, samplers=None) -> dict:
+             dcgm_names: bool = False, metrics_addr: str = "127.0.0.1", alerts=None, samplers=None,
+             backend: str = "local", address: Optional[str] = None, max_recoveries: Optional[int] = None) -> dict:
     """Run ``plan`` on this machine and return its outputs.
 
     Parameters
@@ -74,6 +75,14 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
         alerts on, re-mapping on except under ``emulate``).
     samplers : list, optional
         Telemetry samplers to use instead of this machine's (tests).
+    backend : str
+        ``"local"`` (default: this process) or ``"ray"`` (:mod:`.ray_executor`: one actor per plan
+        device on a Ray cluster; needs ``pip install 'streammap[cluster]'``).
+    address : str, optional
+        With ``backend="ray"``: the Ray cluster (``auto``, ``host:port``); default: the cluster
+        this process is connected to, else ``RAY_ADDRESS``, else a new local Ray.
+    max_recoveries : int, optional
+        With ``backend="ray"``: how many lost nodes/actors to recover from (default 3).
 
     Returns
     -------
@@ -92,6 +101,14 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
         A kernel raised (after its retries); carries the task id, call site, device and the
         kernel's own traceback text.
     """
+    if backend == "ray":
+        from .ray_executor import DEFAULT_MAX_RECOVERIES, run_plan_ray
+        return run_plan_ray(plan, emulate=emulate, outputs_path=outputs_path, record_path=record_path,
+                            progress=progress, plan_path=plan_path, address=address,
+                            max_recoveries=DEFAULT_MAX_RECOVERIES if max_recoveries is None else max_recoveries,
+                            metrics=metrics, alerts=alerts)
+    if backend != "local":
+        raise StreamMapError(f"unknown backend {backend!r}", hint="use 'local' or 'ray'")
     if isinstance(plan, (str, os.PathLike)):
         plan_path = plan_path or plan
         plan = read_plan(plan)

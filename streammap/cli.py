@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("-o", "--output", help="write the cluster file here (default: print it)")
     d.add_argument("--node", help="node name (default: the host name)")
     d.add_argument("--name", default="local", help="cluster name (default: local)")
+    d.add_argument("--ray", metavar="ADDRESS", nargs="?", const="auto",
+                   help="discover every node of the Ray cluster at ADDRESS (default auto); node names from "
+                        "the 'streammap-node' label, else the host name")
     d.set_defaults(func=_discover)
 
     c = sub.add_parser("compile", help="compile a program or workflow into a placement plan")
@@ -79,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("plan", help="plan.yaml")
     r.add_argument("-o", "--output", help="outputs .npz (default: PLAN_STEM.out.npz); the run record goes beside it")
     r.add_argument("--emulate", action="store_true", help="run devices this machine lacks on the CPU (same threads and order)")
+    r.add_argument("--backend", choices=["local", "ray"], default="local",
+                   help="local (default: this process) or ray (a Ray cluster; pip install 'streammap[cluster]')")
+    r.add_argument("--address", help="with --backend ray: the Ray cluster (auto, HOST:PORT); default RAY_ADDRESS or a new local Ray")
+    r.add_argument("--max-recoveries", type=int, default=3, metavar="N",
+                   help="with --backend ray: recover from at most N lost nodes (default 3)")
     r.add_argument("--record", help="run record path (default: OUTPUT_STEM.run.json)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--history", metavar="DIR", help="performance history folder (default: $STREAMMAP_HISTORY, else $XDG_DATA_HOME/streammap/history, else ~/.local/share/streammap/history)")
@@ -102,13 +110,18 @@ def _console() -> Console:
 
 def _discover(args) -> int:
     from .discover import discover, format_cluster, write_cluster
-    found = discover(node_name=args.node, cluster_name=args.name)
+    if args.ray:
+        from .discover_ray import discover_ray
+        found = discover_ray(None if args.ray == "auto" else args.ray,
+                             cluster_name=args.name if args.name != "local" else "ray")
+    else:
+        found = discover(node_name=args.node, cluster_name=args.name)
     spec = found.spec
     out = _console()
     if args.output:
         write_cluster(spec, args.output, found.notes)
         gpus = sum(1 for n in spec.nodes for d in n.devices if d.kind == "gpu")
-        out.print(f"wrote {args.output}: node {spec.nodes[0].name}, {gpus} GPU(s), "
+        out.print(f"wrote {args.output}: {len(spec.nodes)} node(s), {gpus} GPU(s), "
                   f"{sum(len(n.devices) for n in spec.nodes)} device(s) [{found.status}]", markup=False)
     else:
         sys.stdout.write(format_cluster(spec, found.notes))
@@ -195,13 +208,14 @@ def _run(args) -> int:
     t0 = time.perf_counter()
     try:
         outputs = run_plan(plan, emulate=args.emulate, outputs_path=output, record_path=record, plan_path=plan_path,
-                           progress=not args.no_progress and sys.stderr.isatty(), **monitoring)
+                           progress=not args.no_progress and sys.stderr.isatty(), backend=args.backend,
+                           address=args.address, max_recoveries=args.max_recoveries, **monitoring)
     finally:
         if monitoring.get("metrics") is not None:
             monitoring["metrics"].close()
     elapsed = time.perf_counter() - t0
     names = ", ".join(f"{k} {getattr(v, 'shape', ())}" for k, v in outputs.items())
-    _console().print(f"ran {len(plan.tasks)} tasks in {format_time(elapsed)}"
+    _console().print(f"ran {len(plan.tasks)} tasks{' on Ray' if args.backend == 'ray' else ''} in {format_time(elapsed)}"
                     f"{' (emulated on the CPU)' if args.emulate else ''}; wrote {output} ({names}) and {record}",
                     markup=False)
     if not args.no_history:

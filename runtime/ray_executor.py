@@ -1,0 +1,669 @@
+"""The Ray executor: run a plan on a Ray cluster, one actor per plan device.
+
+Like the local executor it does not schedule: the plan says which device runs each task and in
+which order, and this executor makes the hand-offs correct and cheap, on several machines.
+
+Mapping plan devices to Ray
+---------------------------
+A plan device ``node/device`` runs in one :class:`DeviceActor` on the Ray node named ``node``
+(names from :func:`streammap.discover_ray.ray_node_names`: the ``streammap-node`` label, else the
+host name, suffixed with a node-id prefix when hosts repeat). The actor is hard-pinned there
+(``NodeAffinitySchedulingStrategy(node_id, soft=False)``), reserves no CPU, and for a real GPU
+device reserves one GPU (``num_gpus=1``; Ray sets ``CUDA_VISIBLE_DEVICES``, the actor reports the
+GPU it got). Under ``emulate`` every device runs with NumPy and reserves nothing; when the plan's
+nodes are not Ray node names (a plan for an 8-GPU cluster on a 2-node test cluster), plan nodes
+are assigned to the alive Ray nodes round-robin (plan order onto nodes sorted by name), and a
+warning says so. Without ``emulate``, unknown nodes, too few GPUs on a node and device kinds other
+than cpu/gpu are refused before anything runs.
+
+State
+-----
+Driver (this process):
+
+``actors``    device id → actor handle (created on first use, never on a dead node).
+``where``     finished task id → device whose actor holds its result.
+``exports``   task id → ObjectRef of a *host* copy of its result, made by the task itself
+              (``run_export``) when a task on another actor consumes it; Ray moves it (through
+              host memory, the object store) to consumers on other actors and nodes.
+``starts`` / ``finishes`` / ``attempts``   per task id, measured in the actor (``time.time``,
+              relative to the run's start; clocks of different machines are assumed in sync).
+
+Actor: the program (loaded once, params set), its device, and ``values``: task id → result,
+resident on the device (CuPy on a GPU), freed after the last consumer *on this actor* in the
+current segment (unless an output).
+
+Policy
+------
+- **Submission**: every task is submitted at once, in plan order, to its device's actor
+  (``max_concurrency=1``: calls run in submission order), as ``run(k, *refs)``: ``refs`` are the
+  export refs of the data it needs from other actors and the completion refs of cross-actor
+  ordering-only deps, so Ray does all waiting. Results used on the same actor never leave it.
+  ``run`` returns small metadata (start, finish, attempts) that the driver collects with
+  ``ray.wait`` for the progress bar and the run record.
+- **Failure**: a kernel that raises is called again up to its ``retries``; then its call raises
+  :class:`TaskFailed` (task id, call site, device, the kernel's own traceback); the driver kills
+  the actors and raises :class:`~streammap.errors.KernelError`. Outputs are written by
+  ``run_plan`` only after success, atomically.
+- **Node loss**: an actor call failing with ``RayActorError`` (the actor or its node died; with
+  ``NodeDiedError``, ``ObjectLostError`` for data that lived there) starts recovery. Surviving
+  actors keep running what they can (a task whose input is gone raises :class:`InputMissing` at
+  once); the driver waits for every outstanding call, pings the actors to learn which are dead
+  and reads ``ray.nodes()``; the devices of dead actors and dead nodes are *lost*. Then
+  :func:`streammap.remap.remap_plan` re-maps the rest with ``finished`` (task → device holding
+  its result), ``available`` (results still held by a surviving actor, or exported from one) and
+  ``lost``; finished tasks whose results are gone and are needed again are re-run, everything
+  else finished is kept. A new segment submits only the unfinished tasks. At most
+  ``max_recoveries`` recoveries; each is logged with its recovery time (from the first error
+  seen to the next segment being submitted) and listed in the run record's ``remaps``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from streammap.errors import KernelError, StreamMapError
+from streammap.ir import spec_refs
+from streammap.plan import Plan, read_plan
+from streammap.runrecord import run_record_path, write_run_record
+
+from .devices import CUPY_VENDORS, EXECUTABLE_KINDS, Placement, node_of, to_host
+from .local import Outcome, name_outputs, user_traceback
+
+log = logging.getLogger("streammap.runtime")
+
+DEFAULT_MAX_RECOVERIES = 3
+
+
+# -- errors raised in the actors (picklable: their args are their state) -------------------
+
+class TaskFailed(Exception):
+    """A kernel raised on every attempt: ``(task id, site, device, traceback text, attempts)``."""
+
+    def __init__(self, task_id, site, device, traceback_text, attempts):
+        super().__init__(task_id, site, device, traceback_text, attempts)
+        self.task_id, self.site, self.device, self.traceback_text, self.attempts = \
+            task_id, site, device, traceback_text, attempts
+
+    def __str__(self):
+        return f"task {self.task_id} failed on {self.device}\n{self.traceback_text}"
+
+
+class InputMissing(Exception):
+    """A task's input is not on its actor (its producer did not run: lost node, earlier failure)."""
+
+
+# -- the actor -----------------------------------------------------------------------------
+
+class DeviceActor:
+    """Runs the tasks of one plan device (wrapped with ``ray.remote`` by :func:`_actor_class`)."""
+
+    def __init__(self, plan: Plan, source_text: bytes, device_id: str, backend: str, emulated: bool):
+        from .context import set_current_device
+        from .devices import make_devices
+        from .loader import load_program
+
+        path = Path(plan.source.path)
+        if not (path.exists() and path.read_bytes() == source_text):      # no shared filesystem
+            folder = Path(tempfile.mkdtemp(prefix="streammap-src-"))
+            (folder / path.name).write_bytes(source_text)
+            plan = plan.model_copy(update={"source": plan.source.model_copy(
+                update={"path": str(folder / path.name)})})
+        self.program = load_program(plan)
+        self.kernels = self.program.kernels
+        self.device_id = device_id
+        placement = Placement(device_id, plan.device(device_id).kind, backend,
+                              ordinal=0 if backend == "cupy" else None, emulated=emulated)
+        self.dev = make_devices({device_id: placement})[device_id]
+        set_current_device(self.dev)
+        self.values: dict = {}
+        self.steps: dict = {}
+
+    def info(self) -> dict:
+        import ray
+        ctx = ray.get_runtime_context()
+        return {"node_id": ctx.get_node_id(), "gpus": [str(g) for g in ray.get_gpu_ids()],
+                "pid": os.getpid(), "executor": self.dev.executor}
+
+    def ping(self) -> bool:
+        return True
+
+    def prepare(self, steps: dict) -> None:
+        """The next segment's steps: index → (task id, kernel, args, kwargs, remote ids, frees,
+        store, retries, site)."""
+        self.steps = steps
+
+    def held(self) -> list:
+        return list(self.values)
+
+    def export(self, task_id: str):
+        """A host copy of a held result (for a consumer on another actor)."""
+        if task_id not in self.values:
+            raise InputMissing(task_id)
+        return to_host(self.values[task_id])
+
+    def _value(self, spec, remote):
+        if "ref" in spec:
+            r = spec["ref"]
+            if r in remote:
+                v = remote[r]
+            else:
+                try:
+                    v = self.values[r]
+                except KeyError:
+                    raise InputMissing(r) from None
+            return v[spec["index"]] if "index" in spec else v
+        if "value" in spec:
+            return spec["value"]
+        if "list" in spec:
+            return [self._value(s, remote) for s in spec["list"]]
+        if "tuple" in spec:
+            return tuple(self._value(s, remote) for s in spec["tuple"])
+        if "dict" in spec:
+            return {k: self._value(s, remote) for k, s in spec["dict"].items()}
+        raise ValueError(f"unknown argument spec {spec!r}")
+
+    def run(self, k: int, *refs):
+        return self._run(k, refs)[0]
+
+    def run_export(self, k: int, *refs):
+        meta, out = self._run(k, refs)
+        return meta, to_host(out)
+
+    def _run(self, k, refs):
+        tid, kernel, args, kwargs, remote_ids, frees, store, retries, site = self.steps[k]
+        dev = self.dev
+        remote = {}
+        if remote_ids:
+            for r, v in zip(remote_ids, refs):
+                if r is not None:
+                    remote[r] = dev.bring(v) if dev.is_gpu else v
+        a = [self._value(s, remote) for s in args]
+        kw = {key: self._value(s, remote) for key, s in kwargs.items()} if kwargs else {}
+        fn = self.kernels[kernel]
+        attempts = 0
+        start = time.time()
+        while True:
+            attempts += 1
+            try:
+                if dev.is_gpu:
+                    with dev.device, dev.stream:
+                        out = dev.bring(fn(*a, **kw))
+                        dev.stream.synchronize()
+                else:
+                    out = fn(*a, **kw)
+                break
+            except Exception as exc:                     # noqa: BLE001 -- the kernel's error
+                if attempts > retries:
+                    raise TaskFailed(tid, site, self.device_id, user_traceback(exc), attempts) from None
+        finish = time.time()
+        if store:
+            self.values[tid] = out
+        values = self.values
+        for f in frees:
+            values.pop(f, None)
+        return (k, start, finish, attempts), out
+
+
+_ACTOR = None
+
+
+def _actor_class(ray):
+    global _ACTOR
+    if _ACTOR is None:
+        cls = type("DeviceActor", (DeviceActor,), {
+            "run_export": ray.method(num_returns=2)(DeviceActor.run_export)})
+        cls.__module__ = __name__
+        _ACTOR = ray.remote(cls)
+    return _ACTOR
+
+
+# -- the driver ----------------------------------------------------------------------------
+
+def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=None, progress: bool = True,
+                 plan_path=None, address: Optional[str] = None, max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+                 telemetry: bool = True, **monitoring) -> dict:
+    """:func:`streammap.runtime.run_plan` with ``backend="ray"`` (same outputs, record, errors).
+
+    ``address``: the Ray cluster (``auto``, ``host:port``, ``ray://...``); default: the cluster
+    this process is connected to, else ``RAY_ADDRESS``, else a new local Ray. Device telemetry,
+    metrics and alerts are not collected on Ray yet (they are ignored, with a warning).
+    """
+    from streammap.discover_ray import connect
+
+    from . import build_run_record, write_npz
+    from .loader import refuse_workflow
+
+    if isinstance(plan, (str, os.PathLike)):
+        plan_path = plan_path or plan
+        plan = read_plan(plan)
+    if not isinstance(plan, Plan):
+        raise TypeError(f"run_plan needs a Plan or a plan file, not {type(plan).__name__}")
+    refuse_workflow(plan)
+    source = plan.check_source()
+    if max_recoveries < 0:
+        raise StreamMapError("--max-recoveries must be 0 or more")
+    if any(v is not None for v in monitoring.values()):
+        log.warning("streammap: metrics and alerts are not available with the Ray backend yet; ignored")
+    if record_path is None and outputs_path is not None:
+        record_path = run_record_path(outputs_path)
+    ray, own = connect(address)
+    started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    try:
+        executor = RayExecutor(plan, source.read_bytes(), emulate=emulate, progress=progress,
+                               max_recoveries=max_recoveries)
+        outcome = executor.run()
+    finally:
+        if own:
+            ray.shutdown()
+    if outcome.error is None and outputs_path is not None:
+        try:
+            write_npz(outcome.outputs, outputs_path)
+        except OSError as exc:
+            outcome.error = StreamMapError(f"cannot write the outputs: {exc.strerror or exc}", path=outputs_path)
+    if record_path is not None:
+        record = build_run_record(plan, outcome, emulate=emulate, started=started, plan_path=plan_path,
+                                  outputs_path=outputs_path if outcome.error is None else None, backend="ray")
+        try:
+            write_run_record(record, record_path)
+        except OSError as exc:
+            if outcome.error is None:
+                raise StreamMapError(f"cannot write the run record: {exc.strerror or exc}",
+                                     path=record_path) from None
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.outputs
+
+
+class _Lost(Exception):
+    pass
+
+
+class RayExecutor:
+    """Runs ``plan`` on the connected Ray cluster (see the module docstring)."""
+
+    def __init__(self, plan: Plan, source_text: bytes, *, emulate: bool = False, progress: bool = False,
+                 max_recoveries: int = DEFAULT_MAX_RECOVERIES):
+        import ray
+        self.ray = ray
+        self.plan = plan
+        self.source_text = source_text
+        self.emulate = emulate
+        self.progress = progress
+        self.max_recoveries = max_recoveries
+        self.actors: dict = {}
+        self.actor_info: dict = {}
+        self.where: dict[str, str] = {}
+        self.exports: dict = {}
+        self.starts: dict = {}
+        self.finishes: dict = {}
+        self.attempts: dict = {}
+        self.remaps: list = []
+        self.dead_nodes: set[str] = set()
+        self._held: dict = {}
+        self._seen = None
+        self.node_names: dict = {}
+        self.node_of_device = self._place(plan)
+
+    # -- placement -------------------------------------------------------------------------
+    def _place(self, plan: Plan) -> dict[str, str]:
+        """``{plan device id: Ray node id}`` for every device of the plan (see module doc)."""
+        from streammap.discover_ray import ray_node_names
+
+        nodes = self.ray.nodes()
+        names = ray_node_names(nodes)
+        self.node_names = dict(names)
+        by_name = {n: nid for nid, n in names.items()}
+        resources = {n["NodeID"]: n.get("Resources", {}) for n in nodes}
+        plan_nodes = list(dict.fromkeys(node_of(d.id) for d in plan.devices))
+        missing = [n for n in plan_nodes if n not in by_name]
+        if missing and not self.emulate:
+            raise StreamMapError(
+                f"the plan's node(s) {', '.join(missing)} are not nodes of the Ray cluster "
+                f"({', '.join(sorted(by_name)) or 'none alive'})",
+                hint="label each Ray node with its cluster.yaml name (ray start --labels "
+                     "streammap-node=NAME), or use --emulate")
+        if missing:
+            alive = sorted(by_name)
+            assign = {n: by_name[alive[k % len(alive)]] for k, n in enumerate(plan_nodes)}
+            log.warning("streammap: the plan's nodes are not Ray nodes; emulating them round-robin: %s",
+                        ", ".join(f"{n} -> {names[assign[n]]}" for n in plan_nodes))
+        else:
+            assign = {n: by_name[n] for n in plan_nodes}
+        out = {d.id: assign[node_of(d.id)] for d in plan.devices}
+        if not self.emulate:
+            used = {t.device for t in plan.tasks}
+            need: dict[str, int] = {}
+            for d in plan.devices:
+                if d.id not in used:
+                    continue
+                if d.kind not in EXECUTABLE_KINDS or (d.kind == "gpu" and (d.vendor or None) is not None
+                                                      and d.vendor.lower() not in CUPY_VENDORS):
+                    raise StreamMapError(f"StreamMAP cannot execute on {d.vendor or d.kind} devices (task device {d.id})",
+                                         hint="use --emulate to run this plan with NumPy on the cluster's CPUs")
+                if d.kind == "gpu":
+                    need[out[d.id]] = need.get(out[d.id], 0) + 1
+            for nid, k in need.items():
+                have = resources.get(nid, {}).get("GPU", 0)
+                if have < k:
+                    raise StreamMapError(f"Ray node {names[nid]} has {have:g} GPU(s); the plan needs {k} there",
+                                         hint="use --emulate to run this plan with NumPy")
+        return out
+
+    def _actor(self, device: str):
+        a = self.actors.get(device)
+        if a is not None:
+            return a
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        d = self.plan.device(device)
+        gpu = d.kind == "gpu" and not self.emulate
+        cls = _actor_class(self.ray)
+        a = cls.options(
+            num_cpus=0, num_gpus=1 if gpu else 0, max_concurrency=1, max_restarts=0, max_task_retries=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_of_device[device], soft=False),
+        ).remote(self.plan, self.source_text, device, "cupy" if gpu else "numpy", self.emulate and d.kind != "cpu")
+        self.actors[device] = a
+        return a
+
+    # -- running ---------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        ray = self.ray
+        self.t0 = time.time()
+        t_perf = self.t_perf = time.perf_counter()
+        current = self.plan
+        error = None
+        recoveries = 0
+        try:
+            while True:
+                lost_at = self._segment(current)
+                if lost_at is None:
+                    break
+                if recoveries >= self.max_recoveries:
+                    raise StreamMapError(
+                        f"a Ray node or actor was lost and --max-recoveries ({self.max_recoveries}) "
+                        "recoveries are used up", hint="see the run record's remaps")
+                recoveries += 1
+                current = self._recover(current, lost_at)
+            outputs = self._outputs(current)
+        except (KernelError, StreamMapError) as exc:
+            error, outputs = exc, {}
+        except Exception as exc:       # noqa: BLE001 -- a Ray failure we do not handle: report it
+            error, outputs = exc, {}
+        wall = time.perf_counter() - t_perf
+        if error is not None:
+            for a in self.actors.values():
+                try:
+                    ray.kill(a)
+                except Exception:      # noqa: BLE001
+                    pass
+        ids = [t.id for t in self.plan.tasks]
+        final = {t.id: t.device for t in current.tasks}
+        busy: dict[str, float] = {}
+        for tid in ids:
+            s, f = self.starts.get(tid), self.finishes.get(tid)
+            if s is not None and f is not None:
+                busy[final[tid]] = busy.get(final[tid], 0.0) + (f - s)
+        devices = {}
+        for d in current.devices:
+            if d.id in busy or d.id in self.actors:
+                info = self.actor_info.get(d.id, {})
+                where = f" on Ray node {info['node']}" if info.get("node") else ""
+                gpu = f" (GPU {','.join(info['gpus'])})" if info.get("gpus") else ""
+                devices[d.id] = {"executor": f"{info.get('executor', 'numpy')}{gpu}{where}",
+                                 "busy": busy.get(d.id, 0.0), "peak_memory": None}
+        original = {t.id: t.device for t in self.plan.tasks}
+        return Outcome(outputs=outputs, error=error, wall_time=wall,
+                       starts=[self.starts.get(t) for t in ids], finishes=[self.finishes.get(t) for t in ids],
+                       attempts=[self.attempts.get(t, 0) for t in ids], devices=devices,
+                       plan=current if current is not self.plan else None, remaps=self.remaps,
+                       planned_device={t: original[t] for t in ids if final[t] != original[t]})
+
+    def _start_actors(self, devices) -> None:
+        from streammap.discover_ray import ray_node_names
+        new = [d for d in devices if d not in self.actors]
+        refs = {d: self._actor(d).info.remote() for d in new}
+        names = ray_node_names(self.ray.nodes())
+        for d, r in refs.items():
+            try:
+                info = self.ray.get(r)
+            except self.ray.exceptions.RayActorError as exc:
+                cause = getattr(exc, "cause", None) or exc
+                raise StreamMapError(f"cannot start the actor of {d}: {cause}") from None
+            info["node"] = names.get(info["node_id"], info["node_id"][:12])
+            self.actor_info[d] = info
+
+    def _segment(self, plan: Plan) -> Optional[float]:
+        """Submit and collect the unfinished tasks of ``plan``; the time a loss was seen, or None."""
+        ray = self.ray
+        tasks = plan.tasks
+        where, exports = self.where, self.exports
+        todo = [k for k, t in enumerate(tasks) if t.id not in where]
+        dev_of = {t.id: t.device for t in tasks}
+        for tid, d in where.items():
+            dev_of[tid] = d
+        self._start_actors(list(dict.fromkeys(tasks[k].device for k in todo)))
+        if not hasattr(self, "t_submit"):
+            self.t_submit = time.perf_counter()       # actors up: what the overhead benchmark times
+        todo_ids = {tasks[k].id for k in todo}
+        outputs = set(spec_refs(plan.outputs))
+        # consumers: data (spec refs) per producer, on which devices; last local consumer
+        data_refs: dict[int, list[str]] = {}
+        cross: set[str] = set()
+        last_local: dict[str, str] = {}
+        used: set[str] = set()
+        for k in todo:
+            t = tasks[k]
+            refs = [r for s in (*t.args, *t.kwargs.values()) for r in spec_refs(s)]
+            data_refs[k] = refs
+            for r in refs:
+                used.add(r)
+                if dev_of[r] != t.device or (r not in todo_ids and r not in self._held.get(t.device, ())):
+                    if r in todo_ids:
+                        cross.add(r)
+                elif r in todo_ids:
+                    last_local[r] = t.id
+        frees: dict[str, list[str]] = {}
+        for r, c in last_local.items():
+            if r not in outputs:
+                frees.setdefault(c, []).append(r)
+        steps: dict[str, dict] = {d: {} for d in {tasks[k].device for k in todo}}
+        calls = []
+        for k in todo:
+            t = tasks[k]
+            d = t.device
+            remote_ids, remote_refs = [], []
+            for r in dict.fromkeys(data_refs[k]):
+                if dev_of[r] == d and (r in todo_ids or r in self._held.get(d, ())):
+                    continue
+                remote_ids.append(r)
+                if r in todo_ids:             # made by the producer's run_export, submitted before
+                    remote_refs.append(("exp", r))
+                    continue
+                if r not in exports:          # a carried result held on another actor
+                    exports[r] = self.actors[dev_of[r]].export.remote(r)
+                remote_refs.append(exports[r])
+            for dep in t.deps:                # ordering-only deps on other actors
+                if dep in todo_ids and dev_of[dep] != d and dep not in remote_ids:
+                    remote_ids.append(None)
+                    remote_refs.append(("meta", dep))
+            store = t.id in outputs or t.id in used
+            steps[d][k] = (t.id, t.kernel, t.args, t.kwargs, tuple(remote_ids), tuple(frees.get(t.id, ())),
+                           store, t.retries, t.site)
+            calls.append((k, t, remote_refs))
+        for d, s in steps.items():
+            self.actors[d].prepare.remote(s)
+        meta_of: dict[str, object] = {}
+        pending = {}
+        for k, t, remote_refs in calls:
+            refs = [x if not isinstance(x, tuple) else meta_of[x[1]] if x[0] == "meta" else exports[x[1]]
+                    for x in remote_refs]
+            a = self.actors[t.device]
+            if t.id in cross:
+                m, v = a.run_export.remote(k, *refs)
+                exports[t.id] = v
+            else:
+                m = a.run.remote(k, *refs)
+            meta_of[t.id] = m
+            pending[m] = k
+        return self._collect(plan, pending)
+
+    def _collect(self, plan: Plan, pending: dict) -> Optional[float]:
+        ray = self.ray
+        tasks = plan.tasks
+        lost_at = None
+        first_error = None
+        bar = None
+        n_total = len(pending)
+        if self.progress and n_total:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            bar = Progress(TextColumn("[bold]running[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            bar.start()
+            bar_task = bar.add_task(f"{plan.source.entry or os.path.basename(plan.source.path)} on Ray",
+                                    total=len(self.plan.tasks))
+        t0 = self.t0
+        done = 0
+        try:
+            refs = list(pending)
+            while refs:
+                ready, refs = ray.wait(refs, num_returns=len(refs), timeout=0.1)
+                for r in ready:
+                    k = pending[r]
+                    t = tasks[k]
+                    try:
+                        _, s, f, att = ray.get(r)
+                    except ray.exceptions.RayTaskError as exc:
+                        cause = getattr(exc, "cause", None)
+                        if isinstance(cause, TaskFailed):
+                            if first_error is None:
+                                first_error = KernelError(cause.task_id, cause.site, cause.device,
+                                                          cause.traceback_text)
+                                self.attempts[cause.task_id] = cause.attempts
+                            if lost_at is None:
+                                return self._fail(first_error)
+                            continue
+                        if isinstance(cause, InputMissing) or isinstance(cause, ray.exceptions.RayError):
+                            if lost_at is None:
+                                lost_at = time.perf_counter()
+                                self._seen = exc
+                            continue
+                        raise
+                    except ray.exceptions.RayError as exc:  # RayActorError, NodeDiedError, ObjectLostError
+                        if lost_at is None:
+                            lost_at = time.perf_counter()
+                            self._seen = exc
+                            log.warning("streammap: lost a Ray actor or node while running %s; waiting for the "
+                                        "other devices' running tasks", t.id)
+                        continue
+                    self.starts[t.id] = s - t0
+                    self.finishes[t.id] = f - t0
+                    self.attempts[t.id] = self.attempts.get(t.id, 0) + att
+                    self.where[t.id] = t.device
+                    done += 1
+                if bar is not None:
+                    bar.update(bar_task, completed=len(self.where))
+        finally:
+            if bar is not None:
+                bar.stop()
+        if first_error is not None:
+            return self._fail(first_error)
+        return lost_at
+
+    def _fail(self, err):
+        raise err
+
+    def _recover(self, plan: Plan, lost_at: float) -> Plan:
+        """Find what was lost, re-map the rest of ``plan``; return the new plan (see module doc)."""
+        from streammap.remap import RemapError, remap_plan
+
+        ray = self.ray
+        t_drained = time.perf_counter()
+        # which actors are dead; which nodes
+        pings = {d: a.ping.remote() for d, a in self.actors.items()}
+        dead_devices = set()
+        for d, r in pings.items():
+            try:
+                ray.get(r, timeout=30)
+            except Exception:          # noqa: BLE001 -- RayActorError, GetTimeoutError
+                dead_devices.add(d)
+        alive_nodes = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        dead_nodes = {nid for nid in self.node_of_device.values() if nid not in alive_nodes}
+        self.dead_nodes |= dead_nodes
+        lost = dead_devices | {d for d, nid in self.node_of_device.items() if nid in self.dead_nodes}
+        if not lost:
+            raise StreamMapError(f"a Ray call failed but no actor or node is dead: {self._seen}")
+        for d in list(self.actors):
+            if d in lost:
+                try:
+                    ray.kill(self.actors.pop(d))
+                except Exception:      # noqa: BLE001
+                    pass
+        held = {d: set(ray.get(a.held.remote())) for d, a in self.actors.items()}
+        self._held = held
+        finished = dict(self.where)
+        available = {tid for tid, d in finished.items() if d not in lost and (tid in held.get(d, ()) or tid in self.exports)}
+        for tid in list(self.exports):
+            if finished.get(tid) in lost or tid not in finished:
+                del self.exports[tid]
+        now = time.time() - self.t0
+        try:
+            result = remap_plan(plan, finished, now, lost=lost, available=available)
+        except (RemapError, StreamMapError) as exc:
+            raise StreamMapError(f"lost {', '.join(sorted(lost))} and cannot re-map the rest of the plan: "
+                                 f"{exc.message}") from None
+        for tid in result.rerun:
+            self.where.pop(tid, None)
+            self.exports.pop(tid, None)
+        for tid in [t for t in self.where if self.where[t] in lost]:
+            self.where.pop(tid)       # gone and not needed again
+        recovery = time.perf_counter() - lost_at
+        names = sorted(self.node_names.get(nid, nid[:12]) for nid in dead_nodes)
+        what = f"Ray node(s) {', '.join(names)}" if names else f"actor(s) of {', '.join(sorted(dead_devices))}"
+        rec = {
+            "t": round(lost_at - self.t_perf, 6),
+            "reason": f"lost {what}; recovered in {recovery:.3f} s",
+            "devices": sorted(lost), "factors": {}, "lost": sorted(lost),
+            "unfinished": len(result.unfinished), "moved": len(result.moved), "rerun": len(result.rerun),
+            "mapping_time": result.mapping_time, "drain_time": max(0.0, t_drained - lost_at),
+            "estimated_makespan": result.estimated_makespan,
+        }
+        self.remaps.append(rec)
+        log.warning("streammap: lost %s (%d device(s)); re-mapped the remaining %d task(s) (%d re-run) "
+                    "onto the surviving devices; recovered in %.3f s", what, len(lost), len(result.unfinished),
+                    len(result.rerun), recovery)
+        return result.plan
+
+    def _outputs(self, plan: Plan) -> dict:
+        spec = plan.outputs
+        if spec is None:
+            return {}
+        ids = list(dict.fromkeys(spec_refs(spec)))
+        refs = {tid: self.exports[tid] if tid in self.exports else self.actors[self.where[tid]].export.remote(tid)
+                for tid in ids}
+        values = dict(zip(refs, self.ray.get(list(refs.values()))))
+
+        def val(s):
+            if "ref" in s:
+                v = values[s["ref"]]
+                return v[s["index"]] if "index" in s else v
+            if "value" in s:
+                return s["value"]
+            if "list" in s:
+                return [val(x) for x in s["list"]]
+            if "tuple" in s:
+                return tuple(val(x) for x in s["tuple"])
+            if "dict" in s:
+                return {key: val(x) for key, x in s["dict"].items()}
+            raise StreamMapError(f"unknown output spec {s!r}")
+        return name_outputs(val(spec))
+
+
+__all__ = ["run_plan_ray", "RayExecutor", "DeviceActor", "TaskFailed", "InputMissing", "DEFAULT_MAX_RECOVERIES"]

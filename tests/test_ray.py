@@ -1,0 +1,293 @@
+"""The Ray executor and Ray discovery, on an emulated 2-node Ray cluster the tests start and stop.
+
+One cluster per session (``ray.cluster_utils.Cluster``): a head node labelled ``node0`` (no GPU)
+and a worker node labelled ``node1`` with 2 fake GPUs; a private temp dir, a small object store,
+fast health checks (so a removed node is seen dead quickly), usage stats off. The node-loss test
+removes ``node1`` and therefore runs last.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from streammap.errors import KernelError, StreamMapError  # noqa: E402
+from streammap.runrecord import read_run_record  # noqa: E402
+from streammap.runtime import run_plan  # noqa: E402
+
+from runtime_helpers import make_plan, ref, task  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+HETERO = ROOT.parent / "shared" / "benchmarks" / "clusters" / "hetero-2x4.yaml"
+
+ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+       "RAY_health_check_period_ms": "200", "RAY_health_check_timeout_ms": "200",
+       "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "0"}
+STORE = 80 * 2**20
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    old = {k: os.environ.get(k) for k in (*ENV, "RAY_TMPDIR")}
+    tmp = tempfile.mkdtemp(prefix="smr", dir="/tmp")          # short: Unix socket paths
+    os.environ.update(ENV, RAY_TMPDIR=tmp)
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "num_gpus": 0, "object_store_memory": STORE, "labels": {"streammap-node": "node0"},
+        "temp_dir": os.path.join(tmp, "ray"), "include_dashboard": False})
+    worker = c.add_node(num_cpus=2, num_gpus=2, object_store_memory=STORE, labels={"streammap-node": "node1"})
+    ray.init(address=c.address, logging_level="WARNING")
+    c.worker = worker
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def devices2x2():
+    return [{"id": f"node{n}/gpu{i}", "kind": "gpu", "vendor": "nvidia", "model": "H200"}
+            for n in range(2) for i in range(2)]
+
+
+PROG = """
+import time
+import numpy as np
+
+# @stream param
+N = 64
+
+def source():
+    return np.arange(N, dtype=np.float64)
+
+def scale(x, k):
+    return x * (k + 1)
+
+def total(*parts):
+    out = parts[0].copy()
+    for p in parts[1:]:
+        out += p
+    return out
+
+def split(x):
+    return x[:N // 2], x[N // 2:]
+
+def join(a, b):
+    return np.concatenate([b, a])
+
+def broken(x):
+    raise ValueError("kernel says no")
+
+FLAKY = {"n": 0}
+def flaky(x):
+    FLAKY["n"] += 1
+    if FLAKY["n"] < 3:
+        raise RuntimeError("transient")
+    return x + 1
+"""
+
+
+def fan(tmp_path, width=8):
+    devs = [d["id"] for d in devices2x2()]
+    tasks = [task("src", "source", devs[0])]
+    tasks += [task(f"s{k}", "scale", devs[k % 4], ref("src"), k) for k in range(width)]
+    tasks.append(task("sp", "split", devs[3], ref("s1")))
+    tasks.append(task("j", "join", devs[1], ref("sp", 0), ref("sp", 1)))
+    tasks.append(task("sum", "total", devs[2], *[ref(f"s{k}") for k in range(width)]))
+    return make_plan(tmp_path, PROG, tasks, devices=devices2x2(), outputs={"tuple": [ref("sum"), ref("j")]})
+
+
+def test_fan_plan_matches_local_executor_and_writes_record(cluster, tmp_path):
+    plan = fan(tmp_path)
+    local = run_plan(plan, emulate=True, progress=False, telemetry=False)
+    out = run_plan(plan, emulate=True, backend="ray", outputs_path=tmp_path / "r.npz", progress=True)
+    assert set(out) == set(local) == {"result_0", "result_1"}
+    for k in out:
+        np.testing.assert_array_equal(out[k], local[k])
+    rec = read_run_record(tmp_path / "r.run.json")
+    assert rec.backend == "ray" and rec.status == "ok"
+    assert all(t.start is not None and t.finish >= t.start and t.attempts == 1 for t in rec.tasks)
+    execs = {d.id: d.executor for d in rec.devices}
+    assert "on Ray node node1" in execs["node1/gpu0"] and "on Ray node node0" in execs["node0/gpu0"]
+
+
+def test_kernel_error_after_retries_names_task_and_traceback(cluster, tmp_path):
+    devs = [d["id"] for d in devices2x2()]
+    tasks = [task("src", "source", devs[0]), task("ok", "flaky", devs[2], ref("src"), retries=2),
+             task("bad", "broken", devs[3], ref("ok"), retries=1, site="prog.py:42"),
+             task("after", "scale", devs[1], ref("bad"), 2)]
+    plan = make_plan(tmp_path, PROG, tasks, devices=devices2x2(), outputs=ref("after"))
+    out = tmp_path / "o.npz"
+    with pytest.raises(KernelError) as ei:
+        run_plan(plan, emulate=True, backend="ray", outputs_path=out, progress=False)
+    err = ei.value
+    assert err.task_id == "bad" and err.site == "prog.py:42" and err.device == "node1/gpu1"
+    assert "kernel says no" in err.traceback_text and "in broken" in err.traceback_text
+    assert not out.exists()
+    rec = read_run_record(tmp_path / "o.run.json")
+    assert rec.status == "failed" and "bad" in rec.error
+    by = {t.id: t for t in rec.tasks}
+    assert by["ok"].attempts == 3 and by["bad"].attempts == 2 and by["after"].start is None
+
+
+def test_unknown_nodes_refused_without_emulate_and_gpus_counted(cluster, tmp_path):
+    devs = [{"id": f"nodeX/gpu{i}", "kind": "gpu"} for i in range(2)]
+    plan = make_plan(tmp_path, PROG, [task("src", "source", "nodeX/gpu0")], devices=devs, outputs=ref("src"))
+    with pytest.raises(StreamMapError, match="not nodes of the Ray cluster"):
+        run_plan(plan, backend="ray", progress=False)
+    devs = [{"id": f"node0/gpu{i}", "kind": "gpu"} for i in range(2)]
+    plan = make_plan(tmp_path, PROG, [task("src", "source", "node0/gpu0")], devices=devs, outputs=ref("src"))
+    with pytest.raises(StreamMapError, match="has 0 GPU"):
+        run_plan(plan, backend="ray", progress=False)
+
+
+def test_discover_ray_names_nodes_by_label(cluster, tmp_path):
+    from streammap.discover import write_cluster
+    from streammap.cluster import load_cluster
+    from streammap.discover_ray import discover_ray, ray_node_names
+    found = discover_ray(None, cluster_name="emu")
+    assert [n.name for n in found.spec.nodes] == ["node0", "node1"]
+    assert found.spec.network is not None
+    write_cluster(found.spec, tmp_path / "cluster.yaml", found.notes)
+    assert len(load_cluster(tmp_path / "cluster.yaml").devices) >= 2
+    fake = [{"NodeID": "abcdef01", "Alive": True, "NodeManagerHostname": "box", "Labels": {}},
+            {"NodeID": "12345678", "Alive": True, "NodeManagerHostname": "box", "Labels": {}},
+            {"NodeID": "99999999", "Alive": True, "NodeManagerHostname": "solo", "Labels": {}}]
+    assert ray_node_names(fake) == {"abcdef01": "box-abcdef", "12345678": "box-123456", "99999999": "solo"}
+
+
+@pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
+def test_samples_agree_between_ray_and_local(cluster, tmp_path):
+    import streammap
+    cases = [("fm_radio.py", {"N": 4096, "BANDS": 6}), ("tiled_cholesky.py", {"T": 3, "B": 16})]
+    for sample, params in cases:
+        plan = streammap.compile(ROOT / "samples" / sample, cluster=str(HETERO), params=params)
+        local = run_plan(plan, emulate=True, progress=False, telemetry=False)
+        got = run_plan(plan, emulate=True, backend="ray", progress=False)
+        assert set(got) == set(local)
+        for k in got:
+            np.testing.assert_allclose(got[k], local[k], rtol=1e-12, atol=0)
+
+
+@pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
+def test_cli_runs_a_plan_on_ray_and_agrees_with_the_local_run(cluster, tmp_path):
+    from streammap.cli import main
+    plan = tmp_path / "plan.yaml"
+    assert main(["compile", str(ROOT / "samples" / "fm_radio.py"), "--cluster", str(HETERO), "-D", "N=2048",
+                 "-o", str(plan), "--no-history"]) == 0
+    assert main(["run", str(plan), "--emulate", "--no-progress", "--no-history", "-o", str(tmp_path / "local.npz")]) == 0
+    assert main(["run", str(plan), "--emulate", "--no-progress", "--no-history", "--backend", "ray",
+                 "--address", cluster.address, "-o", str(tmp_path / "ray.npz")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "ray.npz")["result"], np.load(tmp_path / "local.npz")["result"],
+                               rtol=1e-12, atol=0)
+    import json
+    assert json.loads((tmp_path / "ray.run.json").read_text())["backend"] == "ray"
+
+
+LOSS = """
+import os
+import time
+import numpy as np
+
+LOG = %r
+
+def _note(tag):
+    import ray
+    with open(LOG, "a") as f:
+        f.write(f"{tag} {ray.get_runtime_context().get_node_id()}\\n")
+
+def leaf(k):
+    time.sleep(0.05)
+    _note(f"leaf{k}")
+    return np.full(8, float(k))
+
+def step(x, k):
+    time.sleep(0.05)
+    _note(f"step{k}")
+    return x * 2 + k
+
+def total(*xs):
+    _note("total")
+    return sum(xs)
+"""
+
+
+def test_node_loss_mid_run_recovers_and_reruns_only_what_was_lost(cluster, tmp_path):
+    """Runs last: removes node1 (a node the fixture started) while its tasks run."""
+    log_file = tmp_path / "calls.log"
+    devs = [d["id"] for d in devices2x2()]
+    tasks, finals = [], []
+    for k in range(8):                   # 8 chains of 6 steps, each chain on one device
+        d = devs[k % 4]
+        tasks.append(task(f"leaf{k}", "leaf", d, k))
+        prev = f"leaf{k}"
+        for s in range(6):
+            tid = f"step{k * 10 + s}"
+            tasks.append(task(tid, "step", d, ref(prev), k * 10 + s))
+            prev = tid
+        finals.append(prev)
+    tasks.append(task("total", "total", devs[0], *[ref(f) for f in finals]))
+    plan = make_plan(tmp_path, LOSS % str(log_file), tasks, devices=devices2x2(), outputs=ref("total"))
+    expected = sum(_chain(k) for k in range(8))
+    victim = cluster.worker.node_id
+    box = {}
+
+    def go():
+        try:
+            box["out"] = run_plan(plan, emulate=True, backend="ray", outputs_path=tmp_path / "o.npz",
+                                  progress=False, max_recoveries=1)
+        except BaseException as exc:      # noqa: BLE001
+            box["err"] = exc
+
+    th = threading.Thread(target=go)
+    th.start()
+    deadline = time.time() + 60
+    while time.time() < deadline:         # kill once node1 has finished a few tasks
+        lines = log_file.read_text().splitlines() if log_file.exists() else []
+        if sum(1 for x in lines if x.split()[1] == victim) >= 4:
+            break
+        time.sleep(0.02)
+    cluster.remove_node(cluster.worker)
+    th.join(120)
+    assert not th.is_alive()
+    assert "err" not in box, box.get("err")
+    np.testing.assert_allclose(box["out"]["result"], expected)
+    rec = read_run_record(tmp_path / "o.run.json")
+    assert rec.status == "ok" and len(rec.remaps) == 1
+    r = rec.remaps[0]
+    assert set(r.lost) == {"node1/gpu0", "node1/gpu1"} and "recovered in" in r.reason
+    runs: dict[str, list[str]] = {}
+    for line in log_file.read_text().splitlines():
+        tag, node = line.split()
+        runs.setdefault(tag, []).append(node)
+    assert set(runs) == {t["kernel"] if t["kernel"] == "total" else t["id"] for t in tasks}
+    for tag, nodes in runs.items():
+        if len(nodes) > 1:                # only tasks that had run on the lost node run again
+            assert nodes[0] == victim and all(n != victim for n in nodes[1:]), (tag, nodes)
+        if nodes[0] != victim:
+            assert len(nodes) == 1, (tag, nodes)
+    assert all(t.device.startswith("node0/") for t in rec.tasks if t.id in runs and len(runs[t.id]) > 1)
+
+
+def _chain(k):
+    x = np.full(8, float(k))
+    for s in range(6):
+        x = x * 2 + (k * 10 + s)
+    return x
+
