@@ -14,9 +14,9 @@ import sys
 import numpy as np
 
 # @stream param
-T = 4            # tiles per side
+T = 6            # tiles per side
 # @stream param
-B = 128          # tile size
+B = 256          # tile size
 
 RHO = 0.5
 
