@@ -62,7 +62,6 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -441,7 +440,6 @@ class RayExecutor:
 
     def _segment(self, plan: Plan) -> Optional[float]:
         """Submit and collect the unfinished tasks of ``plan``; the time a loss was seen, or None."""
-        ray = self.ray
         tasks = plan.tasks
         where, exports = self.where, self.exports
         todo = [k for k, t in enumerate(tasks) if t.id not in where]

@@ -158,8 +158,8 @@ def render_html(record: RunRecord, gantt_png: Path | None, util_png: Path | None
     if util_png is not None:
         parts.append(f"<h2>Devices over time</h2><img alt='utilisation' src='data:image/png;base64,{_b64(util_png)}'>")
     rows = furthest_off(record, top)
-    parts.append(f"<h2>Tasks whose estimates were furthest off</h2><p>Ranked by measured/estimated relative to this "
-                 f"run's median ratio (the cost model's overall calibration).</p>")
+    parts.append("<h2>Tasks whose estimates were furthest off</h2><p>Ranked by measured/estimated relative to this "
+                 "run's median ratio (the cost model's overall calibration).</p>")
     if rows:
         parts.append(_table(["task", "kernel", "device", "estimated", "measured", "measured/estimated",
                              "relative to median"],

@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from streammap.bench.cases import (Case, ccr, random_case, random_cases, random_cluster, random_dag,
+from streammap.bench.cases import (ccr, random_case, random_cases, random_cluster, random_dag,
                                    scale_cluster_for_ccr, shared_cases)
 from streammap.bench.mapping import (CSV_COLUMNS, SUMMARY_COLUMNS, add_bench_parser, check_targets, plot,
                                      print_report, run_benchmark, summarize, write_csv, write_summary_csv)
-from streammap.cluster import cluster_from_dict, load_cluster
+from streammap.cluster import cluster_from_dict
 from streammap.cost import CostModel
 from streammap.errors import StreamMapError
-from streammap.importers import load_graph
 from streammap.ir import add_task, new_graph
 
 ROOT = Path(__file__).resolve().parents[1]

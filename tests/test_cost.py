@@ -4,7 +4,6 @@ import itertools
 import math
 from pathlib import Path
 
-import networkx as nx
 import numpy as np
 import pytest
 

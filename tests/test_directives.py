@@ -251,7 +251,7 @@ def test_tiled_cholesky_has_exactly_the_data_dependencies(tmp_path, t):
     assert g.graph["outputs"] == {"list": [{"ref": writer[(i, j)]}
                                            for i in range(t) for j in range(i + 1)]}
     assert g.nodes[f"potrf[{t - 1}]@chol.py:33"]["flops"] == 128 ** 3 / 3
-    assert g.edges[f"tile[0,0]@chol.py:31", "potrf[0]@chol.py:33"]["bytes"] == 8 * 128 * 128
+    assert g.edges["tile[0,0]@chol.py:31", "potrf[0]@chol.py:33"]["bytes"] == 8 * 128 * 128
 
 
 TUPLES = '''

@@ -15,38 +15,14 @@ from streammap.mappers import MAPPERS, get_mapper
 from streammap.mappers.heft import heft, upward_rank
 from streammap.schedule import Schedule, evaluate, simulate
 
+from graph_helpers import mixed_cluster, random_graph
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
 needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/benchmarks")
 
 WORKFLOWS = sorted(SHARED.glob("workflows/*.json"))
 ALL_GRAPHS = WORKFLOWS + sorted(SHARED.glob("cholesky/*.json")) + sorted(SHARED.glob("classic/*.json"))
 CLUSTERS = sorted(SHARED.glob("clusters/*.yaml"))
-
-
-def random_graph(n=300, seed=0, gpu_only=0.3, cpu_only=0.1):
-    """A random layered DAG; some tasks pinned to GPUs, some to CPUs."""
-    rng = np.random.default_rng(seed)
-    g = new_graph("rand", kind="workflow", source="rand.json")
-    width = max(2, int(np.sqrt(n)))
-    for i in range(n):
-        r = rng.random()
-        device = "gpu" if r < gpu_only else ("cpu" if r < gpu_only + cpu_only else "any")
-        add_task(g, f"t{i}", "k", runtime=float(rng.uniform(0.1, 2.0)), device=device,
-                 mem=float(rng.uniform(1, 3) * 2**30), out=float(rng.uniform(0.1, 1) * 2**30))
-        if i >= width:
-            for p in set(rng.integers(max(0, i - 3 * width), i - 1, size=int(rng.integers(1, 4))).tolist()):
-                g.add_edge(f"t{p}", f"t{i}", bytes=float(rng.uniform(0.1, 1.0) * 2**30))
-    return g
-
-
-def mixed_cluster(memory="8GiB"):
-    return cluster_from_dict({
-        "name": "mixed", "network": {"bandwidth": "12.5 GB/s", "latency": "10us"},
-        "nodes": [{"name": f"n{k}", "link": {"bandwidth": "100 GB/s", "latency": "3us"},
-                   "devices": [{"name": "gpu0", "kind": "gpu", "memory": memory, "speed": 1.0 + k},
-                               {"name": "gpu1", "kind": "gpu", "memory": memory, "speed": 1.0 + k},
-                               {"name": "cpu", "kind": "cpu", "memory": memory, "speed": 0.25}]}
-                  for k in range(2)]})
 
 
 # ---------------------------------------------------------------------- the paper's example
@@ -298,14 +274,14 @@ def test_matches_a_plain_reference_heft(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_profile_range_checks_agree_with_the_pointwise_peak(seed):
-    """``_Profile.fits_with`` (range maxima per piece) decides exactly as ``peak_with(...) <= c``
+    """``MemoryProfile.fits_with`` (range maxima per piece) decides exactly as ``peak_with(...) <= c``
     (every breakpoint evaluated), including releases, zero-length tasks and starts before or on
     breakpoints; and the step function matches a brute-force sum of the added intervals."""
-    from streammap.mappers.heft import _Profile
+    from streammap.mappers.heft import MemoryProfile
 
     rng = np.random.default_rng(seed)
     grid = np.round(rng.uniform(0, 20, 30), 1)           # repeated instants are likely
-    prof, added = _Profile(), []
+    prof, added = MemoryProfile(), []
     for _ in range(60):
         a = float(rng.choice(grid))
         b = float(rng.choice(grid)) if rng.random() < 0.7 else math.inf

@@ -336,7 +336,7 @@ def print_report(result: BenchResult, console=None, target_mapper: str = TARGET_
     for g, c, gr in _groups(result.rows):
         tab = Table(title=_group_title(g, c, gr), title_justify="left", show_edge=False, pad_edge=False)
         for col, just in (("mapper", "left"), ("plans", "right"), ("mk/LB gm", "right"), ("mk/LB worst", "right"),
-                          (f"mk/HEFT gm", "right"), ("mk/HEFT worst", "right"), ("valid", "right"),
+                          ("mk/HEFT gm", "right"), ("mk/HEFT worst", "right"), ("valid", "right"),
                           ("breaks cap.", "right"), ("time mean", "right"), ("time max", "right")):
             tab.add_column(col, justify=just)
         for m in result.mappers:

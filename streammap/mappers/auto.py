@@ -49,7 +49,7 @@ import numpy as np
 from ..cost import CostModel, concat_ranges, segment_max
 from ..errors import MappingError
 from ..schedule import MEM_RTOL, Schedule, fits, peak_memory
-from .heft import check_placeable, heft, list_schedule, priority_order, upward_rank
+from .heft import check_placeable, heft, list_schedule, priority_order
 from .local_search import improve
 from .partition import GroupTimes, available as metis_available, device_speed, partition_tasks
 from .peft import peft

@@ -149,7 +149,7 @@ def _size(b: float) -> str:
     return f"{int(b)} bytes"
 
 
-class _Profile:
+class MemoryProfile:
     """Memory use of one device as a step function: ``v[i]`` bytes on ``[t[i], t[i+1])``.
 
     Before ``t[0]`` the use is 0; the last step extends to infinity (open-ended outputs).
@@ -399,7 +399,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
     out_sum = np.zeros(D)
     open_out = np.zeros(D)                    # outputs on each device still waiting for a consumer
     mem_max = np.zeros(D)
-    profiles: dict[int, _Profile] = {}
+    profiles: dict[int, MemoryProfile] = {}
     placed: list[list[int]] = [[] for _ in range(D)]
     pending = cost.n_succ.copy()              # consumers not yet placed
     last_use = np.full(T, -math.inf)          # latest start among placed consumers
@@ -418,7 +418,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
         prof = profiles.get(d)
         if prof is None:
             # Build the step function from what is already placed on d.
-            prof = profiles[d] = _Profile()
+            prof = profiles[d] = MemoryProfile()
             for u in placed[d]:
                 prof.add(start[u], finish[u], mem[u])
                 if out[u] > 0:

@@ -22,8 +22,7 @@ the result depends on the inputs only.
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left, insort
+from bisect import bisect_left
 
 import numpy as np
 
@@ -73,7 +72,6 @@ class FixedAssignment:
         for t in self.order:
             d = devl[t]
             r = 0.0
-            ld, id_ = None, None
             for p, b in preds[t]:
                 dp = devl[p]
                 if dp == d:

@@ -117,7 +117,6 @@ def peft(cost: CostModel, *, memory_aware: bool = True, devices=None) -> Schedul
     -----
     Deterministic. The table costs O(E · classes) NumPy work; the sweep is HEFT's.
     """
-    ct = cost.class_time
     times = None
     if devices is not None:
         mask = np.asarray(devices)

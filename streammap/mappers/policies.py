@@ -95,7 +95,7 @@ import numpy as np
 from ..cost import CostModel
 from ..errors import MappingError, StreamMapError
 from ..schedule import MEM_RTOL, Schedule, simulate
-from .heft import check_placeable, priority_order
+from .heft import MemoryProfile, check_placeable, priority_order
 
 __all__ = ["Policy", "PlacementState", "list_schedule", "PolicyMapper", "LeastLoaded", "Spread", "Binpack",
            "BinpackNode", "SpreadNode", "Fastest", "POLICIES", "POLICY_MAPPERS", "ENTRY_POINT_GROUP",
@@ -289,53 +289,6 @@ class Fastest:
 POLICIES = {cls.name: cls for cls in (LeastLoaded, Spread, Binpack, BinpackNode, SpreadNode, Fastest)}
 
 
-# ---------------------------------------------------------------------- memory step function
-
-class _Memory:
-    """Memory use of one device as a step function: ``v[i]`` bytes on ``[t[i], t[i+1])``."""
-
-    __slots__ = ("t", "v")
-
-    def __init__(self):
-        self.t = np.empty(0)
-        self.v = np.empty(0)
-
-    def _ensure(self, x: float) -> int:
-        i = int(np.searchsorted(self.t, x))
-        if i < self.t.size and self.t[i] == x:
-            return i
-        level = self.v[i - 1] if i > 0 else 0.0
-        self.t = np.insert(self.t, i, x)
-        self.v = np.insert(self.v, i, level)
-        return i
-
-    def add(self, a: float, b: float, amount: float) -> None:
-        """Add ``amount`` bytes over ``[a, b)`` (``b`` may be ``inf``; nothing if ``b <= a``)."""
-        if amount == 0.0 or not b > a:
-            return
-        i = self._ensure(a)
-        if math.isinf(b):
-            self.v[i:] += amount
-        else:
-            j = self._ensure(b)
-            self.v[i:j] += amount
-
-    def peak_with(self, s, f, m, o, rel_t, rel_a) -> float:
-        """Peak use from ``s`` on with a new task (``m`` over ``[s, f)``, ``o`` from ``f`` on, when
-        ``f > s``) and releases of ``rel_a[k]`` bytes from ``rel_t[k]`` on."""
-        t, v = self.t, self.v
-        pts = np.concatenate(((s, f), rel_t, t[np.searchsorted(t, s, side="right"):]))
-        idx = np.searchsorted(t, pts, side="right") - 1
-        level = np.where(idx >= 0, v[np.maximum(idx, 0)], 0.0) if v.size else np.zeros(pts.size)
-        if f > s:
-            level = level + np.where(pts < f, m, o)
-        else:                                   # a zero-length run holds nothing; its output stays
-            level = level + np.where(pts < s, 0.0, o)
-        if rel_t.size:
-            level = level - (rel_t[None, :] <= pts[:, None]) @ rel_a
-        return float(level.max())
-
-
 # ---------------------------------------------------------------------- the list scheduler
 
 def list_schedule(cost: CostModel, policy, name: str | None = None) -> Schedule:
@@ -397,7 +350,7 @@ def list_schedule(cost: CostModel, policy, name: str | None = None) -> Schedule:
     any_tracked = bool(tracked.any())
     out_sum = np.zeros(D)
     mem_max = np.zeros(D)
-    profiles: dict[int, _Memory] = {}
+    profiles: dict[int, MemoryProfile] = {}
     on_dev: list[list[int]] = [[] for _ in range(D)]
     pending = cost.n_succ.copy()
     last_use = np.full(T, -math.inf)
@@ -406,7 +359,7 @@ def list_schedule(cost: CostModel, policy, name: str | None = None) -> Schedule:
     def profile(d):
         prof = profiles.get(d)
         if prof is None:
-            prof = profiles[d] = _Memory()
+            prof = profiles[d] = MemoryProfile()
             for u in on_dev[d]:
                 prof.add(start[u], finish[u], mem[u])
                 if out[u] > 0:
