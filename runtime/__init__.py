@@ -1,4 +1,5 @@
-"""Executors that run a plan: in this process (:mod:`.local`, the default), later on Ray.
+"""Executors that run a plan: in this process (:mod:`.local`, the default) or on a Ray cluster
+(:mod:`.ray_executor`, ``backend="ray"``).
 
 :func:`run_plan` is the one entry point: it checks the plan can run here (source unchanged,
 devices available, or ``emulate``), loads the program, runs it with the local executor, and
@@ -137,6 +138,7 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
         raise
     started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     supervisor = None
+    monitored: tuple = (None, None)         # the record's telemetry and alerts
     try:
         devices = make_devices(placements)
         watch = telemetry or metrics is not None or alerts is not None
@@ -154,6 +156,12 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
         program.unload()
         if supervisor is not None:
             supervisor.stop()
+            if record_path is not None:
+                monitored = (supervisor.telemetry_dict(), supervisor.alert_list())
+            # freed now, not after the record is built: what monitoring allocated no longer counts
+            # towards the collector's next young-generation pass (which the record's YAML and JSON
+            # work would otherwise set off more often in monitored runs)
+            supervisor = manager = None
         if own_metrics is not None:
             own_metrics.close()
 
@@ -167,8 +175,7 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
     if record_path is not None:
         record = build_run_record(plan, outcome, emulate=emulate, started=started, plan_path=plan_path,
                                   outputs_path=outputs_path if outcome.error is None else None,
-                                  telemetry=supervisor.telemetry_dict() if supervisor is not None else None,
-                                  alerts=supervisor.alert_list() if supervisor is not None else None)
+                                  telemetry=monitored[0], alerts=monitored[1])
         try:
             write_run_record(record, record_path)
         except OSError as exc:
@@ -315,12 +322,14 @@ def write_npz(outputs: dict, path) -> None:
 
 
 def _plan_digest(plan: Plan, plan_path) -> str:
+    """sha256 of the plan file, or of an in-memory plan's JSON (pydantic's serialiser in Rust: a
+    YAML dump here cost more than a short run's monitoring and set off garbage collections)."""
     if plan_path is not None:
         try:
             return hashlib.sha256(Path(plan_path).read_bytes()).hexdigest()
         except OSError:
             pass
-    return hashlib.sha256(plan.to_yaml().encode("utf-8")).hexdigest()
+    return hashlib.sha256(plan.model_dump_json().encode("utf-8")).hexdigest()
 
 
 def build_run_record(plan: Plan, outcome: Outcome, *, emulate: bool, started: str, plan_path=None,

@@ -18,8 +18,13 @@ which, in this order:
 The first tick comes one interval after the start; :meth:`RunSupervisor.detach` harvests what the
 executor finished and :meth:`RunSupervisor.stop` takes a last sample, both on the run's thread
 once the workers are done. So a run shorter than the interval is never disturbed while it runs and
-pays a fixed few hundred microseconds: set-up (the CPU baseline: one read of ``/proc/stat``), one
-harvest, one sample (``/proc/stat``, ``/proc/meminfo``).
+pays a fixed few hundred microseconds: set-up (the CPU baseline: the head of ``/proc/stat``), one
+sample (the heads of ``/proc/stat`` and ``/proc/meminfo``). The last segment's harvest does per-task
+work only when an alert or the detector could use it; otherwise the metrics get the executor's
+final lists and count them at the next scrape (:meth:`RunSupervisor._hand_over`). Metric updates
+are stores that a scrape applies (:mod:`streammap.metrics`), and ``run_plan`` drops the supervisor
+before it builds the record, so what monitoring allocated does not set off the garbage
+collector's young-generation passes during the record's YAML/JSON work.
 
 The executor's workers never call into this module, so the hot path is unchanged; everything
 here reads lists the workers write (reads of list items are atomic in CPython).
@@ -66,6 +71,34 @@ class Trigger:
         self.kind, self.t, self.reason, self.devices = kind, t, reason, devices
         self.factors = factors or {}
         self.lost = lost or []
+
+
+def finished_durations(state) -> list:
+    """``(kernel, plan device, seconds)`` of the tasks an executor finished past the cursors, from
+    the ``state`` :meth:`RunSupervisor._hand_over` gives the metrics."""
+    order, cursor, done, _, starts, finishes, tasks, _ = state
+    out = []
+    for d, ks in order.items():
+        for k in ks[cursor[d]:]:
+            if not done[k]:
+                break
+            s, f = starts[k], finishes[k]
+            if s is not None and f is not None:
+                out.append((tasks[k].kernel, d, f - s))
+    return out
+
+
+def task_counts(state) -> tuple:
+    """(pending, running, done, failed) tasks of a finished executor (see :func:`finished_durations`)."""
+    order, cursor, done, attempts, _, _, _, failed = state
+    running = 0
+    for d, ks in order.items():
+        for k in ks[cursor[d]:]:
+            if not done[k]:
+                running += 1 if attempts[k] else 0
+                break
+    n_done = done.count(True)
+    return max(0, len(done) - n_done - running - failed), running, n_done, failed
 
 
 class RunSupervisor:
@@ -128,7 +161,7 @@ class RunSupervisor:
         self._running_seen: dict[int, float] = {}
         self._ratios: deque = deque(maxlen=256)
         self._median: Optional[float] = None
-        self._est: list = []
+        self._est: Optional[list] = None
         self._lost_seen: set = set()
         self._wheres: dict[str, str] = {}
         self._handle: Optional[int] = None
@@ -158,25 +191,49 @@ class RunSupervisor:
         c0 = time.perf_counter()
         with self._lock:
             self._ex = executor
-            self._cursor = {d: 0 for d in executor.order}
+            self._cursor = dict.fromkeys(executor.order, 0)
             self._running_seen.clear()
-            self._est = [t.finish - t.start for t in executor.plan.tasks]
+            self._est = None                 # the tasks' estimates: made by the first harvest
             self.plan = executor.plan
             if self.trigger is not None:     # decided before this segment started: drain it at once
                 executor.request_drain()
         self.main_time += time.perf_counter() - c0
 
     def detach(self) -> None:
-        """Harvest what the executor finished, then stop following it."""
+        """Harvest what the executor finished, then stop following it.
+
+        A segment that was not drained is the run's last: what the detector would find now could
+        not be acted on (nothing is left to re-map), so it is not asked, and the task ratios feed
+        no later harvest. When the slow-task rule cannot fire either (no rule, or a ``run``
+        baseline not known yet: a run shorter than the interval), only the metrics want the
+        finished tasks: they get the executor's (final) lists, to read at the next scrape, and
+        the run's thread does no per-task work at all."""
         c0 = time.perf_counter()
         with self._lock:
             ex = self._ex
             if ex is not None:
-                # a segment that was not drained is the run's last: what the detector would find now
-                # could not be acted on (nothing is left to re-map), so it is not asked
-                self._harvest(self.now(), detector=ex.draining)
+                if ex.draining or self._slow_task_live() or ex.gpu_events.count(None) != len(ex.gpu_events):
+                    self._harvest(self.now(), detector=ex.draining)
+                elif self.metrics is not None:
+                    self._hand_over(ex)
             self._ex = None
         self.main_time += time.perf_counter() - c0
+
+    def _slow_task_live(self) -> bool:
+        """Whether the slow-task rule can fire on a task now (see :meth:`_harvest`)."""
+        rule = self.alerts.config.slow_task if self.alerts is not None else None
+        return rule is not None and (rule.baseline != "run" or self._median is not None)
+
+    def _hand_over(self, ex) -> None:
+        """Give the metrics what :meth:`_harvest` would, as the executor's lists (which no longer
+        change: its workers are done), read at the next scrape by :func:`finished_durations` and
+        :func:`task_counts`. One tuple: a closure per figure would leave a dozen more objects for
+        the garbage collector to count until the scrape."""
+        state = (ex.order, self._cursor, ex.done, ex.attempts, ex.starts, ex.finishes, ex.plan.tasks,
+                 1 if ex.error is not None else 0)
+        m = self.metrics
+        m.observe_tasks_from(finished_durations, len(ex.done), state)
+        m.set_tasks_from(task_counts, state)
 
     def take_trigger(self) -> Optional[Trigger]:
         with self._lock:
@@ -209,7 +266,7 @@ class RunSupervisor:
             if self._ex is not None:
                 self._harvest(t)
             if self.metrics is not None:
-                self.metrics.elapsed.set(t)
+                self.metrics.set_elapsed(t)
 
     def _where(self, dev: str) -> str:
         w = self._wheres.get(dev)
@@ -251,6 +308,8 @@ class RunSupervisor:
         starts, finishes, gpu_events = ex.starts, ex.finishes, ex.gpu_events
         tasks = ex.plan.tasks
         est = self._est
+        if est is None:
+            est = self._est = [t.finish - t.start for t in tasks]
         m, a, det = self.metrics, self.alerts, self.detector if detector else None
         # the slow-task rule, unpacked so that the common case (not slow) costs a comparison
         rule = a.config.slow_task if a is not None else None

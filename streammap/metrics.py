@@ -4,9 +4,17 @@ Each :class:`RunMetrics` has its own :class:`prometheus_client.CollectorRegistry
 one, so several runs in one process do not mix), and :meth:`RunMetrics.serve` exposes it over HTTP
 on 127.0.0.1 unless told otherwise. The executor's threads never touch it: the run's monitoring
 thread (:mod:`streammap.runtime.supervisor`) feeds it once per sampling interval from the
-executor's task lists and the device samplers. Task durations are handed over as a list and
-folded into the histogram when the metrics are read (a scrape, :meth:`RunMetrics.render`), so a run
-pays one ``list.extend`` for them; labelled children are looked up once.
+executor's task lists and the device samplers.
+
+Updates are *stored*, not applied: :meth:`~RunMetrics.set_reading`, :meth:`~RunMetrics.set_tasks`
+and :meth:`~RunMetrics.set_elapsed` keep the latest values (readings merged field by field, so a
+field a later reading lacks keeps its last value), task durations are handed over as a list
+(:meth:`~RunMetrics.observe_tasks`) or as a function that lists them
+(:meth:`~RunMetrics.observe_tasks_from`: the end of a run hands over the executor's lists and
+computes nothing), and all of it is folded into the Prometheus objects when the metrics are read
+(a scrape, :meth:`RunMetrics.render`, any ``collect`` of the registry), by a collector registered
+first. So what a run pays is a few dict stores and ``list.extend`` calls; a scrape pays the rest.
+Labelled children are looked up once.
 
 Metrics (Prometheus naming: base units, ``_total`` for counters, ``_ratio`` for 0–1)
 
@@ -45,9 +53,25 @@ TASK_STATES = ("pending", "running", "done", "failed")
 _MIB = 1024.0 * 1024.0
 
 
+_READING_FIELDS = ("utilization", "memory_used", "memory_total", "power", "temperature")
+
+
+def _merged(old, new):
+    """``new`` with the fields it lacks taken from ``old`` (a copy when any is taken)."""
+    missing = [f for f in _READING_FIELDS if getattr(new, f) is None and getattr(old, f) is not None]
+    if not missing:
+        return new
+    import copy
+
+    out = copy.copy(new)
+    for f in missing:
+        setattr(out, f, getattr(old, f))
+    return out
+
+
 class _Flush:
-    """A collector with no metrics of its own: folds a :class:`RunMetrics`' pending task durations
-    into its histogram when the registry is collected (before the histogram, registered later)."""
+    """A collector with no metrics of its own: folds a :class:`RunMetrics`' pending updates into
+    its metrics when the registry is collected (before them: they are registered later)."""
 
     def __init__(self, metrics: "RunMetrics"):
         self._metrics = metrics
@@ -75,8 +99,14 @@ class RunMetrics:
         r = self.registry
         # task durations a run hands over are folded into the histogram when the metrics are read
         # (a scrape, render()), by this collector, registered first so it runs before the others
-        self._pending: list = []
-        self._pending_lock = threading.Lock()
+        self._pending: list = []                 # (kernel, device, seconds)
+        self._sources: list = []                 # functions that return such lists
+        self._n_pending = 0
+        self._readings: dict = {}                # device -> latest Reading (merged), not yet applied
+        self._task_state = None                  # (pending, running, done, failed), or (function, arg)
+        self._elapsed: Optional[float] = None
+        self._pending_lock = threading.Lock()    # guards the stores above (held for a swap or a store)
+        self._flush_lock = threading.Lock()      # one flush at a time, so none applies stale values
         r.register(_Flush(self))
         self.dcgm_names = dcgm_names
         self.hostname = hostname or socket.gethostname()
@@ -182,17 +212,54 @@ class RunMetrics:
         the next read of the metrics: the run's thread only hands the list over."""
         with self._pending_lock:
             self._pending.extend(items)
-            if len(self._pending) <= self.PENDING_MAX:
+            self._n_pending += len(items)
+            if self._n_pending <= self.PENDING_MAX:
+                return
+        self.flush()
+
+    def observe_tasks_from(self, source, n: int, arg=None) -> None:
+        """Like :meth:`observe_tasks` for the ``n`` (about) items ``source(arg)`` returns, called
+        at the next read of the metrics (``source`` must only read data that no longer changes)."""
+        with self._pending_lock:
+            self._sources.append((source, arg))
+            self._n_pending += n
+            if self._n_pending <= self.PENDING_MAX:
                 return
         self.flush()
 
     def flush(self) -> None:
-        """Fold the pending task durations into the histogram (batched: one update of the sum and
-        of each bucket touched per (kernel, device), rather than per task)."""
-        with self._pending_lock:
-            items, self._pending = self._pending, []
-        if not items:
-            return
+        """Apply the stored updates: gauges, then the pending task durations, folded into the
+        histogram (batched: one update of the sum and of each bucket touched per (kernel, device),
+        rather than per task)."""
+        with self._flush_lock:
+            with self._pending_lock:
+                items, self._pending = self._pending, []
+                sources, self._sources = self._sources, []
+                readings, self._readings = self._readings, {}
+                state, self._task_state = self._task_state, None
+                elapsed, self._elapsed = self._elapsed, None
+                self._n_pending = 0
+            for r in readings.values():
+                self._apply_reading(r)
+            if state is not None:
+                try:
+                    if len(state) == 2:                  # (function, its argument)
+                        state = state[0](state[1])
+                    for g, v in zip(self._task_states, state):
+                        g.set(v)
+                except Exception:      # noqa: BLE001 -- metrics never fail a scrape
+                    pass
+            if elapsed is not None:
+                self.elapsed.set(elapsed)
+            for source, arg in sources:
+                try:
+                    items += source(arg)
+                except Exception:      # noqa: BLE001
+                    pass
+            if items:
+                self._fold(items)
+
+    def _fold(self, items: list) -> None:
         groups: dict[tuple, list] = {}
         for kernel, device, seconds in items:
             g = groups.get((kernel, device))
@@ -223,11 +290,18 @@ class RunMetrics:
                     buckets[i].inc(n)
 
     def set_tasks(self, pending: int, running: int, done: int, failed: int) -> None:
-        p, r, d, f = self._task_states
-        p.set(pending)
-        r.set(running)
-        d.set(done)
-        f.set(failed)
+        with self._pending_lock:
+            self._task_state = (pending, running, done, failed)
+
+    def set_tasks_from(self, source, arg=None) -> None:
+        """:meth:`set_tasks` with the counts ``source(arg)`` returns at the next read (unless a
+        later :meth:`set_tasks` replaces it)."""
+        with self._pending_lock:
+            self._task_state = (source, arg)
+
+    def set_elapsed(self, seconds: float) -> None:
+        with self._pending_lock:
+            self._elapsed = seconds
 
     def set_device_info(self, info, plan_devices: list[str] | None = None) -> None:
         """Declare a device (a :class:`streammap.telemetry.DeviceInfo`)."""
@@ -242,7 +316,15 @@ class RunMetrics:
             self.mem_total.labels(info.id).set(info.memory_total)
 
     def set_reading(self, reading) -> None:
-        """Update the device gauges from a :class:`streammap.telemetry.Reading`."""
+        """Update the device gauges from a :class:`streammap.telemetry.Reading` (at the next read
+        of the metrics; a field the reading lacks keeps its value)."""
+        with self._pending_lock:
+            prev = self._readings.get(reading.device)
+            if prev is not None:
+                reading = _merged(prev, reading)
+            self._readings[reading.device] = reading
+
+    def _apply_reading(self, reading) -> None:
         d = reading.device
         g = self._device_gauges.get(d)
         if g is None:                 # children made when first set: a field never known is not exported

@@ -319,12 +319,17 @@ _fds: dict[str, int] = {}
 _fds_lock = threading.Lock()
 
 
-def _pread(path: str) -> Optional[str]:
+def _pread(path: str, size: int = 65536) -> Optional[str]:
     """Like :func:`_read` for a kernel file read again and again (``/proc/stat``, RAPL): the file
     stays open (one descriptor per path per process, close-on-exec) and each read is one
     ``pread`` at offset 0, which makes the kernel generate it afresh. One system call instead of
     six (open, fstat, ioctl, read, read, close): a few microseconds, where a cold ``open`` costs
-    tens. Other paths (tests' fake ``/proc``) are read with :func:`_read`."""
+    tens. Other paths (tests' fake ``/proc``) are read with :func:`_read`.
+
+    With ``size`` below 65536, only the first ``size`` bytes (the head of the file, which is all
+    :class:`CpuSampler` parses: the ``cpu`` line of ``/proc/stat``, the first lines of
+    ``/proc/meminfo``); decoding and splitting the rest, right after a run, costs more than the
+    kernel's read when caches are cold. A file that is not kept open is read whole."""
     fd = _fds.get(path)
     if fd is None:
         if not path.startswith(("/proc/", "/sys/")):
@@ -338,7 +343,7 @@ def _pread(path: str) -> Optional[str]:
                     return None
                 _fds[path] = fd
     try:
-        data = os.pread(fd, 65536, 0)
+        data = os.pread(fd, size, 0)
     except OSError:
         return _read(path)
     if len(data) >= 65536:                 # (never for these files) the rest the slow way
@@ -409,11 +414,18 @@ class CpuSampler(Sampler):
                 best = os.path.join(z, "temp")
         return best
 
+    #: Bytes of ``/proc/stat`` and ``/proc/meminfo`` read (their first lines; see :func:`_pread`).
+    HEAD = 512
+
     def _jiffies(self) -> Optional[tuple[int, int]]:
-        text = _pread(self._stat)
+        text = _pread(self._stat, self.HEAD)
         if not text:
             return None
-        first = text.split("\n", 1)[0].split()
+        line, nl, _ = text.partition("\n")
+        if not nl and len(text) >= self.HEAD:           # (never) a cpu line longer than the head
+            text = _pread(self._stat) or ""
+            line = text.partition("\n")[0]
+        first = line.split()
         if not first or first[0] != "cpu":
             return None
         v = [int(x) for x in first[1:9]] + [0] * max(0, 8 - len(first[1:9]))
@@ -421,10 +433,14 @@ class CpuSampler(Sampler):
         total = sum(v)                          # user..steal (guest is counted within user)
         return total, total - idle
 
-    def _memory(self) -> tuple[Optional[float], Optional[float]]:
-        text = _pread(self._meminfo)
+    def _memory(self, head: bool = True) -> tuple[Optional[float], Optional[float]]:
+        text = _pread(self._meminfo, self.HEAD if head else 65536)
         if not text:
             return None, None
+        if head and len(text) >= self.HEAD:
+            text = text[:text.rfind("\n") + 1]          # whole lines only
+            if "\nMemAvailable:" not in text:
+                return self._memory(head=False)          # an old kernel's, or a reordered file
         total = avail = None
         for line in text.splitlines():
             if line.startswith("MemTotal:"):
