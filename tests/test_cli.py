@@ -158,3 +158,21 @@ def test_unknown_mapper_is_refused(workdir, capsys):
 def test_missing_source_file(workdir, capsys):
     assert main(["compile", "nope.py", "--cluster", "local", "-o", "plan.yaml"]) == 2
     assert "nope.py" in capsys.readouterr().err
+
+
+@needs_shared
+def test_auto_plans_are_identical_across_processes_and_hash_seeds(tmp_path):
+    import os
+    import subprocess
+    import sys
+    wf = SHARED / "workflows" / "montage-chameleon-2mass-01d-001.json"
+    cluster = SHARED / "clusters" / "mixed-vendors.yaml"
+    outs = []
+    for seed in ("1", "4242"):
+        out = tmp_path / f"plan{seed}.yaml"
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        subprocess.run([sys.executable, "-m", "streammap.cli", "compile", str(wf), "--cluster", str(cluster),
+                        "-o", str(out), "--no-history"], check=True, env=env, capture_output=True, timeout=300)
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+    assert yaml.safe_load(outs[0])["mapper"]["name"].startswith("auto")
