@@ -212,9 +212,20 @@ class Program:
             msg = exc.message
         except (ValueError, RecursionError, MemoryError) as exc:
             msg = str(exc)
+        if self._declared_as_string(name, env):
+            # `-D MODE=slow` for a string param: the shell already ate any quotes, so a value that
+            # is not an expression is the string itself.
+            return value.strip()
         raise DirectiveError(f"invalid value {value!r} for param '{name}': {msg}",
                              path=self.path, hint="an override is a constant expression over "
                              "params defined above it, e.g. 4096, 1<<12, 2*N or '\"gpu\"'")
+
+    def _declared_as_string(self, name: str, env: dict) -> bool:
+        """Whether the file gives param ``name`` a string value."""
+        try:
+            return isinstance(Evaluator(env, self.locator(), context="").eval(self.params[name].expr), str)
+        except DirectiveError:
+            return False
 
     def _param_names_hint(self, name: str) -> str:
         earlier = []

@@ -25,19 +25,21 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    err = Console(stderr=True, highlight=False)
+    # Errors go out as plain text: a console would wrap long source lines and misplace the caret.
+    def err(text: str) -> None:
+        print(text, file=sys.stderr)
     # Alerts and re-mapping notices are log records (streammap.alerts, streammap.runtime).
     logging.basicConfig(format="streammap: %(message)s", level=logging.WARNING)
     try:
         return args.func(args) or 0
     except StreamMapError as exc:
-        err.print(exc.format(), markup=False)
+        err(exc.format())
         return EXIT_USAGE
     except KernelError as exc:
-        err.print(exc.format(), markup=False)
+        err(exc.format())
         return EXIT_FAILURE
     except KeyboardInterrupt:
-        err.print("interrupted", markup=False)
+        err("interrupted")
         return 130
 
 

@@ -176,3 +176,29 @@ def test_auto_plans_are_identical_across_processes_and_hash_seeds(tmp_path):
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
     assert yaml.safe_load(outs[0])["mapper"]["name"].startswith("auto")
+
+
+def test_a_string_param_takes_a_bare_word_from_the_shell(workdir):
+    Path("modes.py").write_text(
+        "# @stream param\nMODE = 'fast'\n# @stream param\nN = 8\n\n"
+        "# @stream kernel(out=8*N)\ndef make(mode):\n    import numpy as np\n"
+        "    return np.full(N, 2.0 if mode == 'fast' else 1.0)\n\n"
+        "# @stream graph\ndef main():\n    return make(MODE)\n")
+    assert main(["compile", "modes.py", "--cluster", "local", "-D", "MODE=slow", "-o", "m.yaml", "--no-history"]) == 0
+    assert yaml.safe_load(Path("m.yaml").read_text())["params"]["MODE"] == "slow"
+    # a numeric param still refuses a word
+    assert main(["compile", "modes.py", "--cluster", "local", "-D", "N=eight", "-o", "n.yaml", "--no-history"]) == 2
+    assert not Path("n.yaml").exists()
+
+
+def test_errors_are_not_wrapped_so_the_caret_stays_under_the_column(workdir, capsys):
+    long_name = "x" * 120
+    Path("wide.py").write_text(
+        f"# @stream kernel(flops=1)\ndef k(a):\n    return a\n\n# @stream graph\ndef main():\n"
+        f"    {long_name} = k(1)\n    return print({long_name})\n")
+    assert main(["compile", "wide.py", "--cluster", "local", "-o", "w.yaml"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    src = next(i for i, line in enumerate(lines) if "return print(" in line)
+    caret = lines[src + 1]
+    assert caret.strip() == "^"
+    assert lines[src][caret.index("^"):].startswith("print")
