@@ -95,7 +95,7 @@ def check_devices(plan: Plan, emulate: bool = False) -> dict[str, Placement]:
     if len(nodes) > 1:
         raise StreamMapError(
             f"this plan spans {len(nodes)} nodes ({', '.join(nodes)}); the local executor runs one machine",
-            hint=f"{_EMULATE}, or run it with the Ray backend (when it exists)")
+            hint=f"{_EMULATE}, or run it on a Ray cluster with --backend ray")
 
     for i in ids:
         d = plan.device(i)
