@@ -165,6 +165,14 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
         if own_metrics is not None:
             own_metrics.close()
 
+    return finish_run(plan, outcome, outputs_path=outputs_path, record_path=record_path, emulate=emulate,
+                      started=started, plan_path=plan_path, telemetry=monitored[0], alerts=monitored[1])
+
+
+def finish_run(plan: Plan, outcome: Outcome, *, outputs_path, record_path, emulate: bool, started: str,
+               plan_path=None, backend: str = "local", telemetry=None, alerts=None) -> dict:
+    """What every executor does once its run ends: write the outputs (only when it succeeded), write
+    the run record (also when it failed), then return the outputs or raise the run's error."""
     if outcome.error is None and outputs_path is not None:
         try:
             write_npz(outcome.outputs, outputs_path)
@@ -175,7 +183,7 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
     if record_path is not None:
         record = build_run_record(plan, outcome, emulate=emulate, started=started, plan_path=plan_path,
                                   outputs_path=outputs_path if outcome.error is None else None,
-                                  telemetry=monitored[0], alerts=monitored[1])
+                                  backend=backend, telemetry=telemetry, alerts=alerts)
         try:
             write_run_record(record, record_path)
         except OSError as exc:

@@ -70,7 +70,7 @@ from typing import Optional
 from streammap.errors import KernelError, StreamMapError
 from streammap.ir import spec_refs
 from streammap.plan import Plan, read_plan
-from streammap.runrecord import run_record_path, write_run_record
+from streammap.runrecord import run_record_path
 
 from .devices import CUPY_VENDORS, EXECUTABLE_KINDS, Placement, node_of, to_host
 from .local import Outcome, name_outputs, user_traceback
@@ -236,7 +236,7 @@ def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=
     """
     from streammap.discover_ray import connect
 
-    from . import build_run_record, write_npz
+    from . import finish_run
     from .loader import refuse_workflow
 
     if isinstance(plan, (str, os.PathLike)):
@@ -261,23 +261,8 @@ def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=
     finally:
         if own:
             ray.shutdown()
-    if outcome.error is None and outputs_path is not None:
-        try:
-            write_npz(outcome.outputs, outputs_path)
-        except OSError as exc:
-            outcome.error = StreamMapError(f"cannot write the outputs: {exc.strerror or exc}", path=outputs_path)
-    if record_path is not None:
-        record = build_run_record(plan, outcome, emulate=emulate, started=started, plan_path=plan_path,
-                                  outputs_path=outputs_path if outcome.error is None else None, backend="ray")
-        try:
-            write_run_record(record, record_path)
-        except OSError as exc:
-            if outcome.error is None:
-                raise StreamMapError(f"cannot write the run record: {exc.strerror or exc}",
-                                     path=record_path) from None
-    if outcome.error is not None:
-        raise outcome.error
-    return outcome.outputs
+    return finish_run(plan, outcome, outputs_path=outputs_path, record_path=record_path, emulate=emulate,
+                      started=started, plan_path=plan_path, backend="ray")
 
 
 class _Lost(Exception):
