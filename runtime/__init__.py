@@ -26,6 +26,7 @@ from typing import Optional
 import numpy
 
 from streammap.errors import KernelError, StreamMapError
+from streammap.fileio import atomic_write
 from streammap.plan import Plan, read_plan
 from streammap.runrecord import DeviceRun, RunRecord, TaskRun, run_record_path, write_run_record
 
@@ -176,9 +177,7 @@ def finish_run(plan: Plan, outcome: Outcome, *, outputs_path, record_path, emula
     if outcome.error is None and outputs_path is not None:
         try:
             write_npz(outcome.outputs, outputs_path)
-        except OSError as exc:
-            outcome.error = StreamMapError(f"cannot write the outputs: {exc.strerror or exc}", path=outputs_path)
-        except Exception as exc:
+        except Exception as exc:               # StreamMapError "cannot write the outputs", or numpy's
             outcome.error = exc
     if record_path is not None:
         record = build_run_record(plan, outcome, emulate=emulate, started=started, plan_path=plan_path,
@@ -186,10 +185,9 @@ def finish_run(plan: Plan, outcome: Outcome, *, outputs_path, record_path, emula
                                   backend=backend, telemetry=telemetry, alerts=alerts)
         try:
             write_run_record(record, record_path)
-        except OSError as exc:
+        except StreamMapError:
             if outcome.error is None:         # else the run's own error is the one to report
-                raise StreamMapError(f"cannot write the run record: {exc.strerror or exc}",
-                                     path=record_path) from None
+                raise
     if outcome.error is not None:
         err = outcome.error
         if isinstance(err, KernelError) and err.cause is not None:
@@ -318,15 +316,7 @@ def _execute(plan: Plan, kernels: dict, devices: dict, placements: dict, *, emul
 
 def write_npz(outputs: dict, path) -> None:
     """Write ``outputs`` to ``path`` as ``.npz``, atomically (temp file, then ``os.replace``)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            numpy.savez(f, **outputs)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: numpy.savez(f, **outputs), binary=True, what="outputs")
 
 
 def _plan_digest(plan: Plan, plan_path) -> str:

@@ -83,6 +83,7 @@ import yaml
 
 from .cluster import REFERENCE_FLOPS, ClusterSpec, DeviceSpec, Link, Node
 from .errors import ClusterError
+from .fileio import atomic_write_text
 
 #: Datasheet FP32 (non-tensor) peak FLOP/s of known boards, matched in order (first wins) as a
 #: case-insensitive regular expression searched in the NVML name. More specific names come first.
@@ -264,16 +265,7 @@ def write_cluster(spec: ClusterSpec, path, notes: list[str] | None = None) -> No
     path = Path(path)
     text = format_cluster(spec, notes)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write_text(path, text, what="cluster file")
 
 
 # -- NVML ---------------------------------------------------------------------------------------

@@ -48,9 +48,10 @@ Arg specs (plain data, YAML-safe)
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import networkx as nx
+
+from .fileio import atomic_write_text
 
 #: Node attributes with their defaults; importers and the front end fill every one of them.
 NODE_DEFAULTS = {
@@ -105,7 +106,7 @@ def to_node_link(g: nx.DiGraph) -> dict:
 def write_graph(g: nx.DiGraph, path) -> None:
     """Write the IR as node-link JSON (``--emit-graph``)."""
     text = json.dumps(to_node_link(g), indent=1, default=_json_default)
-    Path(path).write_text(text + "\n", encoding="utf-8")
+    atomic_write_text(path, text + "\n", what="task graph")
 
 
 def _json_default(o):

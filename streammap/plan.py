@@ -31,6 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import PlanError
+from .fileio import atomic_write_text
 from .ir import spec_refs
 from .yamlio import Dumper, load_yaml, validation_error
 
@@ -159,9 +160,7 @@ def write_plan(plan: Plan, path) -> None:
     """Write ``plan`` to ``path`` atomically (a half-written plan never exists)."""
     path = Path(path)
     text = plan.to_yaml(relative_to=path.parent)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, text, what="plan")
 
 
 def read_plan(path) -> Plan:

@@ -19,13 +19,13 @@ per task       ``planned_device``, when a re-mapping moved the task off the devi
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Literal, Optional
 
 import pydantic
 
 from .errors import StreamMapError
+from .fileio import atomic_write_text
 from .plan import _Strict
 
 RUN_VERSION = 1
@@ -144,9 +144,7 @@ def run_record_path(outputs_path) -> Path:
 
 def write_run_record(record: RunRecord, path) -> None:
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(record.model_dump_json(indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, record.model_dump_json(indent=1) + "\n", what="run record")
 
 
 def read_run_record(path) -> RunRecord:

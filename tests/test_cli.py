@@ -202,3 +202,13 @@ def test_errors_are_not_wrapped_so_the_caret_stays_under_the_column(workdir, cap
     caret = lines[src + 1]
     assert caret.strip() == "^"
     assert lines[src][caret.index("^"):].startswith("print")
+
+
+def test_an_output_path_that_cannot_be_written_is_an_error_not_a_traceback(workdir, capsys):
+    assert main(["compile", "fm_radio.py", "--cluster", "local", "-o", "missing/plan.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "missing/plan.yaml: error: cannot write the plan" in err and "Traceback" not in err
+    assert main(["compile", "fm_radio.py", "--cluster", "local", "-D", "N=1024", "-o", "plan.yaml"]) == 0
+    assert main(["run", "plan.yaml", "-o", "missing/out.npz", "--no-progress"]) == 2
+    assert "cannot write the outputs" in capsys.readouterr().err
+    assert not list(Path(".").glob(".*.tmp*"))
