@@ -33,10 +33,15 @@ demo: venv
 test: venv
 	$(BIN)/python -m pytest -q
 
+# Every measurement behind a target, each printed beside its baseline (history kept out of the way).
 bench: venv
 	$(BIN)/python benchmarks/runtime_overhead.py
 	$(BIN)/python benchmarks/compile_time.py
 	$(BIN)/python benchmarks/heft_scaling.py
+	$(BIN)/python benchmarks/mapping.py --scale --out bench-out
+	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/estimate_accuracy.py
+	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/monitoring_overhead.py --reps 40
+	$(BIN)/python benchmarks/ray_overhead.py
 
 clean:
 	rm -rf $(VENV) $(DEMO) build *.egg-info
