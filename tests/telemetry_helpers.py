@@ -114,3 +114,28 @@ class ScriptedSampler(Sampler):
         r = self.readings[min(self.n, len(self.readings) - 1)]
         self.n += 1
         return [Reading(**vars(x)) for x in r]
+
+
+SLEEPY = """
+import time
+import numpy as np
+
+NAP = 0.01          # seconds per nap; each plan sets it through its params
+
+def source():
+    return np.arange(4.0)
+
+def nap(x, k):
+    time.sleep(NAP)
+    return x + k
+"""
+
+
+def sleepy_plan(tmp_path, n, nap_seconds):
+    """``n`` tasks that sleep ``nap_seconds`` each, alternating over two CPU devices after a source."""
+    from runtime_helpers import cpu_devices, make_plan, ref, task
+    devs = [d["id"] for d in cpu_devices(2)]
+    tasks = [task("src", "source", devs[0])]
+    tasks += [task(f"nap{k}", "nap", devs[k % 2], ref("src"), k) for k in range(n)]
+    return make_plan(tmp_path, SLEEPY, tasks, devices=cpu_devices(2), outputs=ref(f"nap{n - 1}"),
+                     params={"NAP": nap_seconds})

@@ -15,8 +15,7 @@ from streammap.metrics import RunMetrics
 from streammap.runtime import run_plan
 from streammap.telemetry import DeviceInfo, Reading
 
-from runtime_helpers import cpu_devices, make_plan, ref, task
-from telemetry_helpers import ScriptedSampler
+from telemetry_helpers import ScriptedSampler, sleepy_plan as _sleepy_plan
 
 
 def scrape(port: int) -> str:
@@ -110,24 +109,8 @@ def test_serves_on_loopback_and_port_in_use_is_an_error():
         scrape(port)
 
 
-SLEEPY = """
-import time
-import numpy as np
-
-def source():
-    return np.arange(4.0)
-
-def nap(x, k):
-    time.sleep(0.02)
-    return x + k
-"""
-
-
 def sleepy_plan(tmp_path, n=10):
-    devs = [d["id"] for d in cpu_devices(2)]
-    tasks = [task("src", "source", devs[0])]
-    tasks += [task(f"nap{k}", "nap", devs[k % 2], ref("src"), k) for k in range(n)]
-    return make_plan(tmp_path, SLEEPY, tasks, devices=cpu_devices(2), outputs=ref(f"nap{n - 1}"))
+    return _sleepy_plan(tmp_path, n, nap_seconds=0.02)
 
 
 def test_scrape_during_and_after_a_run(tmp_path):

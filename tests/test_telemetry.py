@@ -13,8 +13,7 @@ from streammap.runtime import run_plan
 from streammap.telemetry import (CpuSampler, DeviceInfo, NvmlSampler, PeriodicThread, Reading, TelemetryRecorder,
                                  local_samplers)
 
-from runtime_helpers import cpu_devices, make_plan, ref, task
-from telemetry_helpers import ScriptedSampler, fake_nvml, gpu
+from telemetry_helpers import ScriptedSampler, fake_nvml, gpu, sleepy_plan as _sleepy_plan
 
 
 def test_nvml_sampler_reads_every_field():
@@ -134,24 +133,8 @@ def test_periodic_thread_stops_at_once():
     assert n >= 3 and len(calls) == n
 
 
-SLEEPY = """
-import time
-import numpy as np
-
-def source():
-    return np.arange(4.0)
-
-def nap(x, k):
-    time.sleep(0.01)
-    return x + k
-"""
-
-
 def sleepy_plan(tmp_path, n=12):
-    devs = [d["id"] for d in cpu_devices(2)]
-    tasks = [task("src", "source", devs[0])]
-    tasks += [task(f"nap{k}", "nap", devs[k % 2], ref("src"), k) for k in range(n)]
-    return make_plan(tmp_path, SLEEPY, tasks, devices=cpu_devices(2), outputs=ref(f"nap{n - 1}"))
+    return _sleepy_plan(tmp_path, n, nap_seconds=0.01)
 
 
 def test_run_record_holds_telemetry_and_measured_vs_estimated(tmp_path):
