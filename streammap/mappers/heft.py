@@ -192,6 +192,19 @@ class MemoryProfile:
         self.n = n + 1
         return i
 
+    @classmethod
+    def of_placed(cls, tasks, start, finish, mem, out, pending, last_use) -> "MemoryProfile":
+        """The profile of tasks already placed on one device: each holds ``mem`` while it runs, and
+        its output from its finish until its last consumer starts (open-ended while some consumer,
+        ``pending > 0``, is not placed yet)."""
+        prof = cls()
+        for u in tasks:
+            prof.add(start[u], finish[u], mem[u])
+            if out[u] > 0:
+                end = math.inf if pending[u] > 0 else max(last_use[u], finish[u])
+                prof.add(finish[u], end, out[u])
+        return prof
+
     def add(self, a: float, b: float, amount: float) -> None:
         """Add ``amount`` bytes over ``[a, b)`` (``b`` may be ``inf``; empty if ``b <= a``)."""
         if amount == 0.0 or not b > a:
@@ -418,12 +431,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
         prof = profiles.get(d)
         if prof is None:
             # Build the step function from what is already placed on d.
-            prof = profiles[d] = MemoryProfile()
-            for u in placed[d]:
-                prof.add(start[u], finish[u], mem[u])
-                if out[u] > 0:
-                    end = math.inf if pending[u] > 0 else max(last_use[u], finish[u])
-                    prof.add(finish[u], end, out[u])
+            prof = profiles[d] = MemoryProfile.of_placed(placed[d], start, finish, mem, out, pending, last_use)
         return prof
 
     def mem_fit(d, t, r, w, est_append, rel):

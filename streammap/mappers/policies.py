@@ -359,12 +359,7 @@ def list_schedule(cost: CostModel, policy, name: str | None = None) -> Schedule:
     def profile(d):
         prof = profiles.get(d)
         if prof is None:
-            prof = profiles[d] = MemoryProfile()
-            for u in on_dev[d]:
-                prof.add(start[u], finish[u], mem[u])
-                if out[u] > 0:
-                    end = math.inf if pending[u] > 0 else max(last_use[u], finish[u])
-                    prof.add(finish[u], end, out[u])
+            prof = profiles[d] = MemoryProfile.of_placed(on_dev[d], start, finish, mem, out, pending, last_use)
         return prof
 
     def try_place(t) -> bool:
