@@ -276,3 +276,24 @@ def make_fake_cupy(n_devices: int = 2) -> _types.ModuleType:
     )
     cupy.fake_stats = stats
     return cupy
+
+
+#: A fan-out/fan-in program: a source, scaled copies, their sum.
+FAN = """
+import numpy as np
+
+# @stream param
+N = 64
+
+def source():
+    return np.arange(N, dtype=np.float64)
+
+def scale(x, k):
+    return x * (k + 1)
+
+def total(*parts):
+    out = parts[0].copy()
+    for p in parts[1:]:
+        out += p
+    return out
+"""

@@ -26,7 +26,7 @@ from streammap.errors import KernelError, StreamMapError  # noqa: E402
 from streammap.runrecord import read_run_record  # noqa: E402
 from streammap.runtime import run_plan  # noqa: E402
 
-from runtime_helpers import make_plan, ref, task  # noqa: E402
+from runtime_helpers import FAN, make_plan, ref, task  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HETERO = ROOT.parent / "shared" / "benchmarks" / "clusters" / "hetero-2x4.yaml"
@@ -66,25 +66,7 @@ def devices2x2():
             for n in range(2) for i in range(2)]
 
 
-PROG = """
-import time
-import numpy as np
-
-# @stream param
-N = 64
-
-def source():
-    return np.arange(N, dtype=np.float64)
-
-def scale(x, k):
-    return x * (k + 1)
-
-def total(*parts):
-    out = parts[0].copy()
-    for p in parts[1:]:
-        out += p
-    return out
-
+PROG = FAN + """
 def split(x):
     return x[:N // 2], x[N // 2:]
 

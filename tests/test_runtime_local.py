@@ -13,27 +13,7 @@ from streammap.runtime import run_plan
 from streammap.runtime.context import array_module
 from streammap.runtime.devices import check_devices, gpu_ordinals
 
-from runtime_helpers import cpu_devices, gpu_devices, make_fake_cupy, make_plan, ref, task
-
-FAN = """
-import numpy as np
-
-# @stream param
-N = 64
-
-def source():
-    return np.arange(N, dtype=np.float64)
-
-def scale(x, k):
-    return x * (k + 1)
-
-def total(*parts):
-    out = parts[0].copy()
-    for p in parts[1:]:
-        out += p
-    return out
-"""
-
+from runtime_helpers import FAN, cpu_devices, gpu_devices, make_fake_cupy, make_plan, ref, task
 
 def fan_plan(tmp_path, width=8, devices=None, n_dev=4):
     devs = [d["id"] for d in (devices or gpu_devices(n_dev))]
