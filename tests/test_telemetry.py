@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
@@ -97,6 +98,18 @@ def test_cpu_sampler_from_proc(tmp_path):
     assert r.device == "cpu" and r.utilization == pytest.approx(0.75)
     assert r.memory_used == (8000000 - 3000000) * 1024 and r.memory_total == 8000000 * 1024
     assert r.temperature is None and r.power is None
+
+
+def test_cpu_sampler_reads_busy_time_from_uptime_where_the_kernel_has_it(tmp_path):
+    # /proc/uptime: seconds since boot, idle seconds summed over the CPUs (cheaper than /proc/stat)
+    _proc(tmp_path, 100, 900)
+    (tmp_path / "uptime").write_text("100.00 150.00\n")
+    s = CpuSampler(proc=str(tmp_path), sys_root=str(tmp_path / "nosys"))
+    n = os.cpu_count() or 1
+    (tmp_path / "uptime").write_text("101.00 150.50\n")       # one second: n CPU-seconds, 0.5 idle
+    _proc(tmp_path, 100, 1000)                                 # /proc/stat says all idle: not read
+    (r,) = s.sample()
+    assert r.utilization == pytest.approx(1.0 - 0.5 / n)
 
 
 def test_cpu_sampler_on_this_machine():
