@@ -9,7 +9,7 @@ import pytest
 
 from streammap.cluster import cluster_from_dict, load_cluster
 from streammap.cost import (DEFAULT_LAUNCH_OVERHEAD, LAUNCH_OVERHEAD, CostModel, area_bound,
-                            critical_path_bound, lower_bound)
+                            critical_path_bound, fork_join_bound, lower_bound)
 from streammap.errors import StreamMapError
 from streammap.importers import load_graph
 from streammap.ir import add_task, new_graph
@@ -175,6 +175,50 @@ def test_lower_bound_never_exceeds_the_optimum_on_small_unrelated_instances(seed
     lb = lower_bound(cost)
     assert lb <= best * (1 + 1e-12)
     assert lb >= cost.min_time().sum() / 3 - 1e-12               # at least the simple bound
+
+
+def _twins():
+    return cluster_from_dict({"name": "twins", "nodes": [{"name": "n", "link": {"bandwidth": 1e12, "latency": 0},
+                              "devices": [{"name": "c0", "kind": "cpu"}, {"name": "c1", "kind": "cpu"}]}]})
+
+
+def test_fork_join_bound_sees_the_devices_idle_while_a_long_root_runs():
+    # a 10 s root, then six 1 s children on two equal devices: the best plan takes 10 + 6/2 = 13 s;
+    # the README's bound only sees the critical path (11 s) and the area (16/2 = 8 s)
+    fork = program(("root", {"runtime": 10.0}), *[(f"c{i}", {"runtime": 1.0}) for i in range(6)],
+                   edges=[("root", f"c{i}", 0) for i in range(6)])
+    cost = CostModel(fork, _twins())
+    assert lower_bound(cost) == pytest.approx(11.0)
+    assert fork_join_bound(cost) == pytest.approx(13.0)
+    # and its mirror image: six 1 s tasks feeding a 10 s sink
+    join = program(("sink", {"runtime": 10.0}), *[(f"p{i}", {"runtime": 1.0}) for i in range(6)],
+                   edges=[(f"p{i}", "sink", 0) for i in range(6)])
+    assert fork_join_bound(CostModel(join, _twins())) == pytest.approx(13.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fork_join_bound_is_never_above_a_real_schedule(seed):
+    from streammap.bench.cases import random_case
+    from streammap.mappers import auto, heft
+    from streammap.schedule import evaluate
+    g, cl = random_case(40, alpha=[0.5, 1.0, 2.0][seed % 3], ccr=[0.1, 1.0, 10.0][seed % 3], seed=seed).load()
+    cost = CostModel(g, cl)
+    fj = fork_join_bound(cost)
+    assert fj >= lower_bound(cost) - 1e-12
+    for mapper in (heft, auto):
+        makespan, _, _ = evaluate(cost, mapper(cost))
+        assert fj <= makespan * (1 + 1e-9)
+
+
+@needs_shared
+def test_fork_join_bound_on_the_bwa_workflow_is_the_index_then_the_alignments():
+    from streammap.bench.cases import shared_cases
+    case = next(c for c in shared_cases(SHARED) if c.name == "bwa-chameleon-small-001/hetero-2x4/ccr0.1")
+    cost = CostModel(*case.load())
+    # bwa_index (80.65 s on an A100) feeds all 100 alignments (299.3 A100-seconds over 4 A100s and
+    # 4 V100s at half speed: 49.9 s)
+    assert fork_join_bound(cost) == pytest.approx(80.652465 + 299.284798 / 6, rel=1e-6)
+    assert fork_join_bound(cost) / lower_bound(cost) > 1.4
 
 
 @needs_shared
