@@ -108,7 +108,7 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
         return run_plan_ray(plan, emulate=emulate, outputs_path=outputs_path, record_path=record_path,
                             progress=progress, plan_path=plan_path, address=address,
                             max_recoveries=DEFAULT_MAX_RECOVERIES if max_recoveries is None else max_recoveries,
-                            metrics=metrics, alerts=alerts)
+                            telemetry=telemetry, interval=interval, metrics=metrics, alerts=alerts)
     if backend != "local":
         raise StreamMapError(f"unknown backend {backend!r}", hint="use 'local' or 'ray'")
     if isinstance(plan, (str, os.PathLike)):

@@ -23,8 +23,13 @@ Driver (this process):
 ``actors``    device id → actor handle (created on first use, never on a dead node).
 ``where``     finished task id → device whose actor holds its result.
 ``exports``   task id → ObjectRef of a *host* copy of its result, made by the task itself
-              (``run_export``) when a task on another actor consumes it; Ray moves it (through
-              host memory, the object store) to consumers on other actors and nodes.
+              (``run_export``) when a task on another node, or on a CPU, consumes it; Ray moves
+              it (through host memory, the object store) to those consumers.
+``shares``    task id → ObjectRef of its result *shared by CUDA IPC* (``run_share``, see
+              :mod:`.ipc`), when a GPU of the same node consumes it: the consumer copies it GPU
+              to GPU. The producer keeps the shared copy until the completion refs of all its
+              GPU consumers, which the driver passes along with the producer's next call (nested,
+              so Ray does not wait for them), are ready.
 ``starts`` / ``finishes`` / ``attempts``   per task id, measured in the actor (``time.time``,
               relative to the run's start; clocks of different machines are assumed in sync).
 
@@ -36,8 +41,10 @@ Policy
 ------
 - **Submission**: every task is submitted at once, in plan order, to its device's actor
   (``max_concurrency=1``: calls run in submission order), as ``run(k, *refs)``: ``refs`` are the
-  export refs of the data it needs from other actors and the completion refs of cross-actor
-  ordering-only deps, so Ray does all waiting. Results used on the same actor never leave it.
+  export or share refs of the data it needs from other actors and the completion refs of
+  cross-actor ordering-only deps, so Ray does all waiting. GPU actors see all GPUs of their node
+  (``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES``) and select their own, so that they can open
+  their neighbours' IPC handles. Results used on the same actor never leave it.
   ``run`` returns small metadata (start, finish, attempts) that the driver collects with
   ``ray.wait`` for the progress bar and the run record.
 - **Failure**: a kernel that raises is called again up to its ``retries``; then its call raises
@@ -118,11 +125,13 @@ class DeviceActor:
         self.kernels = self.program.kernels
         self.device_id = device_id
         placement = Placement(device_id, plan.device(device_id).kind, backend,
-                              ordinal=0 if backend == "cupy" else None, emulated=emulated)
+                              ordinal=_own_cuda_ordinal() if backend == "cupy" else None, emulated=emulated)
         self.dev = make_devices({device_id: placement})[device_id]
         set_current_device(self.dev)
         self.values: dict = {}
         self.steps: dict = {}
+        #: task id -> (the allocations of its shared copies, the consumers' completion refs)
+        self.shared: dict = {}
 
     def info(self) -> dict:
         import ray
@@ -133,10 +142,65 @@ class DeviceActor:
     def ping(self) -> bool:
         return True
 
+    # -- telemetry: this actor's device, sampled by the process's ticker thread ----------------
+    def start_telemetry(self, t0: float, interval: float) -> None:
+        """Sample this actor's device every ``interval`` s (its GPU through NVML, else the node's
+        CPU), with times relative to the driver's ``t0`` (``time.time()``; clocks in sync)."""
+        from streammap.telemetry import TICKER, CpuSampler, NvmlSampler, TelemetryRecorder
+
+        from .supervisor import nvml_index
+        samplers = []
+        if self.dev.is_gpu:
+            s = NvmlSampler(indices=[nvml_index(self.dev.ordinal)])
+            if s.devices():
+                samplers.append(s)
+        if not samplers:
+            samplers.append(CpuSampler())
+        rec = self._telemetry = TelemetryRecorder(samplers, interval)
+
+        def tick():
+            rec.sample(time.time() - t0)
+        tick()
+        self._ticker = TICKER.add(tick, interval)
+
+    def stop_telemetry(self, t0: float) -> Optional[dict]:
+        """The readings so far (a last one now), in the run record's form; sampling stops."""
+        rec = getattr(self, "_telemetry", None)
+        if rec is None:
+            return None
+        from streammap.telemetry import TICKER
+        TICKER.remove(self._ticker)
+        rec.sample(time.time() - t0)
+        self._telemetry = None
+        return rec.to_dict({})
+
     def prepare(self, steps: dict) -> None:
         """The next segment's steps: index → (task id, kernel, args, kwargs, remote ids, frees,
-        store, retries, site)."""
+        store, retries, site). Shared copies of the last segment are freed: its consumers are
+        done or gone."""
         self.steps = steps
+        self.shared.clear()
+
+    def _reap(self, releases) -> None:
+        """Free the shared copies whose consumers have all finished (see :mod:`.ipc`).
+
+        ``releases``: ``[(task id, [consumer completion refs])]`` from the driver, nested in a
+        list so that Ray passes the refs without waiting for them; a non-blocking ``ray.wait``
+        tells which consumers are done."""
+        shared = self.shared
+        for tid, refs in releases or ():
+            if tid in shared:
+                shared[tid] = (shared[tid][0], list(refs))
+        waiting = [(tid, refs) for tid, (_, refs) in shared.items() if refs]
+        if not waiting:
+            return
+        import ray
+        for tid, refs in waiting:
+            _, pending = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+            if pending:
+                shared[tid] = (shared[tid][0], pending)
+            else:
+                del shared[tid]          # the allocations are freed with their last reference
 
     def held(self) -> list:
         return list(self.values)
@@ -168,21 +232,54 @@ class DeviceActor:
             return {k: self._value(s, remote) for k, s in spec["dict"].items()}
         raise ValueError(f"unknown argument spec {spec!r}")
 
-    def run(self, k: int, *refs):
-        return self._run(k, refs)[0]
+    def run(self, k: int, releases, *refs):
+        return self._run(k, releases, refs)[0]
 
-    def run_export(self, k: int, *refs):
-        meta, out = self._run(k, refs)
+    def run_export(self, k: int, releases, *refs):
+        """Run, and return a host copy of the result too (for consumers on other nodes or CPUs)."""
+        meta, out = self._run(k, releases, refs)
         return meta, to_host(out)
 
-    def _run(self, k, refs):
+    def run_share(self, k: int, releases, *refs):
+        """Run, and return the result shared by CUDA IPC too (for GPUs of this node)."""
+        meta, out = self._run(k, releases, refs)
+        return meta, self._share(meta[0], out)
+
+    def run_export_share(self, k: int, releases, *refs):
+        meta, out = self._run(k, releases, refs)
+        return meta, to_host(out), self._share(meta[0], out)
+
+    def _share(self, k, out):
+        from .ipc import share
+        dev = self.dev
+        keep: list = []
+        with dev.device:
+            desc = share(dev.cupy, out, dev.ordinal, dev.stream, keep)
+        self.shared[self.steps[k][0]] = (keep, [])
+        return desc
+
+    def _receive(self, r, v):
+        """A remote input on this GPU: a host copy uploaded, or a shared array copied peer to peer."""
+        from .ipc import ShareLost, has_shared, receive
+        dev = self.dev
+        with dev.device, dev.stream:
+            if has_shared(v):
+                try:
+                    return receive(dev.cupy, v, dev.ordinal, dev.stream)
+                except ShareLost:
+                    raise InputMissing(r) from None
+            return dev.bring(v)
+
+    def _run(self, k, releases, refs):
         tid, kernel, args, kwargs, remote_ids, frees, store, retries, site = self.steps[k]
         dev = self.dev
+        if releases or self.shared:
+            self._reap(releases)
         remote = {}
         if remote_ids:
             for r, v in zip(remote_ids, refs):
                 if r is not None:
-                    remote[r] = dev.bring(v) if dev.is_gpu else v
+                    remote[r] = self._receive(r, v) if dev.is_gpu else v
         a = [self._value(s, remote) for s in args]
         kw = {key: self._value(s, remote) for key, s in kwargs.items()} if kwargs else {}
         fn = self.kernels[kernel]
@@ -217,24 +314,40 @@ def _actor_class(ray):
     global _ACTOR
     if _ACTOR is None:
         cls = type("DeviceActor", (DeviceActor,), {
-            "run_export": ray.method(num_returns=2)(DeviceActor.run_export)})
+            "run_export": ray.method(num_returns=2)(DeviceActor.run_export),
+            "run_share": ray.method(num_returns=2)(DeviceActor.run_share),
+            "run_export_share": ray.method(num_returns=3)(DeviceActor.run_export_share)})
         cls.__module__ = __name__
         _ACTOR = ray.remote(cls)
     return _ACTOR
+
+
+def _own_cuda_ordinal() -> int:
+    """The CUDA ordinal of the GPU Ray gave this actor: 0 when Ray narrowed
+    ``CUDA_VISIBLE_DEVICES`` to it, its position among the node's GPUs when the executor asked
+    Ray not to (:data:`.ipc.NOSET_VISIBLE`, so that GPUs of one node can share arrays)."""
+    from .ipc import NOSET_VISIBLE, cuda_ordinal
+    if os.environ.get(NOSET_VISIBLE) != "1":
+        return 0
+    import ray
+    ids = ray.get_gpu_ids()
+    return cuda_ordinal(ids[0]) if ids else 0
 
 
 # -- the driver ----------------------------------------------------------------------------
 
 def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=None, progress: bool = True,
                  plan_path=None, address: Optional[str] = None, max_recoveries: int = DEFAULT_MAX_RECOVERIES,
-                 telemetry: bool = True, **monitoring) -> dict:
+                 telemetry: bool = True, interval: Optional[float] = None, **monitoring) -> dict:
     """:func:`streammap.runtime.run_plan` with ``backend="ray"`` (same outputs, record, errors).
 
     ``address``: the Ray cluster (``auto``, ``host:port``, ``ray://...``); default: the cluster
-    this process is connected to, else ``RAY_ADDRESS``, else a new local Ray. Device telemetry,
-    metrics and alerts are not collected on Ray yet (they are ignored, with a warning).
+    this process is connected to, else ``RAY_ADDRESS``, else a new local Ray. Every actor samples
+    its device (NVML for its GPU, else its node's CPU) every ``interval`` s into the run record's
+    telemetry; Prometheus metrics and alerts are not served on Ray yet (ignored, with a warning).
     """
     from streammap.discover_ray import connect
+    from streammap.telemetry import DEFAULT_INTERVAL
 
     from . import finish_run
     from .loader import refuse_workflow
@@ -256,13 +369,14 @@ def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=
     started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     try:
         executor = RayExecutor(plan, source.read_bytes(), emulate=emulate, progress=progress,
-                               max_recoveries=max_recoveries)
+                               max_recoveries=max_recoveries,
+                               telemetry_interval=(interval or DEFAULT_INTERVAL) if telemetry else None)
         outcome = executor.run()
     finally:
         if own:
             ray.shutdown()
     return finish_run(plan, outcome, outputs_path=outputs_path, record_path=record_path, emulate=emulate,
-                      started=started, plan_path=plan_path, backend="ray")
+                      started=started, plan_path=plan_path, backend="ray", telemetry=executor.telemetry)
 
 
 class _Lost(Exception):
@@ -273,9 +387,12 @@ class RayExecutor:
     """Runs ``plan`` on the connected Ray cluster (see the module docstring)."""
 
     def __init__(self, plan: Plan, source_text: bytes, *, emulate: bool = False, progress: bool = False,
-                 max_recoveries: int = DEFAULT_MAX_RECOVERIES):
+                 max_recoveries: int = DEFAULT_MAX_RECOVERIES, telemetry_interval: Optional[float] = None):
         import ray
         self.ray = ray
+        self.telemetry_interval = telemetry_interval
+        self.telemetry: Optional[dict] = None
+        self.t0 = time.time()
         self.plan = plan
         self.source_text = source_text
         self.emulate = emulate
@@ -346,12 +463,18 @@ class RayExecutor:
             return a
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        from .ipc import NOSET_VISIBLE
+
         d = self.plan.device(device)
         gpu = d.kind == "gpu" and not self.emulate
         cls = _actor_class(self.ray)
+        # a GPU actor sees every GPU of its node (and picks its own from ray.get_gpu_ids()), so
+        # that it can open the CUDA IPC handles of its neighbours (see .ipc)
+        env = {"env_vars": {NOSET_VISIBLE: "1"}} if gpu else None
         a = cls.options(
             num_cpus=0, num_gpus=1 if gpu else 0, max_concurrency=1, max_restarts=0, max_task_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_of_device[device], soft=False),
+            runtime_env=env,
         ).remote(self.plan, self.source_text, device, "cupy" if gpu else "numpy", self.emulate and d.kind != "cpu")
         self.actors[device] = a
         return a
@@ -381,12 +504,14 @@ class RayExecutor:
         except Exception as exc:       # noqa: BLE001 -- a Ray failure we do not handle: report it
             error, outputs = exc, {}
         wall = time.perf_counter() - t_perf
+        telemetry = self._collect_telemetry() if self.telemetry_interval else None
         if error is not None:
             for a in self.actors.values():
                 try:
                     ray.kill(a)
                 except Exception:      # noqa: BLE001
                     pass
+        self.telemetry = telemetry
         ids = [t.id for t in self.plan.tasks]
         final = {t.id: t.device for t in current.tasks}
         busy: dict[str, float] = {}
@@ -409,10 +534,40 @@ class RayExecutor:
                        plan=current if current is not self.plan else None, remaps=self.remaps,
                        planned_device={t: original[t] for t in ids if final[t] != original[t]})
 
+    def _collect_telemetry(self) -> Optional[dict]:
+        """The actors' device readings merged into the run record's telemetry: one series per
+        (Ray node, local device), named ``NODE/gpuN`` or ``NODE/cpu``; several plan devices
+        emulated on one node's CPU share its series."""
+        refs = {d: a.stop_telemetry.remote(self.t0) for d, a in self.actors.items()}
+        merged: dict[str, dict] = {}
+        events = []
+        interval = self.telemetry_interval
+        for d, r in refs.items():
+            try:
+                part = self.ray.get(r, timeout=10)
+            except Exception:          # noqa: BLE001 -- a dead actor: its readings are lost with it
+                continue
+            if not part:
+                continue
+            node = self.actor_info.get(d, {}).get("node") or self.node_of_device.get(d, "?")[:12]
+            for dev in part["devices"]:
+                key = f"{node}/{dev['id']}"
+                if key in merged:
+                    merged[key]["plan_devices"].append(d)
+                    continue
+                merged[key] = dict(dev, id=key, plan_devices=[d])
+            events += [dict(e, device=f"{node}/{e['device']}") for e in part.get("xid_events", [])]
+        if not merged:
+            return None
+        return {"interval": interval, "devices": list(merged.values()), "xid_events": events}
+
     def _start_actors(self, devices) -> None:
         from streammap.discover_ray import ray_node_names
         new = [d for d in devices if d not in self.actors]
         refs = {d: self._actor(d).info.remote() for d in new}
+        if self.telemetry_interval:
+            for d in new:
+                self.actors[d].start_telemetry.remote(self.t0, self.telemetry_interval)
         names = ray_node_names(self.ray.nodes())
         for d, r in refs.items():
             try:
@@ -456,6 +611,18 @@ class RayExecutor:
         for r, c in last_local.items():
             if r not in outputs:
                 frees.setdefault(c, []).append(r)
+        # cross-actor hand-offs: GPU to GPU inside a node by CUDA IPC, else a host copy
+        peer_of = {}                  # (producer id, consumer device) -> "share" | "host"
+        ipc_consumers: dict[str, list[int]] = {}
+        for k in todo:
+            t = tasks[k]
+            for r in dict.fromkeys(data_refs[k]):
+                if r in cross and dev_of[r] != t.device:
+                    how = "share" if self._peers(dev_of[r], t.device) else "host"
+                    peer_of[(r, t.device)] = how
+                    if how == "share":
+                        ipc_consumers.setdefault(r, []).append(k)
+        host_needed = {r for (r, _), how in peer_of.items() if how == "host"}
         steps: dict[str, dict] = {d: {} for d in {tasks[k].device for k in todo}}
         calls = []
         for k in todo:
@@ -466,8 +633,8 @@ class RayExecutor:
                 if dev_of[r] == d and (r in todo_ids or r in self._held.get(d, ())):
                     continue
                 remote_ids.append(r)
-                if r in todo_ids:             # made by the producer's run_export, submitted before
-                    remote_refs.append(("exp", r))
+                if r in todo_ids:             # made by the producer's run_export/share, submitted before
+                    remote_refs.append(("shr" if peer_of.get((r, d)) == "share" else "exp", r))
                     continue
                 if r not in exports:          # a carried result held on another actor
                     exports[r] = self.actors[dev_of[r]].export.remote(r)
@@ -483,19 +650,43 @@ class RayExecutor:
         for d, s in steps.items():
             self.actors[d].prepare.remote(s)
         meta_of: dict[str, object] = {}
+        shares: dict[str, object] = {}
+        unsubmitted = {r: len(ks) for r, ks in ipc_consumers.items()}
+        releases: dict[str, list] = {}     # producer device -> [(task id, consumer refs)] to pass on
         pending = {}
+        kinds = {"meta": meta_of, "exp": exports, "shr": shares}
         for k, t, remote_refs in calls:
-            refs = [x if not isinstance(x, tuple) else meta_of[x[1]] if x[0] == "meta" else exports[x[1]]
-                    for x in remote_refs]
+            refs = [x if not isinstance(x, tuple) else kinds[x[0]][x[1]] for x in remote_refs]
             a = self.actors[t.device]
-            if t.id in cross:
-                m, v = a.run_export.remote(k, *refs)
+            rel = releases.pop(t.device, None)
+            if t.id in ipc_consumers and t.id in host_needed:
+                m, v, sh = a.run_export_share.remote(k, rel, *refs)
+                exports[t.id], shares[t.id] = v, sh
+            elif t.id in ipc_consumers:
+                m, sh = a.run_share.remote(k, rel, *refs)
+                shares[t.id] = sh
+            elif t.id in cross:
+                m, v = a.run_export.remote(k, rel, *refs)
                 exports[t.id] = v
             else:
-                m = a.run.remote(k, *refs)
+                m = a.run.remote(k, rel, *refs)
             meta_of[t.id] = m
             pending[m] = k
+            # once every GPU consumer of a shared result is submitted, the producer's next call
+            # carries their completion refs: it frees the shared copy when they are all done
+            for r in dict.fromkeys(x[1] for x in remote_refs if isinstance(x, tuple) and x[0] == "shr"):
+                unsubmitted[r] -= 1
+                if unsubmitted[r] == 0:
+                    releases.setdefault(dev_of[r], []).append((r, [meta_of[tasks[c].id] for c in ipc_consumers[r]]))
         return self._collect(plan, pending)
+
+    def _peers(self, producer: str, consumer: str) -> bool:
+        """Whether a result moves from ``producer`` to ``consumer`` GPU to GPU (:mod:`.ipc`): both
+        real GPUs (not emulated) run by CuPy, on one Ray node."""
+        if self.emulate:
+            return False
+        a, b = self.plan.device(producer), self.plan.device(consumer)
+        return (a.kind == "gpu" and b.kind == "gpu" and self.node_of_device[producer] == self.node_of_device[consumer])
 
     def _collect(self, plan: Plan, pending: dict) -> Optional[float]:
         ray = self.ray

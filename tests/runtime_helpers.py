@@ -88,7 +88,17 @@ import numpy as _np
 
 def make_fake_cupy(n_devices: int = 2) -> _types.ModuleType:
     tls = _threading.local()
-    stats = {"uploads": 0, "peer_copies": 0, "downloads": 0, "waits": 0, "null_stream_uploads": 0}
+    stats = {"uploads": 0, "peer_copies": 0, "downloads": 0, "waits": 0, "null_stream_uploads": 0,
+             "ipc_copies": 0, "ipc_open": 0}
+    # device memory by address, for the raw calls (cudaMemcpy*, cudaIpc*): an array's address is
+    # that of its NumPy buffer; a Memory is a byte buffer that disappears when it is freed
+    memory: dict = {}
+
+    def _bytes(ptr):
+        try:
+            return memory[ptr].reshape(-1).view(_np.uint8)
+        except KeyError:
+            raise RuntimeError(f"cudaErrorInvalidValue: no device memory at {ptr:#x}") from None
 
     def current() -> int:
         return getattr(tls, "device", 0)
@@ -131,6 +141,7 @@ def make_fake_cupy(n_devices: int = 2) -> _types.ModuleType:
 
         def __init__(self, null=False, non_blocking=False, ptds=False):
             self.is_null = null
+            self.ptr = 0
             self.device_id = -1 if null else current()
 
         def __enter__(self):
@@ -165,6 +176,12 @@ def make_fake_cupy(n_devices: int = 2) -> _types.ModuleType:
         def __init__(self, arr):
             self.arr = arr
             self.device_id = arr.device_id
+
+        @property
+        def ptr(self):
+            a = self.arr._a
+            memory[a.__array_interface__["data"][0]] = a
+            return a.__array_interface__["data"][0]
 
         def copy_from_device_async(self, src, size, stream=None):
             assert stream is not None and stream.device_id == self.device_id
@@ -261,6 +278,33 @@ def make_fake_cupy(n_devices: int = 2) -> _types.ModuleType:
         def used_bytes(self):
             return 4096
 
+    class Memory:                         # cudaMalloc'ed bytes, freed with the object
+        def __init__(self, size):
+            self.device_id = current()
+            self._buf = _np.zeros(size, _np.uint8)
+            self.ptr = self._buf.__array_interface__["data"][0]
+            memory[self.ptr] = self._buf
+
+        def __del__(self):
+            memory.pop(self.ptr, None)
+
+    def memcpy_async(dst, src, size, kind, stream):
+        _bytes(dst)[:size] = _bytes(src)[:size]
+
+    def memcpy_peer_async(dst, dst_device, src, src_device, size, stream):
+        _bytes(dst)[:size] = _bytes(src)[:size]
+        stats["ipc_copies"] += 1
+
+    def ipc_get(ptr):
+        _bytes(ptr)
+        return b"fake-ipc:" + str(ptr).encode()
+
+    def ipc_open(handle, flags):
+        ptr = int(handle.split(b":")[1])
+        _bytes(ptr)                        # a freed allocation cannot be opened
+        stats["ipc_open"] += 1
+        return ptr
+
     pool = Pool()
     cupy = _types.ModuleType("cupy")
     cupy.ndarray = ndarray
@@ -270,9 +314,12 @@ def make_fake_cupy(n_devices: int = 2) -> _types.ModuleType:
     cupy.asnumpy = lambda a: a.get() if isinstance(a, ndarray) else _np.asarray(a)
     cupy.get_default_memory_pool = lambda: pool
     cupy.cuda = _types.SimpleNamespace(
-        Device=Device, Stream=Stream, Event=Event,
+        Device=Device, Stream=Stream, Event=Event, Memory=Memory,
         get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
-        runtime=_types.SimpleNamespace(getDeviceCount=lambda: n_devices),
+        runtime=_types.SimpleNamespace(
+            getDeviceCount=lambda: n_devices, memcpyAsync=memcpy_async, memcpyPeerAsync=memcpy_peer_async,
+            memcpyDeviceToDevice=3, ipcGetMemHandle=ipc_get, ipcOpenMemHandle=ipc_open,
+            ipcCloseMemHandle=lambda ptr: None, cudaIpcMemLazyEnablePeerAccess=1),
     )
     cupy.fake_stats = stats
     return cupy

@@ -107,6 +107,11 @@ def test_fan_plan_matches_local_executor_and_writes_record(cluster, tmp_path):
     assert all(t.start is not None and t.finish >= t.start and t.attempts == 1 for t in rec.tasks)
     execs = {d.id: d.executor for d in rec.devices}
     assert "on Ray node node1" in execs["node1/gpu0"] and "on Ray node node0" in execs["node0/gpu0"]
+    # every node's devices were sampled (emulated GPUs run on, and report, their node's CPU)
+    series = {d.id: d for d in rec.telemetry.devices}
+    assert set(series) == {"node0/cpu", "node1/cpu"}
+    assert set(series["node1/cpu"].plan_devices) == {d for d in execs if d.startswith("node1/")}
+    assert all(len(d.t) >= 2 and d.memory_used is not None for d in series.values())
 
 
 def test_kernel_error_after_retries_names_task_and_traceback(cluster, tmp_path):
