@@ -74,6 +74,15 @@ def make_plan(folder, source: str, tasks: list[dict], *, devices=None, outputs=N
     return plan
 
 
+def cuda_device_count() -> int:
+    """CUDA devices CuPy sees here (0 without CuPy, a driver or a device): real-GPU tests skip on 0."""
+    try:
+        import cupy
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # noqa: BLE001
+        return 0
+
+
 # -- a fake CuPy, to exercise the executor's GPU path on machines without one -----------------
 # It models what the executor relies on: per-thread current device and stream, streams and events,
 # arrays that live on one device and refuse to mix with arrays of another device or with NumPy

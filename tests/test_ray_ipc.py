@@ -14,16 +14,19 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from runtime_helpers import FAN, cpu_devices, gpu_devices, make_fake_cupy, make_plan, ref, task  # noqa: E402
+from runtime_helpers import FAN, cpu_devices, cuda_device_count, gpu_devices, make_fake_cupy, make_plan, ref, task  # noqa: E402
 
 from streammap.runtime import ipc  # noqa: E402
 
 
 @pytest.fixture
 def cp(monkeypatch):
+    from streammap.runtime.context import current_device, set_current_device
     fake = make_fake_cupy(2)
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    return fake
+    before = current_device()
+    yield fake
+    set_current_device(before)           # a DeviceActor made in this process sets it
 
 
 def test_a_shared_result_arrives_on_the_other_gpu_bit_identical(cp):
@@ -114,3 +117,32 @@ def test_device_actors_hand_a_result_gpu_to_gpu_and_free_it_after_its_consumer(c
     monkeypatch.setattr(ray, "wait", lambda refs, **kw: (list(refs), []))
     producer._reap([("src", ["consumer-done"])])
     assert "src" not in producer.shared
+
+
+def _share_in_child(queue, done):
+    import cupy
+    a = cupy.arange(1 << 16, dtype=cupy.float32) * 3
+    keep = []
+    with cupy.cuda.Device(0):
+        queue.put(ipc.share(cupy, a, 0, cupy.cuda.Stream(non_blocking=True), keep))
+    done.wait(60)                     # the copy stays alive until the parent has received it
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(cuda_device_count() == 0, reason="needs CuPy and a CUDA device")
+def test_cuda_ipc_between_two_processes_on_a_real_gpu():
+    import multiprocessing as mp
+
+    import cupy
+    ctx = mp.get_context("spawn")
+    queue, done = ctx.Queue(), ctx.Event()
+    child = ctx.Process(target=_share_in_child, args=(queue, done))
+    child.start()
+    try:
+        desc = queue.get(timeout=120)
+        with cupy.cuda.Device(0):
+            got = ipc.receive(cupy, desc, 0, cupy.cuda.Stream(non_blocking=True))
+        assert cupy.asnumpy(got).tolist() == (np.arange(1 << 16, dtype=np.float32) * 3).tolist()
+    finally:
+        done.set()
+        child.join(60)

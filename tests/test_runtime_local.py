@@ -13,7 +13,7 @@ from streammap.runtime import run_plan
 from streammap.runtime.context import array_module
 from streammap.runtime.devices import check_devices, gpu_ordinals
 
-from runtime_helpers import FAN, cpu_devices, gpu_devices, make_fake_cupy, make_plan, ref, task
+from runtime_helpers import FAN, cpu_devices, cuda_device_count, gpu_devices, make_fake_cupy, make_plan, ref, task
 
 def fan_plan(tmp_path, width=8, devices=None, n_dev=4):
     devs = [d["id"] for d in (devices or gpu_devices(n_dev))]
@@ -401,15 +401,7 @@ def test_array_module_of_arrays():
 # -- GPU: on a real GPU when CuPy and CUDA are there, else skipped; the same tests also run on
 # -- a fake CuPy (runtime_helpers.make_fake_cupy) that checks device placement and streams.
 
-def _cuda_devices() -> int:
-    try:
-        import cupy
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:
-        return 0
-
-
-needs_gpu = pytest.mark.skipif(_cuda_devices() == 0, reason="needs CuPy and a CUDA device")
+needs_gpu = pytest.mark.skipif(cuda_device_count() == 0, reason="needs CuPy and a CUDA device")
 
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=[pytest.mark.gpu, needs_gpu])])
@@ -420,7 +412,7 @@ def gpu(request, monkeypatch):
         monkeypatch.setitem(sys.modules, "cupy", fake)
         return fake, 2, True
     import cupy
-    return cupy, _cuda_devices(), False
+    return cupy, cuda_device_count(), False
 
 
 def _gpu_devices(n):
