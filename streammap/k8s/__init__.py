@@ -70,6 +70,7 @@ def dump_objects(objects: list[dict]) -> str:
 def plan_from_configmap(config_map: dict, folder) -> Plan:
     """Read back the plan a ConfigMap carries, writing its files into ``folder`` (round trips)."""
     folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     for key, text in (config_map.get("data") or {}).items():
         atomic_write_text(folder / key, text)
     return read_plan(folder / PLAN_KEY)

@@ -88,8 +88,8 @@ def _schema(obj: dict, version: str) -> list[str]:
     try:
         kubernetes_validate.validate(obj, version, strict=True)
     except kubernetes_validate.ValidationError as exc:
-        path = ".".join(str(p) for p in exc.caught.absolute_path) or "(object)"
-        return [f"{path}: {exc.caught.message} (Kubernetes {version} schema)"]
+        path = ".".join(str(p) for p in exc.absolute_path) or "(object)"
+        return [f"{path}: {exc.message} (Kubernetes {version} schema)"]
     except kubernetes_validate.SchemaNotFoundError:
         return [f"no Kubernetes {version} schema for {obj.get('apiVersion')} {obj.get('kind')}"]
     return []
