@@ -225,8 +225,13 @@ def measure_link(ping: Callable[[], object], send: Callable[[int], object], nbyt
     return statistics.median(rtts) / 2, nbytes / best
 
 
-def check_network(address: Optional[str], cluster=None, ray=None, nbytes: int = 32 << 20) -> Check:
-    """Bandwidth and latency between two Ray nodes, against the cluster file's ``network``."""
+def check_network(address: Optional[str], cluster=None, ray=None, nbytes: int = 32 << 20,
+                  link: Optional[Callable] = None) -> Check:
+    """Bandwidth and latency between two Ray nodes, against the cluster file's ``network``.
+
+    ``link(ray, node_a, node_b)`` returns the ``(ping, send)`` pair :func:`measure_link` times;
+    by default two Ray actors, one hard-pinned to each node.
+    """
     name = "network"
     if not address:
         return Check(name, "skip", "measured between Ray nodes with --ray ADDRESS")
@@ -237,7 +242,7 @@ def check_network(address: Optional[str], cluster=None, ray=None, nbytes: int = 
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         if len(nodes) < 2:
             return Check(name, "skip", f"{len(nodes)} live Ray node(s): nothing to measure between")
-        ping, send = _ray_link(ray, nodes[0]["NodeID"], nodes[1]["NodeID"])
+        ping, send = (link or _ray_link)(ray, nodes[0]["NodeID"], nodes[1]["NodeID"])
         latency, bandwidth = measure_link(ping, send, nbytes)
     except Exception as exc:       # noqa: BLE001
         return Check(name, "fail", f"cannot measure between Ray nodes: {exc}", "check that every node is reachable")
