@@ -72,7 +72,8 @@ from streammap.ir import spec_refs
 from streammap.plan import Plan, read_plan
 from streammap.runrecord import run_record_path
 
-from .devices import CUPY_VENDORS, EXECUTABLE_KINDS, Placement, node_of, to_host
+from .accelerators import cupy_platform
+from .devices import Placement, node_of, raise_not_executable, to_host
 from .local import Outcome, name_outputs, user_traceback
 
 log = logging.getLogger("streammap.runtime")
@@ -327,11 +328,9 @@ class RayExecutor:
             for d in plan.devices:
                 if d.id not in used:
                     continue
-                if d.kind not in EXECUTABLE_KINDS or (d.kind == "gpu" and (d.vendor or None) is not None
-                                                      and d.vendor.lower() not in CUPY_VENDORS):
-                    raise StreamMapError(f"StreamMAP cannot execute on {d.vendor or d.kind} devices (task device {d.id})",
-                                         hint="use --emulate to run this plan with NumPy on the cluster's CPUs")
-                if d.kind == "gpu":
+                if d.kind != "cpu" and cupy_platform(d.kind, d.vendor) is None:
+                    raise_not_executable(plan, d.id)
+                if d.kind != "cpu":
                     need[out[d.id]] = need.get(out[d.id], 0) + 1
             for nid, k in need.items():
                 have = resources.get(nid, {}).get("GPU", 0)
@@ -347,7 +346,7 @@ class RayExecutor:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         d = self.plan.device(device)
-        gpu = d.kind == "gpu" and not self.emulate
+        gpu = d.kind != "cpu" and not self.emulate
         cls = _actor_class(self.ray)
         a = cls.options(
             num_cpus=0, num_gpus=1 if gpu else 0, max_concurrency=1, max_restarts=0, max_task_retries=0,
