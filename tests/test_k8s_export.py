@@ -97,14 +97,14 @@ def test_one_workload_per_node_with_tasks_pinned_by_selector_never_by_node_name(
 
 def test_each_vendor_gets_its_device_plugin_resource_names(mixed_plan):
     groups = {g.node: g for g in device_groups(mixed_plan)}
-    assert groups["h100"].limits == {"cpu": 1, "nvidia.com/gpu": 2}
+    assert groups["h100"].limits == {"cpu": 2, "nvidia.com/gpu": 2}
     assert groups["v100"].limits["nvidia.com/gpu"] == 3
     assert groups["mlu"].limits["cambricon.com/vmlu"] == 2
     assert groups["dcu"].limits["hygon.com/dcunum"] == 1
     pods = {p["metadata"]["labels"]["streammap.io/node"]: p for p in _by_kind(_objects(mixed_plan), "Pod")}
     limits = pods["dcu"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"hygon.com/dcunum": 1}
-    assert pods["dcu"]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1"}
+    assert pods["dcu"]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2"}           # dcu0 and the cpu
 
 
 def test_a_share_asks_for_hami_cores_and_memory_as_whole_numbers(mixed_plan):
@@ -274,3 +274,22 @@ def test_the_pod_sees_its_gpus_numbered_from_zero(mixed_plan):
     assert [d.index for d in view.devices if d.id.startswith("v100/")] == [0, 1, 2]
     assert [d.index for d in view.devices if d.id.startswith("h100/")] == [0, 1]
     assert [d.index for d in plan.devices if d.id.startswith("v100/")] == [4, 5, 6]
+
+
+def test_the_pod_entry_runs_the_configmaps_plan_or_says_why_not(tmp_path, capsys):
+    from runtime_helpers import FAN, make_plan, ref, task
+    from streammap.k8s.entry import main as entry
+    devices = [{"id": "node0/cpu", "kind": "cpu"},
+               {"id": "node0/mlu0", "kind": "mlu", "vendor": "cambricon", "model": "MLU370-X8"}]
+    tasks = [task("src", "source", "node0/cpu"), task("s0", "scale", "node0/cpu", ref("src"), 0)]
+    for name, devs, placed in (("cpu", devices[:1], "node0/cpu"), ("mlu", devices, "node0/mlu0")):
+        plan = make_plan(tmp_path, FAN, tasks + [task("sum", "total", placed, ref("s0"))], devices=devs,
+                         outputs=ref("sum"))
+        cm = _by_kind(_objects(plan), "ConfigMap")[0]
+        plan_from_configmap(cm, tmp_path / name / "mount")
+        rc = entry(["--plan", str(tmp_path / name / "mount" / "plan.yaml"), "--node", "node0",
+                    "--out", str(tmp_path / name)])
+        if name == "cpu":
+            assert rc == 0 and (tmp_path / "cpu" / "out.npz").exists()
+        else:
+            assert rc == 2 and "task sum is placed on node0/mlu0" in capsys.readouterr().err

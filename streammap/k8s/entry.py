@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import EXIT_FAILURE, EXIT_USAGE, KernelError, StreamMapError
 from ..plan import Plan, read_plan
 
 JOIN_TIMEOUT = 600.0
@@ -64,7 +65,14 @@ def main(argv=None) -> int:
     plan = read_plan(args.plan)
     out = Path(args.out) / "out.npz"
     if args.ray_nodes <= 1:
-        streammap.run(container_view(plan, args.node), outputs=out, progress=False)
+        try:
+            streammap.run(container_view(plan, args.node), outputs=out, progress=False)
+        except StreamMapError as exc:        # the pod's log says what is wrong, as the CLI would
+            print(exc.format(), file=sys.stderr)
+            return EXIT_USAGE
+        except KernelError as exc:
+            print(exc.format(), file=sys.stderr)
+            return EXIT_FAILURE
         return 0
     subprocess.run(["ray", "start", "--head", "--port", str(args.port),
                     "--labels", f"streammap-node={args.node}"], check=True)

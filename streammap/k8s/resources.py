@@ -26,8 +26,9 @@ A whole device (share 1) asks for the count alone, which HAMi and the vendors' p
 an exclusive device. HAMi applies one memory and one core figure to every device of a container,
 so a group with several devices asks for the largest of their shares.
 
-CPU devices ask for ``cpu`` (their ``cores`` from discovery, else 1); every pod asks for at
-least one CPU, which drives the accelerators.
+Every pod requests one ``cpu`` per used device: the executor runs one worker thread per device
+(NumPy on a CPU device, the launching thread of an accelerator). Asking for a CPU device's every
+core would make the pod unschedulable on any node that keeps some for the system.
 """
 
 from __future__ import annotations
@@ -113,7 +114,6 @@ def device_groups(plan: Plan, share: Optional[float] = None) -> list[DeviceGroup
     if share is not None and not 0 < share <= 1:
         raise StreamMapError(f"share must be in (0, 1], got {share}", hint="for example --share 0.5")
     uuids = _uuids(plan)
-    cores_of = _cpu_cores(plan)
     by_device = plan.tasks_by_device()
     groups: dict[str, DeviceGroup] = {}
     shares: dict[str, float] = {}
@@ -129,18 +129,16 @@ def device_groups(plan: Plan, share: Optional[float] = None) -> list[DeviceGroup
         g.tasks += len(by_device[d.id])
     out = []
     for g in groups.values():
-        _fill(plan, g, shares, share, uuids, cores_of)
+        _fill(plan, g, shares, share, uuids)
         out.append(g)
     return out
 
 
-def _fill(plan: Plan, g: DeviceGroup, shares, share_override, uuids, cores_of) -> None:
-    cpu = 0
+def _fill(plan: Plan, g: DeviceGroup, shares, share_override, uuids) -> None:
     per_vendor: dict[str, list] = {}
     for i in g.devices:
         d = plan.device(i)
         if d.kind == "cpu":
-            cpu += cores_of.get(i) or 1
             continue
         vendor = vendor_of(d.kind, d.vendor)
         if vendor is None:
@@ -148,7 +146,7 @@ def _fill(plan: Plan, g: DeviceGroup, shares, share_override, uuids, cores_of) -
                 f"device {i} ({d.kind}, vendor {d.vendor or 'unknown'}) has no Kubernetes resource name "
                 "StreamMAP knows", hint=f"set 'vendor' in the cluster file to one of {', '.join(sorted(VENDORS))}")
         per_vendor.setdefault(vendor, []).append(d)
-    g.limits["cpu"] = max(1, cpu)
+    g.limits["cpu"] = len(g.devices)
     for vendor, devs in per_vendor.items():
         res = VENDORS[vendor]
         g.limits[res.count] = len(devs)
@@ -181,7 +179,3 @@ def _cluster_devices(plan: Plan):
 def _uuids(plan: Plan) -> dict[str, str]:
     """Device id → UUID, from the cluster spec the plan carries (discovery writes UUIDs)."""
     return {i: str(d["uuid"]) for i, d in _cluster_devices(plan) if d.get("uuid")}
-
-
-def _cpu_cores(plan: Plan) -> dict[str, int]:
-    return {i: int(d["cores"]) for i, d in _cluster_devices(plan) if d.get("cores")}
