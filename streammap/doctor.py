@@ -13,10 +13,12 @@ nvidia driver       NVML (``nvmlSystemGetDriverVersion``); 384.81 is the oldest 
                     NVML's device queries need. No NVML or no driver: warn (CPU-only machine).
 gpu runtime         CuPy: import, CUDA or ROCm (``cupy.cuda.runtime.is_hip``), runtime version, device
                     count; fail when NVML sees GPUs that CuPy cannot.
+rocm devices        AMD GPUs and Hygon DCUs through amdsmi, rocm-smi or CuPy's HIP runtime (skip: none)
 ray                 the installed version (no import); with ``--ray ADDRESS``: connect, count live nodes
 kubernetes          with a kubeconfig (``$KUBECONFIG``, else ``~/.kube/config``): the API server's
-                    ``/version`` (readable without credentials by default, the
-                    ``system:public-info-viewer`` role); 1.16 or newer passes
+                    ``/version`` with the context's CA, bearer token or client certificate
+                    (``/version`` is public by default: ``system:public-info-viewer``); 1.16 or
+                    newer passes; refused credentials warn
 cluster file        ``--cluster FILE`` validates
 network             with ``--ray``: Ray actors on two nodes; latency = median round trip of a tiny call / 2,
                     bandwidth = bytes / time of passing an array between them; warn below half of what the
@@ -34,6 +36,7 @@ import ssl
 import statistics
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +121,20 @@ def check_gpu_runtime(cupy, nvml_gpus: Optional[int] = None) -> Check:
     return Check(name, "pass", detail)
 
 
+def check_rocm(find: Optional[Callable] = None) -> Check:
+    """AMD GPUs and Hygon DCUs (:func:`streammap.discover_rocm.rocm_devices`)."""
+    if find is None:
+        from .discover_rocm import rocm_devices as find  # noqa: PLC0415
+    try:
+        devices, notes = find()
+    except Exception as exc:       # noqa: BLE001
+        return Check("rocm devices", "warn", f"ROCm discovery failed: {exc}", "check rocm-smi")
+    if not devices:
+        return Check("rocm devices", "skip", "no AMD GPU or Hygon DCU (amdsmi, rocm-smi, CuPy HIP)")
+    names = ", ".join(f"{d.name} {d.model or d.kind}" for d in devices)
+    return Check("rocm devices", "pass", f"{names} ({notes[0]})")
+
+
 # -- Ray, Kubernetes, cluster file ----------------------------------------------------------------
 
 def check_ray(address: Optional[str] = None, ray=None) -> Check:
@@ -167,18 +184,21 @@ def check_kubernetes(kubeconfig: Optional[Path] = None, timeout: float = 5.0) ->
     except Exception as exc:       # noqa: BLE001
         return Check(name, "fail", f"{kubeconfig}: no usable current context ({exc.__class__.__name__}: {exc})",
                      "kubectl config use-context NAME")
-    context = ssl.create_default_context()
-    if cluster.get("insecure-skip-tls-verify"):
-        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    elif cluster.get("certificate-authority-data"):
-        import base64  # noqa: PLC0415
-        context.load_verify_locations(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
-    elif cluster.get("certificate-authority"):
-        context.load_verify_locations(cafile=cluster["certificate-authority"])
+    user = next((u.get("user") or {} for u in cfg.get("users") or [] if u.get("name") == ctx.get("user")), {})
+    request = urllib.request.Request(f"{server}/version")
+    if user.get("token"):
+        request.add_header("Authorization", f"Bearer {user['token']}")
     try:
-        with urllib.request.urlopen(f"{server}/version", timeout=timeout,
-                                    context=context if server.startswith("https") else None) as r:
+        context = _tls_context(cluster, user) if server.startswith("https") else None
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as r:
             info = json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            return Check(name, "warn", f"{server} (context {ctx_name}) answers but refuses /version to these "
+                         f"credentials (HTTP {exc.code}); the version is unknown",
+                         "check with `kubectl version`; Kubernetes >= 1.16 is needed")
+        return Check(name, "fail", f"{server} (context {ctx_name}): HTTP {exc.code} on /version",
+                     "check the cluster address (kubectl cluster-info)")
     except Exception as exc:       # noqa: BLE001
         return Check(name, "fail", f"{server} (context {ctx_name}) does not answer: {exc}",
                      "check the cluster address and that the API server is up (kubectl cluster-info)")
@@ -188,6 +208,29 @@ def check_kubernetes(kubeconfig: Optional[Path] = None, timeout: float = 5.0) ->
         return Check(name, "fail", f"{detail}: older than {_v(MIN_KUBERNETES)}",
                      f"upgrade the cluster to Kubernetes >= {_v(MIN_KUBERNETES)} (HAMi needs it)")
     return Check(name, "pass", detail)
+
+
+def _tls_context(cluster: dict, user: dict) -> ssl.SSLContext:
+    """TLS as kubectl would: the cluster's CA (or none checked), the user's client certificate."""
+    import base64  # noqa: PLC0415
+    context = ssl.create_default_context()
+    if cluster.get("insecure-skip-tls-verify"):
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    elif cluster.get("certificate-authority-data"):
+        context.load_verify_locations(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    elif cluster.get("certificate-authority"):
+        context.load_verify_locations(cafile=cluster["certificate-authority"])
+    cert, key = user.get("client-certificate"), user.get("client-key")
+    if user.get("client-certificate-data") and user.get("client-key-data"):
+        with tempfile.TemporaryDirectory() as tmp:            # ssl loads certificates from files only
+            cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
+            cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
+            key.write_bytes(base64.b64decode(user["client-key-data"]))
+            key.chmod(0o600)
+            context.load_cert_chain(cert, key)
+    elif cert and key:
+        context.load_cert_chain(cert, key)
+    return context
 
 
 def check_cluster_file(path) -> tuple[Check, object]:
@@ -322,11 +365,12 @@ def check_storage(path=None, size_mb: int = 32) -> Check:
 # -- all together ---------------------------------------------------------------------------------
 
 def run_checks(*, cluster_file=None, ray_address: Optional[str] = None, path=None, size_mb: int = 32,
-               nvml=None, cupy=None, ray=None, kubeconfig=None) -> list[Check]:
+               nvml=None, cupy=None, ray=None, kubeconfig=None, rocm=None) -> list[Check]:
     """Every check, in order (the fakes are for tests)."""
     checks = [check_driver(nvml)]
     gpus = _nvml_count(nvml) if checks[0].status == "pass" else None
     checks.append(check_gpu_runtime(cupy if cupy is not None else _import_cupy(), gpus))
+    checks.append(check_rocm(rocm))
     checks.append(check_ray(ray_address, ray))
     checks.append(check_kubernetes(kubeconfig))
     cluster = None

@@ -115,6 +115,11 @@ def api_server():
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = json.dumps(answer).encode()
+            token = answer.get("_token")
+            if token and self.headers.get("Authorization") != f"Bearer {token}":
+                self.send_response(401)
+                self.end_headers()
+                return
             self.send_response(200 if self.path == "/version" else 404)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
@@ -128,14 +133,14 @@ def api_server():
     srv.shutdown()
 
 
-def _kubeconfig(tmp_path, server):
+def _kubeconfig(tmp_path, server, user="{}"):
     path = tmp_path / "kubeconfig"
     path.write_text(f"""apiVersion: v1
 kind: Config
 current-context: lab
 contexts: [{{name: lab, context: {{cluster: lab, user: me}}}}]
 clusters: [{{name: lab, cluster: {{server: "{server}"}}}}]
-users: [{{name: me, user: {{}}}}]
+users: [{{name: me, user: {user}}}]
 """)
     return path
 
@@ -148,6 +153,22 @@ def test_kubernetes_version_is_read_from_the_api_server(tmp_path, api_server):
     answer.update(major="1", minor="15", gitVersion="v1.15.12")
     old = doctor.check_kubernetes(_kubeconfig(tmp_path, server))
     assert old.status == "fail" and "1.16" in old.fix
+
+
+def test_the_contexts_token_is_sent_and_refused_credentials_warn(tmp_path, api_server):
+    server, answer = api_server
+    answer.update(major="1", minor="30", gitVersion="v1.30.1", _token="s3cret")
+    assert doctor.check_kubernetes(_kubeconfig(tmp_path, server, "{token: s3cret}")).status == "pass"
+    refused = doctor.check_kubernetes(_kubeconfig(tmp_path, server, "{token: wrong}"))
+    assert refused.status == "warn" and "HTTP 401" in refused.detail and "kubectl version" in refused.fix
+
+
+def test_rocm_devices_are_listed_when_present():
+    from streammap.cluster import DeviceSpec
+    found = [DeviceSpec(name="gpu0", kind="gpu", vendor="amd", model="AMD Instinct MI300X")]
+    c = doctor.check_rocm(lambda: (found, ["ROCm: 1 device(s) from amdsmi"]))
+    assert c.status == "pass" and "gpu0 AMD Instinct MI300X" in c.detail
+    assert doctor.check_rocm(lambda: ([], [])).status == "skip"
 
 
 def test_no_kubeconfig_is_skipped_and_a_dead_server_fails(tmp_path, monkeypatch):
@@ -181,7 +202,7 @@ def test_doctor_on_this_machine_finishes_and_explains_what_is_missing(tmp_path):
     fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
     assert r.returncode == (1 if fails else 0), r.stdout + r.stderr
     assert "Traceback" not in r.stderr
-    assert {"nvidia driver", "gpu runtime", "ray", "kubernetes", "network", "storage"} <= {
+    assert {"nvidia driver", "gpu runtime", "rocm devices", "ray", "kubernetes", "network", "storage"} <= {
         line.split("  ")[1].strip() for line in r.stdout.splitlines()[:-1] if not line.startswith(" ")}
 
 
