@@ -172,7 +172,22 @@ def test_a_several_node_plan_runs_ray_head_and_workers(mixed_plan):
     assert roles == ["head"] + ["worker"] * (len(pods) - 1)
     assert _by_kind(objects, "Service")[0]["spec"]["selector"]["streammap.io/role"] == "head"
     worker = pods[1]["spec"]["containers"][0]["command"]
-    assert worker[:2] == ["ray", "start"] and f"streammap-node={pods[1]['metadata']['labels']['streammap.io/node']}" in worker
+    assert worker == ["python", "-m", "streammap.k8s.entry", "--worker", "blast-chameleon-small-001-head:6379",
+                      "--node", pods[1]["metadata"]["labels"]["streammap.io/node"]]
+
+
+def test_a_worker_joins_the_head_and_leaves_when_it_is_gone():
+    from types import SimpleNamespace
+    from streammap.k8s.entry import worker
+    calls, answers = [], iter([True, True, False, True, False, False, False])
+
+    def run(cmd):
+        calls.append(cmd)
+        return SimpleNamespace(returncode=1 if len(calls) == 1 else 0)    # the head is not up at first
+    assert worker("h:6379", "v100", run=run, probe=lambda a: next(answers), poll=0) == 0
+    assert calls == [["ray", "start", "--address", "h:6379", "--labels", "streammap-node=v100"]] * 2 + \
+        [["ray", "stop"]]
+    assert worker("h:6379", "v100", run=lambda cmd: SimpleNamespace(returncode=1), poll=0, join_timeout=0) == 1
 
 
 # -- the semantic checks catch what the schemas miss ------------------------------------------------

@@ -18,8 +18,9 @@ What is emitted, for a plan named ``NAME`` (see :mod:`streammap.k8s.resources` f
 How the pods run the plan: a one-node plan runs in its pod with the local executor; a plan over
 several nodes starts Ray in every pod, the first group's pod as the head (it waits for every
 node, then runs ``streammap run --backend ray``), the others as workers labelled with their plan
-node (``ray start --labels streammap-node=NODE``), the naming the Ray executor already uses.
-Both go through :mod:`streammap.k8s.entry`. Outputs and the run record go to ``/out`` (an
+node (``ray start --labels streammap-node=NODE``), the naming the Ray executor already uses; a
+worker leaves when the head has gone, so worker Jobs complete. All through
+:mod:`streammap.k8s.entry`. Outputs and the run record go to ``/out`` (an
 ``emptyDir``, or a PersistentVolumeClaim with ``pvc=``).
 
 Kueue (``queue=``): the ``kueue.x-k8s.io/queue-name`` label on each Job (created suspended, as
@@ -169,8 +170,7 @@ def _workload(plan: Plan, g: DeviceGroup, role: str, name: str, obj_name: str, n
 
 def _command(g: DeviceGroup, role: str, name: str, n_groups: int) -> list[str]:
     if role == "worker":
-        return ["ray", "start", "--address", f"{name}-head:{RAY_PORT}",
-                "--labels", f"streammap-node={g.node}", "--block"]
+        return ["python", "-m", "streammap.k8s.entry", "--worker", f"{name}-head:{RAY_PORT}", "--node", g.node]
     cmd = ["python", "-m", "streammap.k8s.entry", "--plan", f"{MOUNT}/{PLAN_KEY}", "--node", g.node, "--out", OUT]
     if role == "head":
         cmd += ["--ray-nodes", str(n_groups), "--port", str(RAY_PORT)]
