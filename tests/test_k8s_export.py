@@ -160,6 +160,7 @@ def test_kueue_jobs_are_suspended_in_their_queue_and_plain_pods_form_a_group(mix
     jobs = _by_kind(_objects(mixed_plan, kind="job", queue="team-a"), "Job")
     assert all(j["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" and j["spec"]["suspend"]
                for j in jobs)
+    assert not any(k.startswith("kueue") for j in jobs for k in j["spec"]["template"]["metadata"]["labels"])
     pods = _by_kind(_objects(mixed_plan, queue="team-a"), "Pod")
     assert {p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in pods} == {"blast-chameleon-small-001"}
     assert all(p["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == str(len(pods)) for p in pods)
@@ -276,6 +277,10 @@ def test_cli_exports_a_program_plan_with_its_program(tmp_path, capsys):
     spec = objects[1]["spec"]["template"]["spec"]
     assert spec["nodeSelector"] == {"kubernetes.io/hostname": "gpu-a1"}
     assert spec["containers"][0]["command"][:3] == ["python", "-m", "streammap.k8s.entry"]
+    back = plan_from_configmap(yaml.safe_load((tmp_path / "k8s" / "00-configmap-fm-radio-plan.yaml").read_text()),
+                               tmp_path / "mount")
+    assert back.model_dump(exclude={"source"}) == plan.model_dump(exclude={"source"})
+    assert (tmp_path / "mount" / "fm_radio.py").read_bytes() == Path(plan.source.path).read_bytes()
     assert main(["export", "k8s", str(tmp_path / "plan.yaml"), "-o", str(tmp_path / "x"), "--image", IMAGE,
                  "--node", "node0"]) == 2
 

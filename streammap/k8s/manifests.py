@@ -160,12 +160,14 @@ def _workload(plan: Plan, g: DeviceGroup, role: str, name: str, obj_name: str, n
     meta = {"labels": labels, "annotations": annotations}
     if options.kind == "pod":
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": obj_name, **meta_ns, **meta}, "spec": pod_spec}
-    job_labels = {k: v for k, v in labels.items() if not k.startswith("kueue.x-k8s.io/pod-group")}
-    spec = {"backoffLimit": 0, "template": {"metadata": meta, "spec": pod_spec}}
+    # Kueue manages the Job (its label), never its pods: pods with Kueue labels of their own would
+    # be taken for plain pods where Kueue's pod integration is on.
+    pod_labels = {k: v for k, v in labels.items() if not k.startswith("kueue.x-k8s.io/")}
+    spec = {"backoffLimit": 0, "template": {"metadata": {**meta, "labels": pod_labels}, "spec": pod_spec}}
     if options.queue:
         spec["suspend"] = True             # Kueue admits (un-suspends) the Job when quota allows
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": obj_name, **meta_ns, "labels": job_labels}, "spec": spec}
+            "metadata": {"name": obj_name, **meta_ns, "labels": labels}, "spec": spec}
 
 
 def _command(g: DeviceGroup, role: str, name: str, n_groups: int) -> list[str]:

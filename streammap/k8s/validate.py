@@ -72,7 +72,8 @@ def check_objects(objects: list[dict], version: str = K8S_VERSION) -> None:
     problems = validate_objects(objects, version)
     if problems:
         raise StreamMapError(f"{len(problems)} problem(s) in the Kubernetes objects:\n  " + "\n  ".join(problems),
-                             hint="this is a bug in the export or in an option value (names, queue, image)")
+                             hint="fix the option value named above (--name, --queue, --namespace, --node-label); "
+                                  "map a plan node whose name is no Kubernetes label value with --node PLAN=K8S")
 
 
 # -- schemas ----------------------------------------------------------------------------------------
