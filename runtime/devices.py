@@ -4,12 +4,14 @@
 executed, and refuses plans this machine cannot run (with a hint to use ``--emulate``):
 
 - ``cpu`` devices run on NumPy;
-- ``gpu`` devices run on CuPy (``cupy.cuda.Device(i)``, one non-blocking stream each), where ``i``
-  is the device's ``index`` in the plan, else its position among the gpu devices of its node;
+- ``gpu`` devices (and Hygon ``dcu`` devices) run on CuPy (``cupy.cuda.Device(i)``, one
+  non-blocking stream each), where ``i`` is the device's ``index`` in the plan, else its position
+  among the CuPy devices of its node; NVIDIA devices need CuPy's CUDA build, AMD and Hygon devices
+  its ROCm build (:mod:`streammap.runtime.accelerators`);
 - under ``emulate=True`` every device runs on NumPy, whatever its kind, with the same threads and
   task order as a real run;
-- without ``emulate``, devices of other kinds (mlu, dcu, ...), plans spanning several nodes,
-  and GPU plans without CuPy or without enough CUDA devices are refused.
+- without ``emulate``, devices of other kinds (mlu, npu, ...), plans spanning several nodes,
+  GPU plans without CuPy, with the other CuPy build, or without enough devices are refused.
 
 :func:`make_devices` then builds the executor devices (:class:`NumpyDevice`, :class:`CupyDevice`).
 CuPy is imported only here and only when a plan needs a real GPU.
@@ -27,10 +29,12 @@ import numpy
 from streammap.errors import StreamMapError
 from streammap.plan import Plan
 
+from .accelerators import CUDA, EITHER, HIP, KIND_NAMES, build_name, cupy_platform, is_hip
+
 #: Device kinds this machine can execute without ``--emulate``.
-EXECUTABLE_KINDS = ("cpu", "gpu")
+EXECUTABLE_KINDS = ("cpu", "gpu", "dcu")
 #: GPU vendors CuPy can drive (CUDA, and ROCm builds of CuPy).
-CUPY_VENDORS = (None, "nvidia", "amd")
+CUPY_VENDORS = (None, "nvidia", "amd", "hygon")
 
 _EMULATE = "use --emulate to run this plan on the CPU with NumPy (same threads and order)"
 
@@ -49,7 +53,7 @@ def gpu_ordinals(plan: Plan) -> dict[str, int]:
     out: dict[str, int] = {}
     position: dict[str, int] = {}
     for d in plan.devices:
-        if d.kind != "gpu":
+        if cupy_platform(d.kind, d.vendor) is None:
             continue
         node = node_of(d.id)
         pos = position.get(node, 0)
@@ -99,14 +103,10 @@ def check_devices(plan: Plan, emulate: bool = False) -> dict[str, Placement]:
 
     for i in ids:
         d = plan.device(i)
-        if d.kind not in EXECUTABLE_KINDS:
-            raise StreamMapError(f"StreamMAP cannot execute on {d.kind} devices here (task device {i})",
-                                 hint=_EMULATE)
-        if d.kind == "gpu" and (d.vendor or None) is not None and d.vendor.lower() not in CUPY_VENDORS:
-            raise StreamMapError(f"StreamMAP cannot execute on {d.vendor} gpu devices here (task device {i})",
-                                 hint=_EMULATE)
+        if d.kind != "cpu" and cupy_platform(d.kind, d.vendor) is None:
+            raise_not_executable(plan, i)
 
-    gpus = [i for i in ids if plan.device(i).kind == "gpu"]
+    gpus = [i for i in ids if plan.device(i).kind != "cpu"]
     placements = {i: Placement(i, "cpu", "numpy") for i in ids if i not in gpus}
     if not gpus:
         return placements
@@ -116,6 +116,16 @@ def check_devices(plan: Plan, emulate: bool = False) -> dict[str, Placement]:
         raise StreamMapError(
             f"this plan runs tasks on {len(gpus)} GPU(s) ({', '.join(gpus)}) but CuPy is not installed",
             hint=f"pip install 'streammap[gpu]', or {_EMULATE}")
+    hip = is_hip(cupy)
+    for i in gpus:
+        need_platform = cupy_platform(plan.device(i).kind, plan.device(i).vendor)
+        if need_platform not in (EITHER, HIP if hip else CUDA):
+            d = plan.device(i)
+            raise StreamMapError(
+                f"{i} ({d.vendor or d.kind} {d.model or ''}) needs CuPy's {build_name(not hip)} build, but the "
+                f"installed CuPy is built for {build_name(hip)}",
+                hint=("install cupy-cuda12x for NVIDIA GPUs" if need_platform == CUDA else
+                      "install CuPy's ROCm build (cupy-rocm-*) for AMD and Hygon devices") + f", or {_EMULATE}")
     count = cuda_device_count(cupy)
     ordinals = gpu_ordinals(plan)
     need = {i: ordinals[i] for i in gpus}
@@ -132,6 +142,19 @@ def check_devices(plan: Plan, emulate: bool = False) -> dict[str, Placement]:
         seen[o] = i
         placements[i] = Placement(i, "gpu", "cupy", ordinal=o)
     return placements
+
+
+def raise_not_executable(plan: Plan, device_id: str):
+    """Refuse a device no runtime drives, naming the first task placed on it and what to do."""
+    d = plan.device(device_id)
+    task = next((t.id for t in plan.tasks if t.device == device_id), None)
+    what = KIND_NAMES.get(d.kind, d.kind) if d.kind != "gpu" else f"{d.vendor} gpu"
+    raise StreamMapError(
+        f"StreamMAP cannot execute on {d.kind} devices here: task {task} is placed on {device_id} "
+        f"({what}{', ' + d.model if d.model else ''}), and StreamMAP has no runtime for them "
+        "(only CuPy on CUDA/ROCm and NumPy)",
+        hint=f"{_EMULATE}; or compile for a cluster file without these devices; "
+             "`streammap export k8s` still maps them for Kubernetes")
 
 
 def import_cupy():

@@ -79,7 +79,8 @@ from streammap.ir import spec_refs
 from streammap.plan import Plan, read_plan
 from streammap.runrecord import run_record_path
 
-from .devices import CUPY_VENDORS, EXECUTABLE_KINDS, Placement, node_of, to_host
+from .accelerators import cupy_platform
+from .devices import Placement, node_of, raise_not_executable, to_host
 from .local import Outcome, name_outputs, user_traceback
 
 log = logging.getLogger("streammap.runtime")
@@ -444,11 +445,9 @@ class RayExecutor:
             for d in plan.devices:
                 if d.id not in used:
                     continue
-                if d.kind not in EXECUTABLE_KINDS or (d.kind == "gpu" and (d.vendor or None) is not None
-                                                      and d.vendor.lower() not in CUPY_VENDORS):
-                    raise StreamMapError(f"StreamMAP cannot execute on {d.vendor or d.kind} devices (task device {d.id})",
-                                         hint="use --emulate to run this plan with NumPy on the cluster's CPUs")
-                if d.kind == "gpu":
+                if d.kind != "cpu" and cupy_platform(d.kind, d.vendor) is None:
+                    raise_not_executable(plan, d.id)
+                if d.kind != "cpu":
                     need[out[d.id]] = need.get(out[d.id], 0) + 1
             for nid, k in need.items():
                 have = resources.get(nid, {}).get("GPU", 0)
@@ -466,7 +465,7 @@ class RayExecutor:
         from .ipc import NOSET_VISIBLE
 
         d = self.plan.device(device)
-        gpu = d.kind == "gpu" and not self.emulate
+        gpu = d.kind != "cpu" and not self.emulate
         cls = _actor_class(self.ray)
         # a GPU actor sees every GPU of its node (and picks its own from ray.get_gpu_ids()), so
         # that it can open the CUDA IPC handles of its neighbours (see .ipc)

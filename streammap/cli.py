@@ -102,6 +102,10 @@ def _parser() -> argparse.ArgumentParser:
     add_profile_parser(sub)
     from .bench.mapping import add_bench_parser
     add_bench_parser(sub)
+    from .k8s import add_export_parser
+    add_export_parser(sub)
+    from .doctor import add_doctor_parser
+    add_doctor_parser(sub)
     return p
 
 

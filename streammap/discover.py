@@ -178,13 +178,21 @@ def discover_local(node_name: str | None = None, cluster_name: str = "local",
 
 
 def discover(node_name: str | None = None, cluster_name: str = "local",
-             nvml: ModuleType | Any | None = None) -> Discovery:
-    """Like :func:`discover_local`, with the NVML status and header notes."""
+             nvml: ModuleType | Any | None = None, rocm: Callable | None = None) -> Discovery:
+    """Like :func:`discover_local`, with the NVML status and header notes.
+
+    AMD GPUs and Hygon DCUs come from :func:`streammap.discover_rocm.rocm_devices` (``rocm``
+    replaces it in tests: a callable taking the first free ``gpu<i>`` number).
+    """
     node_name = _check_name(node_name, "node") if node_name is not None else default_node_name()
     cluster_name = _check_name(cluster_name, "cluster")
     notes: list[str] = []
     gpus, topology, link, status, gpu_notes = _nvml_gpus(nvml)
     notes += gpu_notes
+    if rocm is None:
+        from .discover_rocm import rocm_devices as rocm
+    amd, amd_notes = rocm(len(gpus))
+    gpus, notes = gpus + amd, notes + amd_notes
     cpu, cpu_notes = cpu_device()
     notes += cpu_notes
     devices = gpus + [cpu]
