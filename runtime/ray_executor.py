@@ -323,6 +323,11 @@ def _actor_class(ray):
     return _ACTOR
 
 
+def _is_cuda(device) -> bool:
+    """An NVIDIA GPU (CUDA IPC; ROCm devices hand results over through the host)."""
+    return device.kind == "gpu" and (device.vendor or "nvidia").lower() == "nvidia"
+
+
 def _own_cuda_ordinal() -> int:
     """The CUDA ordinal of the GPU Ray gave this actor: 0 when Ray narrowed
     ``CUDA_VISIBLE_DEVICES`` to it, its position among the node's GPUs when the executor asked
@@ -469,7 +474,7 @@ class RayExecutor:
         cls = _actor_class(self.ray)
         # a GPU actor sees every GPU of its node (and picks its own from ray.get_gpu_ids()), so
         # that it can open the CUDA IPC handles of its neighbours (see .ipc)
-        env = {"env_vars": {NOSET_VISIBLE: "1"}} if gpu else None
+        env = {"env_vars": {NOSET_VISIBLE: "1"}} if gpu and _is_cuda(d) else None
         a = cls.options(
             num_cpus=0, num_gpus=1 if gpu else 0, max_concurrency=1, max_restarts=0, max_task_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_of_device[device], soft=False),
@@ -685,7 +690,7 @@ class RayExecutor:
         if self.emulate:
             return False
         a, b = self.plan.device(producer), self.plan.device(consumer)
-        return (a.kind == "gpu" and b.kind == "gpu" and self.node_of_device[producer] == self.node_of_device[consumer])
+        return _is_cuda(a) and _is_cuda(b) and self.node_of_device[producer] == self.node_of_device[consumer]
 
     def _collect(self, plan: Plan, pending: dict) -> Optional[float]:
         ray = self.ray

@@ -146,3 +146,10 @@ def test_cuda_ipc_between_two_processes_on_a_real_gpu():
     finally:
         done.set()
         child.join(60)
+
+
+def test_rocm_gpus_hand_results_over_through_the_host(tmp_path):
+    devices = [dict(d, vendor="amd", model="MI300X") for d in gpu_devices(2, "node0")]
+    plan = make_plan(tmp_path, FAN, [task("src", "source", "node0/gpu0"), task("a", "scale", "node0/gpu1", ref("src"), 1)],
+                     devices=devices, outputs=ref("a"))
+    assert not _executor(plan)._peers("node0/gpu0", "node0/gpu1")
