@@ -35,7 +35,8 @@ current segment (unless an output).
 Policy
 ------
 - **Submission**: every task is submitted at once, in plan order, to its device's actor
-  (``max_concurrency=1``: calls run in submission order), as ``run(k, *refs)``: ``refs`` are the
+  (``max_concurrency=1``: calls run in submission order; a plan that shares devices gets threaded
+  actors that admit calls by share, :mod:`.ray_sharing`), as ``run(k, *refs)``: ``refs`` are the
   export refs of the data it needs from other actors and the completion refs of cross-actor
   ordering-only deps, so Ray does all waiting. Results used on the same actor never leave it.
   ``run`` returns small metadata (start, finish, attempts) that the driver collects with
@@ -74,6 +75,7 @@ from streammap.runrecord import run_record_path
 
 from .devices import CUPY_VENDORS, EXECUTABLE_KINDS, Placement, node_of, to_host
 from .local import Outcome, name_outputs, user_traceback
+from .ray_sharing import actor_concurrency, plan_shares_devices, sharing_steps
 
 log = logging.getLogger("streammap.runtime")
 
@@ -123,6 +125,12 @@ class DeviceActor:
         set_current_device(self.dev)
         self.values: dict = {}
         self.steps: dict = {}
+        self.gate = None                  # a ShareGate when the plan shares devices (ray_sharing.py)
+
+    def prepare_sharing(self, admission: dict, uses: dict, limit) -> None:
+        """Admit this segment's calls by share (see :mod:`.ray_sharing`)."""
+        from .ray_sharing import ShareGate
+        self.gate = ShareGate(admission, uses, limit)
 
     def info(self) -> dict:
         import ray
@@ -183,30 +191,43 @@ class DeviceActor:
             for r, v in zip(remote_ids, refs):
                 if r is not None:
                     remote[r] = dev.bring(v) if dev.is_gpu else v
-        a = [self._value(s, remote) for s in args]
-        kw = {key: self._value(s, remote) for key, s in kwargs.items()} if kwargs else {}
         fn = self.kernels[kernel]
         attempts = 0
-        start = time.time()
-        while True:
-            attempts += 1
-            try:
-                if dev.is_gpu:
-                    with dev.device, dev.stream:
-                        out = dev.bring(fn(*a, **kw))
-                        dev.stream.synchronize()
-                else:
-                    out = fn(*a, **kw)
-                break
-            except Exception as exc:                     # noqa: BLE001 -- the kernel's error
-                if attempts > retries:
-                    raise TaskFailed(tid, site, self.device_id, user_traceback(exc), attempts) from None
-        finish = time.time()
-        if store:
-            self.values[tid] = out
+        gate = self.gate
+        if gate is not None:
+            gate.enter(k)                 # same-device inputs are done from here on
+        stream = None if not dev.is_gpu else dev.stream if gate is None else gate.stream(dev)
+        ok = False
+        try:
+            a = [self._value(s, remote) for s in args]
+            kw = {key: self._value(s, remote) for key, s in kwargs.items()} if kwargs else {}
+            start = time.time()
+            while True:
+                attempts += 1
+                try:
+                    if dev.is_gpu:
+                        with dev.device, stream:
+                            out = dev.bring(fn(*a, **kw))
+                            stream.synchronize()
+                    else:
+                        out = fn(*a, **kw)
+                    break
+                except Exception as exc:                     # noqa: BLE001 -- the kernel's error
+                    if attempts > retries:
+                        raise TaskFailed(tid, site, self.device_id, user_traceback(exc), attempts) from None
+            finish = time.time()
+            if store:
+                self.values[tid] = out
+            ok = True
+        finally:
+            if gate is not None:
+                gate.leave(k, ok)
         values = self.values
-        for f in frees:
-            values.pop(f, None)
+        if gate is not None:
+            gate.free(values, frees)
+        else:
+            for f in frees:
+                values.pop(f, None)
         return (k, start, finish, attempts), out
 
 
@@ -350,7 +371,8 @@ class RayExecutor:
         gpu = d.kind == "gpu" and not self.emulate
         cls = _actor_class(self.ray)
         a = cls.options(
-            num_cpus=0, num_gpus=1 if gpu else 0, max_concurrency=1, max_restarts=0, max_task_retries=0,
+            num_cpus=0, num_gpus=1 if gpu else 0, max_concurrency=actor_concurrency(self.plan, device),
+            max_restarts=0, max_task_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_of_device[device], soft=False),
         ).remote(self.plan, self.source_text, device, "cupy" if gpu else "numpy", self.emulate and d.kind != "cpu")
         self.actors[device] = a
@@ -390,10 +412,11 @@ class RayExecutor:
         ids = [t.id for t in self.plan.tasks]
         final = {t.id: t.device for t in current.tasks}
         busy: dict[str, float] = {}
+        share = {t.id: t.share for t in current.tasks}      # a task with share s uses s of its device
         for tid in ids:
             s, f = self.starts.get(tid), self.finishes.get(tid)
             if s is not None and f is not None:
-                busy[final[tid]] = busy.get(final[tid], 0.0) + (f - s)
+                busy[final[tid]] = busy.get(final[tid], 0.0) + share[tid] * (f - s)
         devices = {}
         for d in current.devices:
             if d.id in busy or d.id in self.actors:
@@ -480,8 +503,19 @@ class RayExecutor:
             steps[d][k] = (t.id, t.kernel, t.args, t.kwargs, tuple(remote_ids), tuple(frees.get(t.id, ())),
                            store, t.retries, t.site)
             calls.append((k, t, remote_refs))
-        for d, s in steps.items():
-            self.actors[d].prepare.remote(s)
+        if plan_shares_devices(plan):
+            # Threaded actors may run calls out of submission order: set up before any call.
+            admission, uses, share_frees = sharing_steps(plan, todo, dev_of, outputs, self._held)
+            limit = (plan.cluster.spec or {}).get("max_tasks_per_device")
+            ready = []
+            for d, s in steps.items():
+                s = {k: (*v[:5], share_frees[v[0]], *v[6:]) for k, v in s.items()}
+                ready.append(self.actors[d].prepare.remote(s))
+                ready.append(self.actors[d].prepare_sharing.remote(admission.get(d, {}), uses.get(d, {}), limit))
+            self.ray.get(ready)
+        else:
+            for d, s in steps.items():
+                self.actors[d].prepare.remote(s)
         meta_of: dict[str, object] = {}
         pending = {}
         for k, t, remote_refs in calls:
