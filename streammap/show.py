@@ -219,6 +219,10 @@ def run_summary(record: RunRecord) -> str:
     width = max((len(d.id) for d in record.devices), default=0)
     for d in record.devices:
         mem = f"  peak memory {format_size(d.peak_memory)}" if d.peak_memory is not None else ""
+        sp = d.spill
+        if sp:                                  # memory oversubscription (runtime/spill.py)
+            mem += (f"  spilled {format_size(sp.get('spilled_bytes', 0))} ({sp.get('spills', 0)}x), restored "
+                    f"{format_size(sp.get('restored_bytes', 0))} in {format_time(sp.get('seconds', 0.0))}")
         lines.append(f"  {d.id:<{width}}  {d.utilisation:6.1%}  busy {format_time(d.busy):>10}  "
                      f"{d.executor}{mem}")
     return "\n".join(lines)

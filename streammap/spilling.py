@@ -293,6 +293,7 @@ def check_plan_memory(cost: CostModel, schedule: Schedule) -> None:
         Naming the device, the instant, its capacity (and F), and the task that starts or runs
         there holding the most memory, with that task's call site.
     """
+    from .mappers.heft import _size as _gib
     from .schedule import peak_memory, fits
 
     peak = peak_memory(cost, schedule.device, schedule.start, schedule.finish)
@@ -332,12 +333,3 @@ def check_plan_memory(cost: CostModel, schedule: Schedule) -> None:
         path=path, line=line,
         hint="use a memory-aware mapper (auto, heft, peft), raise memory_oversubscription or add device "
              "memory in the cluster file, or reduce the kernels' mem=/out=")
-
-
-def _gib(b: float) -> str:
-    if not math.isfinite(b):
-        return "unlimited memory"
-    for unit, f in (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
-        if b >= f:
-            return f"{b / f:.3g} {unit}"
-    return f"{int(b)} bytes"
