@@ -27,8 +27,8 @@ Policy
   host-side launches.
 - **Freeing**: a result is dropped when its last consumer, on any device, has finished (a device's
   tasks may now finish out of order); plan outputs are kept.
-- **Spilling**: at admission the task's inputs are pinned and restored, and room made for its
-  output; at finish its output is accounted and the device brought back within its capacity
+- **Spilling**: at admission the task's inputs are pinned and restored (a spilled input from
+  another device is read from its host copy), and room made for its output; at finish its output is accounted and the device brought back within its capacity
   (:mod:`.spill`). The time a task spends on its spills is part of its measured time, as the
   compiler's estimate charges it.
 - **Failure and draining** as in the local executor; a stop also wakes every waiter.
@@ -46,7 +46,7 @@ from streammap.plan import Plan
 
 from .context import set_current_device
 from .local import LocalExecutor, _Stop
-from .spill import Spiller
+from .spill import HostView, Spiller
 
 #: Slack when summing shares.
 SHARE_EPS = 1e-9
@@ -221,6 +221,8 @@ class SharingExecutor(LocalExecutor):
         tasks, results, attempts = self.plan.tasks, self.results, self.attempts
         perf = time.perf_counter
         calls = {step[0]: step[1] for step in self.steps[d]}
+        if self.spiller is not None:
+            results = HostView(results)
         try:
             while True:
                 got = self._admit(d, self._host_wait)
@@ -236,7 +238,7 @@ class SharingExecutor(LocalExecutor):
                     except BaseException as exc:
                         out = self._retry(k, lambda: call(results), tasks[k].retries, exc)
                     if self.store[k]:
-                        results[k] = out
+                        self.results[k] = out
                     out = None
                     self._done(k, d)
                     self.finishes[k] = perf()
@@ -260,6 +262,7 @@ class SharingExecutor(LocalExecutor):
         dev = self.devices[d]
         set_current_device(dev)
         tasks, results, attempts, events = self.plan.tasks, self.results, self.attempts, self.events
+        view = HostView(results) if self.spiller is not None else results
         steps = {step[0]: step for step in self.steps[d]}
         try:
             with dev.device:
@@ -274,8 +277,8 @@ class SharingExecutor(LocalExecutor):
                         try:
                             _, fn, (argg, kwg) = steps[k][:3]
                             try:
-                                args = [g(results) for g in argg]
-                                kwargs = {key: g(results) for key, g in kwg}
+                                args = [g(view) for g in argg]
+                                kwargs = {key: g(view) for key, g in kwg}
                             except BaseException as exc:
                                 self._fail(k, exc)
                                 raise _Stop from None

@@ -65,10 +65,9 @@ def _to_host(v):
 
 def _to_device(v, dev):
     if getattr(dev, "is_gpu", False):
-        cp = dev.cupy
-        with dev.device:
+        with dev.device, dev.stream:          # the device's own stream; complete before use
             out = dev._bring(v, None)
-            cp.cuda.get_current_stream().synchronize()
+            dev.stream.synchronize()
         return out
     if isinstance(v, numpy.ndarray):
         return v.copy()
@@ -78,6 +77,20 @@ def _to_device(v, dev):
     if t is dict:
         return {k: _to_device(x, dev) for k, x in v.items()}
     return v
+
+
+class HostView:
+    """``results`` as kernels' argument getters read them: a spilled result reads as its host
+    copy (for a consumer on another device; the owner's own consumers restore it first)."""
+
+    __slots__ = ("results",)
+
+    def __init__(self, results: list):
+        self.results = results
+
+    def __getitem__(self, i):
+        v = self.results[i]
+        return v.host if type(v) is Spilled else v
 
 
 class Spiller:

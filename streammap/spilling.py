@@ -17,8 +17,10 @@ time order. Both then see the same decisions.
 
 Policy
 ------
-- **Admission** of task k on device d: k's inputs are pinned; spilled inputs are restored to the
-  device that produced them; k's expected output is reserved on d. Then, on every device touched,
+- **Admission** of task k on device d: k's inputs are pinned; its spilled inputs from d are
+  restored to d (a spilled input from another device is read from the host copy, as any
+  transfer between devices would carry it, and counted as ``host_reads``); k's expected output is
+  reserved on d. Then, on every device touched,
   while resident + reserved bytes exceed the real capacity, the unpinned resident result whose
   next use (its first consumer not yet admitted, by plan position) is *furthest* away is spilled:
   Belady's rule [1]_, exact here because the plan fixes the future order. A result no remaining
@@ -65,10 +67,12 @@ class SpillStats:
     spills: int = 0
     restores: int = 0
     overflow: float = 0.0        # largest excess over capacity that nothing could relieve
+    host_reads: float = 0.0      # spilled bytes that tasks on other devices read from the host
 
     def as_dict(self) -> dict:
         return {"spilled_bytes": self.spilled_bytes, "restored_bytes": self.restored_bytes,
-                "spills": self.spills, "restores": self.restores, "overflow": self.overflow}
+                "spills": self.spills, "restores": self.restores, "overflow": self.overflow,
+                "host_reads": self.host_reads}
 
 
 @dataclass
@@ -122,8 +126,8 @@ class SpillBook:
     def admit(self, k, pos, dev, inputs, reserve: float):
         """Task ``k`` (plan position ``pos``) starts on ``dev`` with ``inputs`` (results).
 
-        Returns ``(restores, spills)``: lists of ``(result, device)`` to move, in that order
-        (spills first make room, then restores... the caller does spills before restores).
+        Returns ``(restores, spills)``: lists of ``(result, device)`` to move; the caller spills
+        first (to make room), then restores.
         """
         self.started.add(pos)
         for i in inputs:
@@ -134,6 +138,9 @@ class SpillBook:
             o = self.owner.get(i)
             book = self.devs.get(o)
             if book is not None and i in book.spilled:
+                if o != dev:                  # read from the host by the other device, not restored
+                    book.stats.host_reads += book.spilled[i]
+                    continue
                 b = book.spilled.pop(i)
                 book.resident[i] = b
                 book.stats.restored_bytes += b

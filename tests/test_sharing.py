@@ -325,3 +325,26 @@ def test_the_spill_policy_evicts_the_result_needed_last_and_never_a_pinned_one()
     assert spills == [(1, "d")] and restores == []             # 1 is needed last (position 9)
     restores, spills = book.admit(4, 4, "d", (1,), 1.0)       # 0 and 2 are pinned by task 3
     assert restores == [(1, "d")] and book.stats()["d"].overflow > 0
+
+
+def test_gpu_path_co_locates_on_streams_and_spills_through_the_host_on_a_fake_cupy(tmp_path, monkeypatch):
+    import sys
+    from runtime_helpers import FAN, make_fake_cupy, make_plan, ref, task
+    from streammap.runtime import run_plan
+
+    cupy = make_fake_cupy(2)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    row = 64 * 8                                              # one result: N = 64 doubles
+    devices = [{"id": f"node0/gpu{i}", "kind": "gpu", "vendor": "nvidia", "index": i, "memory": m}
+               for i, m in enumerate((3 * row, 1e9))]
+    tasks = [{**task("src", "source", "node0/gpu0"), "share": 0.5, "out": row}]
+    tasks += [{**task(f"s{k}", "scale", "node0/gpu0", ref("src"), k), "share": 0.5, "out": row} for k in range(6)]
+    tasks.append(task("sum", "total", "node0/gpu1", *[ref(f"s{k}") for k in range(6)]))
+    plan = make_plan(tmp_path, FAN, tasks, devices=devices, outputs=ref("sum"))
+    plan.cluster.spec = {"name": "test", "memory_oversubscription": 3.0}
+    out = run_plan(plan, outputs_path=tmp_path / "g.npz", progress=False, telemetry=False)
+    np.testing.assert_array_equal(out["result"], np.arange(64.0) * sum(range(1, 7)))
+    rec = read_run_record(tmp_path / "g.run.json")
+    spill = {d.id: d.spill for d in rec.devices}["node0/gpu0"]
+    assert spill["spilled_bytes"] >= row and spill["overflow"] == 0.0
+    assert cupy.fake_stats["downloads"] > 0 and cupy.fake_stats["waits"] > 0
