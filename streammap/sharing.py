@@ -28,7 +28,7 @@ the first such instant where its share, its slot and its memory fit. Under FIFO 
 on the device started earlier, so the device's use only falls from there: checking the use at the
 start instant is enough for the share and the count. The device is then chosen by a policy:
 
-``eft`` (mappers ``auto``, ``heft``, ``peft``)
+``eft`` (mappers ``heft``, ``peft``)
     the earliest finish time, as HEFT;
 ``binpack`` (mappers ``binpack``, ``binpack-node``)
     the earliest start, then the device with the most share already in use at that instant:
@@ -36,7 +36,8 @@ start instant is enough for the share and the count. The device is then chosen b
 ``spread`` (mappers ``spread``, ``spread-node``)
     the earliest start, then the device with the least share in use: tasks spread out.
 
-Other mappers (``least-loaded``, ``fastest``, custom policies) place whole devices; the plan still
+``auto`` takes the shortest of the three and of whole-device HEFT. Other mappers
+(``least-loaded``, ``fastest``, custom policies) place whole devices; the plan still
 carries the shares, and every device then runs one task at a time.
 
 :func:`simulate_shared` replays an assignment and per-device order under the same rule (the
@@ -101,7 +102,20 @@ def map_shared(cost: CostModel, mapper: str) -> Schedule | None:
     policy = POLICY_OF_MAPPER.get(mapper)
     if policy is None:
         return None
-    return share_schedule(cost, policy=policy, mapper=f"{mapper}+share" if mapper != "auto" else "auto+share")
+    if mapper != "auto":
+        return share_schedule(cost, policy=policy, mapper=f"{mapper}+share")
+    # auto: the shortest of the three device policies and whole-device HEFT (ties: that order).
+    from .mappers.heft import heft
+    best = None
+    for p in ("eft", "binpack", "spread"):
+        s = share_schedule(cost, policy=p, mapper="auto+share")
+        if best is None or s.makespan < best.makespan:
+            best = s
+    whole = heft(cost)
+    if whole.makespan < best.makespan:
+        whole.mapper = "auto(heft)"
+        best = whole
+    return best
 
 
 class _Usage:
