@@ -62,6 +62,8 @@ class MapperInfo(_Strict):
     estimated_makespan: float = Field(ge=0)
     lower_bound: float = Field(ge=0)
     heft_makespan: Optional[float] = Field(default=None, ge=0)
+    # Under memory oversubscription: bytes the plan is expected to spill and restore (streammap.spilling).
+    spill_bytes: Optional[float] = Field(default=None, ge=0)
 
 
 class PlanDevice(_Strict):
@@ -140,6 +142,8 @@ class Plan(_Strict):
     # -- writing -------------------------------------------------------------------------
     def to_yaml(self, relative_to: str | Path | None = None) -> str:
         data = self.model_dump(mode="json")
+        if data["mapper"].get("spill_bytes") is None:
+            data["mapper"].pop("spill_bytes", None)
         if relative_to is not None:
             data["source"]["path"] = _relpath(self.source.path, relative_to)
         for t in data["tasks"]:

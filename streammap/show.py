@@ -101,6 +101,9 @@ def plan_summary(plan: Plan) -> str:
     lines.append(lb)
     if m.heft_makespan is not None:
         lines.append(f"HEFT makespan: {format_time(m.heft_makespan)}")
+    if m.spill_bytes is not None:
+        lines.append(f"memory oversubscription: {format_size(m.spill_bytes)} expected to move to the host and "
+                     "back (included in the makespan)")
     lines.append(plan_verdict(plan))
     by_dev = plan.tasks_by_device()
     used = [d for d, ts in by_dev.items() if ts]

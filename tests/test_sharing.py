@@ -275,6 +275,9 @@ def test_with_oversubscription_it_compiles_runs_spills_and_gives_the_same_result
     spill = rec.devices[0].spill
     assert spill["spilled_bytes"] > 0 and spill["restored_bytes"] == spill["spilled_bytes"]
     assert spill["overflow"] == 0.0 and spill["seconds"] > 0
+    # the compiler replayed the same policy: it expected exactly this traffic, and says so
+    assert plan.mapper.spill_bytes == spill["spilled_bytes"] + spill["restored_bytes"]
+    assert main(["show", str(tmp_path / "p.yaml")]) == 0
 
 
 def test_without_oversubscription_nothing_ever_spills(tmp_path):
