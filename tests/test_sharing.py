@@ -351,3 +351,30 @@ def test_gpu_path_co_locates_on_streams_and_spills_through_the_host_on_a_fake_cu
     spill = {d.id: d.spill for d in rec.devices}["node0/gpu0"]
     assert spill["spilled_bytes"] >= row and spill["overflow"] == 0.0
     assert cupy.fake_stats["downloads"] > 0 and cupy.fake_stats["waits"] > 0
+
+
+def test_the_executor_keeps_to_max_tasks_per_device(tmp_path):
+    (tmp_path / "prog.py").write_text(textwrap.dedent(SLEEPY).replace("SHARE = 0.5", "SHARE = 0.25"))
+    one = {"name": "one", "max_tasks_per_device": 2,
+           "nodes": [{"name": "n0", "devices": [{"name": "gpu0", "kind": "gpu", "flops": "20 TFLOP/s"}]}]}
+    plan = streammap.compile(tmp_path / "prog.py", cluster=one, history=False)
+    out = streammap.run(plan, emulate=True, progress=False, telemetry=False)
+    assert out["result"][0] == pytest.approx(0.5)        # two tasks of 0.25 at once, not four
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("max_tasks_per_device", 0, "max_tasks_per_device"),
+    ("memory_oversubscription", 0.5, "memory_oversubscription"),
+    ("host_bandwidth", "fast", "host_bandwidth"),
+])
+def test_bad_sharing_fields_in_a_cluster_file_are_errors_naming_the_field(tmp_path, field, value, says):
+    data = cluster(gpus=1)
+    data[field] = value
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    assert main(["compile", str(SWEEP), "--cluster", str(tmp_path / "c.yaml"), "-o", str(tmp_path / "p.yaml"),
+                 "--no-history"]) == 2
+    assert not (tmp_path / "p.yaml").exists()
+    from streammap.cluster import load_cluster
+    from streammap.errors import ClusterError
+    with pytest.raises(ClusterError, match=says):
+        load_cluster(tmp_path / "c.yaml")
