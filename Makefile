@@ -43,6 +43,7 @@ bench: venv
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/monitoring_overhead.py --reps 40
 	$(BIN)/python benchmarks/ray_overhead.py
 	$(BIN)/python benchmarks/doctor_time.py
+	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/sharing.py
 
 clean:
 	rm -rf $(VENV) $(DEMO) build *.egg-info

@@ -221,7 +221,7 @@ def _execute(plan: Plan, kernels: dict, devices: dict, placements: dict, *, emul
     slowdown: dict[str, float] = {}
     lost: set[str] = set()
     while True:
-        executor = LocalExecutor(current, kernels, devices, progress=progress, carry=carry)
+        executor = _executor_class(current)(current, kernels, devices, progress=progress, carry=carry)
         if supervisor is not None:
             supervisor.attach(executor)
         outcome = executor.run()
@@ -314,6 +314,12 @@ def _execute(plan: Plan, kernels: dict, devices: dict, placements: dict, *, emul
                    planned_device={t: original[t] for t in ids if final[t].device != original[t]})
 
 
+def _executor_class(plan: Plan):
+    """The local executor, or the sharing executor for plans that share devices or spill."""
+    from .sharing import SharingExecutor, needs_sharing_executor
+    return SharingExecutor if needs_sharing_executor(plan) else LocalExecutor
+
+
 def write_npz(outputs: dict, path) -> None:
     """Write ``outputs`` to ``path`` as ``.npz``, atomically (temp file, then ``os.replace``)."""
     atomic_write(path, lambda f: numpy.savez(f, **outputs), binary=True, what="outputs")
@@ -340,11 +346,13 @@ def build_run_record(plan: Plan, outcome: Outcome, *, emulate: bool, started: st
         f = final.get(t.id, t)
         tasks.append(TaskRun(id=t.id, kernel=t.kernel, device=f.device, site=t.site, estimated_start=f.start,
                              estimated_finish=f.finish, start=outcome.starts[k], finish=outcome.finishes[k],
-                             attempts=outcome.attempts[k], planned_device=outcome.planned_device.get(t.id)))
+                             attempts=outcome.attempts[k], planned_device=outcome.planned_device.get(t.id),
+                             share=f.share))
     wall = outcome.wall_time
     devices = [
         DeviceRun(id=d, executor=info["executor"], busy=info["busy"],
-                  utilisation=(info["busy"] / wall) if wall > 0 else 0.0, peak_memory=info["peak_memory"])
+                  utilisation=(info["busy"] / wall) if wall > 0 else 0.0, peak_memory=info["peak_memory"],
+                  spill=info.get("spill"))
         for d, info in outcome.devices.items()
     ]
     err = outcome.error

@@ -40,7 +40,8 @@ current segment (unless an output).
 Policy
 ------
 - **Submission**: every task is submitted at once, in plan order, to its device's actor
-  (``max_concurrency=1``: calls run in submission order), as ``run(k, *refs)``: ``refs`` are the
+  (``max_concurrency=1``: calls run in submission order; a plan that shares devices gets threaded
+  actors that admit calls by share, :mod:`.ray_sharing`), as ``run(k, *refs)``: ``refs`` are the
   export or share refs of the data it needs from other actors and the completion refs of
   cross-actor ordering-only deps, so Ray does all waiting. GPU actors see all GPUs of their node
   (``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES``) and select their own, so that they can open
@@ -82,6 +83,7 @@ from streammap.runrecord import run_record_path
 from .accelerators import cupy_platform
 from .devices import Placement, node_of, raise_not_executable, to_host
 from .local import Outcome, name_outputs, user_traceback
+from .ray_sharing import actor_concurrency, plan_shares_devices, sharing_steps
 
 log = logging.getLogger("streammap.runtime")
 
@@ -133,6 +135,12 @@ class DeviceActor:
         self.steps: dict = {}
         #: task id -> (the allocations of its shared copies, the consumers' completion refs)
         self.shared: dict = {}
+        self.gate = None                  # a ShareGate when the plan shares devices (ray_sharing.py)
+
+    def prepare_sharing(self, admission: dict, uses: dict, limit) -> None:
+        """Admit this segment's calls by share (see :mod:`.ray_sharing`)."""
+        from .ray_sharing import ShareGate
+        self.gate = ShareGate(admission, uses, limit)
 
     def info(self) -> dict:
         import ray
@@ -192,16 +200,19 @@ class DeviceActor:
         for tid, refs in releases or ():
             if tid in shared:
                 shared[tid] = (shared[tid][0], list(refs))
-        waiting = [(tid, refs) for tid, (_, refs) in shared.items() if refs]
+        waiting = [(tid, refs) for tid, (_, refs) in list(shared.items()) if refs]   # (threaded actors)
         if not waiting:
             return
         import ray
         for tid, refs in waiting:
             _, pending = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+            entry = shared.get(tid)
+            if entry is None:
+                continue
             if pending:
-                shared[tid] = (shared[tid][0], pending)
+                shared[tid] = (entry[0], pending)
             else:
-                del shared[tid]          # the allocations are freed with their last reference
+                shared.pop(tid, None)    # the allocations are freed with their last reference
 
     def held(self) -> list:
         return list(self.values)
@@ -281,30 +292,43 @@ class DeviceActor:
             for r, v in zip(remote_ids, refs):
                 if r is not None:
                     remote[r] = self._receive(r, v) if dev.is_gpu else v
-        a = [self._value(s, remote) for s in args]
-        kw = {key: self._value(s, remote) for key, s in kwargs.items()} if kwargs else {}
         fn = self.kernels[kernel]
         attempts = 0
-        start = time.time()
-        while True:
-            attempts += 1
-            try:
-                if dev.is_gpu:
-                    with dev.device, dev.stream:
-                        out = dev.bring(fn(*a, **kw))
-                        dev.stream.synchronize()
-                else:
-                    out = fn(*a, **kw)
-                break
-            except Exception as exc:                     # noqa: BLE001 -- the kernel's error
-                if attempts > retries:
-                    raise TaskFailed(tid, site, self.device_id, user_traceback(exc), attempts) from None
-        finish = time.time()
-        if store:
-            self.values[tid] = out
+        gate = self.gate
+        if gate is not None:
+            gate.enter(k)                 # same-device inputs are done from here on
+        stream = None if not dev.is_gpu else dev.stream if gate is None else gate.stream(dev)
+        ok = False
+        try:
+            a = [self._value(s, remote) for s in args]
+            kw = {key: self._value(s, remote) for key, s in kwargs.items()} if kwargs else {}
+            start = time.time()
+            while True:
+                attempts += 1
+                try:
+                    if dev.is_gpu:
+                        with dev.device, stream:
+                            out = dev.bring(fn(*a, **kw))
+                            stream.synchronize()
+                    else:
+                        out = fn(*a, **kw)
+                    break
+                except Exception as exc:                     # noqa: BLE001 -- the kernel's error
+                    if attempts > retries:
+                        raise TaskFailed(tid, site, self.device_id, user_traceback(exc), attempts) from None
+            finish = time.time()
+            if store:
+                self.values[tid] = out
+            ok = True
+        finally:
+            if gate is not None:
+                gate.leave(k, ok)
         values = self.values
-        for f in frees:
-            values.pop(f, None)
+        if gate is not None:
+            gate.free(values, frees)
+        else:
+            for f in frees:
+                values.pop(f, None)
         return (k, start, finish, attempts), out
 
 
@@ -476,7 +500,8 @@ class RayExecutor:
         # that it can open the CUDA IPC handles of its neighbours (see .ipc)
         env = {"env_vars": {NOSET_VISIBLE: "1"}} if gpu and _is_cuda(d) else None
         a = cls.options(
-            num_cpus=0, num_gpus=1 if gpu else 0, max_concurrency=1, max_restarts=0, max_task_retries=0,
+            num_cpus=0, num_gpus=1 if gpu else 0, max_concurrency=actor_concurrency(self.plan, device),
+            max_restarts=0, max_task_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_of_device[device], soft=False),
             runtime_env=env,
         ).remote(self.plan, self.source_text, device, "cupy" if gpu else "numpy", self.emulate and d.kind != "cpu")
@@ -519,10 +544,11 @@ class RayExecutor:
         ids = [t.id for t in self.plan.tasks]
         final = {t.id: t.device for t in current.tasks}
         busy: dict[str, float] = {}
+        share = {t.id: t.share for t in current.tasks}      # a task with share s uses s of its device
         for tid in ids:
             s, f = self.starts.get(tid), self.finishes.get(tid)
             if s is not None and f is not None:
-                busy[final[tid]] = busy.get(final[tid], 0.0) + (f - s)
+                busy[final[tid]] = busy.get(final[tid], 0.0) + share[tid] * (f - s)
         devices = {}
         for d in current.devices:
             if d.id in busy or d.id in self.actors:
@@ -651,8 +677,19 @@ class RayExecutor:
             steps[d][k] = (t.id, t.kernel, t.args, t.kwargs, tuple(remote_ids), tuple(frees.get(t.id, ())),
                            store, t.retries, t.site)
             calls.append((k, t, remote_refs))
-        for d, s in steps.items():
-            self.actors[d].prepare.remote(s)
+        if plan_shares_devices(plan):
+            # Threaded actors may run calls out of submission order: set up before any call.
+            admission, uses, share_frees = sharing_steps(plan, todo, dev_of, outputs, self._held)
+            limit = (plan.cluster.spec or {}).get("max_tasks_per_device")
+            ready = []
+            for d, s in steps.items():
+                s = {k: (*v[:5], share_frees[v[0]], *v[6:]) for k, v in s.items()}
+                ready.append(self.actors[d].prepare.remote(s))
+                ready.append(self.actors[d].prepare_sharing.remote(admission.get(d, {}), uses.get(d, {}), limit))
+            self.ray.get(ready)
+        else:
+            for d, s in steps.items():
+                self.actors[d].prepare.remote(s)
         meta_of: dict[str, object] = {}
         shares: dict[str, object] = {}
         unsubmitted = {r: len(ks) for r, ks in ipc_consumers.items()}

@@ -107,6 +107,10 @@ class ClusterSpec(BaseModel):
     name: str = Field(pattern=_NAME)
     network: Optional[Link] = None
     memory_oversubscription: float = Field(default=1.0, ge=1.0)
+    # GPU sharing (streammap.sharing): at most this many tasks at once on one device (HAMi's
+    # deviceSplitCount), and the host link spilled arrays cross under oversubscription.
+    max_tasks_per_device: Optional[int] = Field(default=None, ge=1)
+    host_bandwidth: Optional[Rate] = Field(default=None, gt=0)
     nodes: list[Node] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -165,6 +169,8 @@ class Cluster:
         self.sha256 = sha256
         self.path = path
         self.oversubscription = spec.memory_oversubscription
+        self.max_tasks_per_device = spec.max_tasks_per_device
+        self.host_bandwidth = spec.host_bandwidth
         devices = []
         for node in spec.nodes:
             for d in node.devices:

@@ -91,14 +91,29 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     graph = load_source_graph(path, params, entry)
     from .history import resolve_history_hook
     cost = CostModel(graph, clus, history=resolve_history_hook(history))
-    schedule = map_fn(cost)
-    heft_makespan = schedule.makespan if mapper == "heft" else get_mapper("heft")(cost).makespan
-    plan = build_plan(graph, clus, cost, schedule, source_path=path,
-                      lower=lower_bound(cost), heft_makespan=heft_makespan)
+    spills = _map(cost, mapper, map_fn)
+    schedule = spills.schedule
+    heft_makespan = schedule.makespan if schedule.mapper == "heft" else get_mapper("heft")(cost).makespan
+    from .sharing import shared_lower_bound, uses_sharing
+    lower = shared_lower_bound(cost) if uses_sharing(cost) else lower_bound(cost)
+    plan = build_plan(graph, clus, cost, schedule, source_path=path, lower=lower, heft_makespan=heft_makespan)
+    if clus.oversubscription > 1:
+        plan.mapper.spill_bytes = spills.spilled_bytes + spills.restored_bytes
     if emit_graph is not None:
         from .ir import write_graph
         write_graph(graph, emit_graph)
     return plan
+
+
+def _map(cost: CostModel, mapper: str, map_fn):
+    """The mapper's schedule; share-aware when tasks share devices (:mod:`streammap.sharing`),
+    refused when it holds more than F x capacity somewhere, and re-timed with the spill traffic it
+    implies under oversubscription: a :class:`~streammap.spilling.SpillEstimate`."""
+    from .sharing import map_shared, uses_sharing
+    from .spilling import check_plan_memory, estimate_spills
+    schedule = (map_shared(cost, mapper) if uses_sharing(cost) else None) or map_fn(cost)
+    check_plan_memory(cost, schedule)
+    return estimate_spills(cost, schedule)
 
 
 def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: Schedule, *, source_path,
@@ -115,6 +130,7 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
             deps=sorted(graph.predecessors(tid), key=topo.__getitem__),
             start=float(schedule.start[i]), finish=float(schedule.finish[i]),
             site=node.get("site"), estimate=cost.source[i], retries=int(node.get("retries") or 0),
+            share=float(cost.share[i]), out=float(cost.out[i]) if cluster.oversubscription > 1 else None,
             args=node.get("args") or [], kwargs=node.get("kwargs") or {}))
     g = graph.graph
     devices = [PlanDevice(id=d.id, kind=d.kind, vendor=d.vendor, model=d.model,

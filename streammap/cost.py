@@ -14,6 +14,9 @@ State (all read-only after construction)
 ``mem[T]``, ``out[T]``
     Bytes held while running, and bytes of the output kept after finishing while consumers remain
     (0 for a task without successors: an output nobody consumes leaves at once).
+``share[T]``
+    The ``share`` clause: the fraction of its device's compute a task needs (1 by default);
+    :mod:`streammap.sharing` co-locates tasks whose shares fit.
 ``capacity[D]``
     Device memory times the cluster's ``memory_oversubscription`` (``inf`` when not given).
 ``bw[D, D]``, ``lat[D, D]``, ``inv_bw[D, D]``
@@ -50,7 +53,8 @@ In this order of preference (``design.md``, section *The cost model*):
 
 The launch overhead is :data:`LAUNCH_OVERHEAD` by device kind, :data:`DEFAULT_LAUNCH_OVERHEAD`
 for every other (accelerator-like) kind. The ``share`` and ``split`` clauses do not change the
-estimate (a task occupies its whole device while it runs).
+estimate: a task with ``share=s`` is taken to use at most s of its device, so it runs as long
+co-located as alone (:mod:`streammap.sharing`).
 
 Memory: ``mem`` is the task's ``mem`` attribute when set, else its input bytes (sum of incoming
 edge bytes) plus its output bytes. Output bytes are the task's ``out`` attribute when set, else the
@@ -241,6 +245,8 @@ class CostModel:
         #: Bytes kept after finishing while consumers remain.
         self.out = np.where(has_succ, output, 0.0)
         self.in_bytes = in_bytes
+        #: Fraction of its device's compute each task needs (``share`` clause; 1 = the whole device).
+        self.share = np.array([float(self.graph.nodes[t].get("share") or 1.0) for t in self.tasks], dtype=np.float64)
 
     def _build_times(self, history):
         T, D = self.n_tasks, self.n_devices

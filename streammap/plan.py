@@ -62,6 +62,8 @@ class MapperInfo(_Strict):
     estimated_makespan: float = Field(ge=0)
     lower_bound: float = Field(ge=0)
     heft_makespan: Optional[float] = Field(default=None, ge=0)
+    # Under memory oversubscription: bytes the plan is expected to spill and restore (streammap.spilling).
+    spill_bytes: Optional[float] = Field(default=None, ge=0)
 
 
 class PlanDevice(_Strict):
@@ -83,6 +85,10 @@ class PlanTask(_Strict):
     site: Optional[str] = None
     estimate: Optional[str] = None
     retries: int = Field(default=0, ge=0)
+    # GPU sharing (streammap.sharing): the fraction of its device the task needs, and, under
+    # memory oversubscription, the bytes its output is expected to take (spilling reserves them).
+    share: float = Field(default=1.0, gt=0, le=1)
+    out: Optional[float] = Field(default=None, ge=0)
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
 
@@ -136,10 +142,13 @@ class Plan(_Strict):
     # -- writing -------------------------------------------------------------------------
     def to_yaml(self, relative_to: str | Path | None = None) -> str:
         data = self.model_dump(mode="json")
+        if data["mapper"].get("spill_bytes") is None:
+            data["mapper"].pop("spill_bytes", None)
         if relative_to is not None:
             data["source"]["path"] = _relpath(self.source.path, relative_to)
         for t in data["tasks"]:
-            for key, empty in (("site", None), ("estimate", None), ("retries", 0), ("args", []), ("kwargs", {})):
+            for key, empty in (("site", None), ("estimate", None), ("retries", 0), ("share", 1.0), ("out", None),
+                           ("args", []), ("kwargs", {})):
                 if t.get(key) == empty:
                     del t[key]
         return yaml.dump(data, Dumper=Dumper, sort_keys=False, default_flow_style=None, width=100, allow_unicode=True)
@@ -212,3 +221,5 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
     for r in spec_refs(plan.outputs):
         if r not in seen:
             raise PlanError(f"the plan's outputs name unknown task {r!r}", path=path, line=lines.get(("outputs",)))
+    from .sharing import check_plan_shares
+    check_plan_shares(plan, path=path, lines=lines)

@@ -42,6 +42,7 @@ class TaskRun(_Strict):
     finish: Optional[float] = None
     attempts: int = 0
     planned_device: Optional[str] = None   # the plan's device, when a re-mapping moved the task
+    share: float = 1.0                      # the fraction of its device it was given (GPU sharing)
 
     @property
     def estimated(self) -> float:
@@ -58,6 +59,9 @@ class DeviceRun(_Strict):
     busy: float = 0.0
     utilisation: float = 0.0
     peak_memory: Optional[float] = None
+    # Under memory oversubscription: spilled_bytes, restored_bytes, spills, restores, overflow,
+    # seconds (runtime/spill.py).
+    spill: Optional[dict] = None
 
 
 class DeviceTelemetry(_Strict):

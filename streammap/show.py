@@ -30,6 +30,7 @@ from rich.table import Table
 from .errors import StreamMapError
 from .plan import Plan
 from .runrecord import RunRecord
+from .sharing import share_profile, stack_offsets
 from .units import format_size, format_time
 
 PICTURE_FORMATS = (".png", ".svg", ".pdf")
@@ -100,6 +101,9 @@ def plan_summary(plan: Plan) -> str:
     lines.append(lb)
     if m.heft_makespan is not None:
         lines.append(f"HEFT makespan: {format_time(m.heft_makespan)}")
+    if m.spill_bytes is not None:
+        lines.append(f"memory oversubscription: {format_size(m.spill_bytes)} expected to move to the host and "
+                     "back (included in the makespan)")
     lines.append(plan_verdict(plan))
     by_dev = plan.tasks_by_device()
     used = [d for d, ts in by_dev.items() if ts]
@@ -112,12 +116,22 @@ def plan_summary(plan: Plan) -> str:
     width = max((len(d) for d in by_dev), default=0)
     for d in plan.devices:
         ts = by_dev[d.id]
-        busy = sum(t.finish - t.start for t in ts)
+        busy = sum(t.share * (t.finish - t.start) for t in ts)      # a task with share s uses s of it
         share = busy / span if span > 0 else 0.0
         what = " ".join(x for x in (d.kind, d.model or "") if x)
         lines.append(f"  {d.id:<{width}}  {share:6.1%}  busy {format_time(busy):>10}  "
-                     f"{len(ts):>5} task{'s' if len(ts) != 1 else ' '}  {what}")
+                     f"{len(ts):>5} task{'s' if len(ts) != 1 else ' '}  {what}{colocation_note(ts)}")
     return "\n".join(lines)
+
+
+def colocation_note(tasks) -> str:
+    """`` · up to 4 at once, peak share 100%`` for a device whose tasks run co-located, else ``""``."""
+    steps = share_profile((t.start, t.finish, t.share) for t in tasks)
+    most = max((n for _, _, n in steps), default=0)
+    if most < 2:
+        return ""
+    peak = max(u for _, u, _ in steps)
+    return f" · up to {most} at once, peak share {peak:.0%}"
 
 
 def plan_verdict(plan: Plan) -> str:
@@ -208,6 +222,10 @@ def run_summary(record: RunRecord) -> str:
     width = max((len(d.id) for d in record.devices), default=0)
     for d in record.devices:
         mem = f"  peak memory {format_size(d.peak_memory)}" if d.peak_memory is not None else ""
+        sp = d.spill
+        if sp:                                  # memory oversubscription (runtime/spill.py)
+            mem += (f"  spilled {format_size(sp.get('spilled_bytes', 0))} ({sp.get('spills', 0)}x), restored "
+                    f"{format_size(sp.get('restored_bytes', 0))} in {format_time(sp.get('seconds', 0.0))}")
         lines.append(f"  {d.id:<{width}}  {d.utilisation:6.1%}  busy {format_time(d.busy):>10}  "
                      f"{d.executor}{mem}")
     return "\n".join(lines)
@@ -318,7 +336,8 @@ def gantt(plan_or_record: PlanOrRecord, path, title: str | None = None) -> Path:
     bar per task coloured by kernel, labelled with the task's short id where it fits. For a run
     record each task has two bars: the estimate (faint, upper half of the row) and the
     measurement (solid, lower half); dashed lines mark the estimated makespan and the measured
-    wall time.
+    wall time. Tasks that share a device (``share < 1``) are stacked in its row, each bar as tall
+    as its share, so a full row is a fully used device.
     """
     path = _check_format(path)
     from matplotlib.figure import Figure
@@ -333,12 +352,12 @@ def gantt(plan_or_record: PlanOrRecord, path, title: str | None = None) -> Path:
     if is_run:
         rec: RunRecord = plan_or_record
         devices = [d.id for d in rec.devices]
-        bars = [(t.device, t.estimated_start, t.estimated_finish, t.start, t.finish, t.kernel, _short(t.id))
-                for t in rec.tasks]
+        bars = [(t.device, t.estimated_start, t.estimated_finish, t.start, t.finish, t.kernel, _short(t.id),
+                 t.share) for t in rec.tasks]
     else:
         plan: Plan = plan_or_record
         devices = [d.id for d in plan.devices]
-        bars = [(t.device, t.start, t.finish, None, None, t.kernel, _short(t.id)) for t in plan.tasks]
+        bars = [(t.device, t.start, t.finish, None, None, t.kernel, _short(t.id), t.share) for t in plan.tasks]
     for b in bars:
         if b[0] not in devices:
             devices.append(b[0])
@@ -380,17 +399,19 @@ def gantt(plan_or_record: PlanOrRecord, path, title: str | None = None) -> Path:
         if not items:
             continue
         y = row[dev]
-        est = [(s / scale, max((f - s) / scale, min_w)) for _, s, f, *_ in items]
-        cols = [colour[b[5]] for b in items]
+        # Co-located tasks (share < 1) are stacked in the row, each as tall as its share.
+        est_off = stack_offsets([(b[1], b[2], b[7]) for b in items])
+        est = [(b[1] / scale, max((b[2] - b[1]) / scale, min_w), c, o, b[7])
+               for b, o, c in zip(items, est_off, [colour[b[5]] for b in items])]
         if is_run:
-            ax.broken_barh(est, (y - 0.42, 0.38), facecolors=[faint[b[5]] for b in items], **edge)
-            meas = [(b[3] / scale, max((b[4] - b[3]) / scale, min_w), colour[b[5]]) for b in items
-                    if b[3] is not None and b[4] is not None]
-            if meas:
-                ax.broken_barh([(s, w) for s, w, _ in meas], (y + 0.02, 0.4),
-                               facecolors=[c for *_, c in meas], **edge)
+            _stacked_bars(ax, [(x, w, faint[b[5]], o, f) for (x, w, _, o, f), b in zip(est, items)],
+                          y - 0.42, 0.38, edge)
+            ran = [b for b in items if b[3] is not None and b[4] is not None]
+            meas_off = stack_offsets([(b[3], b[4], b[7]) for b in ran])
+            _stacked_bars(ax, [(b[3] / scale, max((b[4] - b[3]) / scale, min_w), colour[b[5]], o, b[7])
+                               for b, o in zip(ran, meas_off)], y + 0.02, 0.4, edge)
         else:
-            ax.broken_barh(est, (y - 0.36, 0.72), facecolors=cols, **edge)
+            _stacked_bars(ax, est, y - 0.36, 0.72, edge)
 
     # labels where they fit (pixels per time unit from the figure size; the axes take ~82 %)
     px_per_unit = fig_w * 0.82 * dpi / x_max
@@ -487,6 +508,18 @@ def gantt(plan_or_record: PlanOrRecord, path, title: str | None = None) -> Path:
         ax.add_artist(kernel_legend)
     ax.legend(handles=marks, loc="lower left", bbox_to_anchor=(1.01, 0.0), fontsize=8, frameon=False)
     return _save(fig, path, dpi)
+
+
+def _stacked_bars(ax, bars, y0: float, h: float, edge: dict) -> None:
+    """Draw ``(x, width, colour, offset, share)`` bars in the band ``[y0, y0 + h)``: each at
+    ``offset`` of the band, ``share`` of its height (whole-device tasks fill the band)."""
+    groups: dict[tuple, tuple[list, list]] = {}
+    for x, w, c, off, frac in bars:
+        xs, cs = groups.setdefault((off, frac), ([], []))
+        xs.append((x, w))
+        cs.append(c)
+    for (off, frac), (xs, cs) in groups.items():
+        ax.broken_barh(xs, (y0 + h * off, h * frac), facecolors=cs, **edge)
 
 
 # -- task graph ---------------------------------------------------------------------------------

@@ -215,6 +215,46 @@ def total(*xs):
 """
 
 
+SHARED_NAPS = """
+import threading, time
+import numpy as np
+
+LOCK = threading.Lock()
+NOW = [0.0]
+PEAK = [0.0]
+
+def nap(j):
+    with LOCK:
+        NOW[0] += 0.5
+        PEAK[0] = max(PEAK[0], NOW[0])
+    time.sleep(0.05)
+    with LOCK:
+        NOW[0] -= 0.5
+    return np.array([float(j)])
+
+def twice(x):
+    return x * 2
+
+def peak(*xs):
+    return np.array([PEAK[0], sum(float(x[0]) for x in xs)])
+"""
+
+
+def test_co_located_tasks_run_at_once_in_one_actor_within_a_whole_device(cluster, tmp_path):
+    naps = [{**task(f"n{j}", "nap", "node0/gpu0", j), "share": 0.5} for j in range(6)]
+    doubled = [{**task(f"d{j}", "twice", "node0/gpu0", ref(f"n{j}")), "share": 0.5} for j in range(6)]
+    plan = make_plan(tmp_path, SHARED_NAPS, naps + doubled + [task("p", "peak", "node0/gpu0",
+                                                                   *[ref(f"d{j}") for j in range(6)])],
+                     devices=devices2x2(), outputs=ref("p"))
+    out = run_plan(plan, emulate=True, backend="ray", outputs_path=tmp_path / "r.npz", progress=False)
+    assert out["result"][0] == pytest.approx(1.0)            # two naps at once, never three
+    assert out["result"][1] == 2 * sum(range(6))
+    rec = read_run_record(tmp_path / "r.run.json")
+    naps_run = sorted((t.start, t.finish) for t in rec.tasks if t.kernel == "nap")
+    overlap = max(sum(1 for s, f in naps_run if s <= a < f) for a, _ in naps_run)
+    assert overlap == 2
+
+
 def test_node_loss_mid_run_recovers_and_reruns_only_what_was_lost(cluster, tmp_path):
     """Runs last: removes node1 (a node the fixture started) while its tasks run."""
     log_file = tmp_path / "calls.log"

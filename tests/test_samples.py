@@ -25,6 +25,7 @@ CASES = [
     ("fm_radio.py", "fm_radio", {"N": 4096, "BANDS": 6}),
     ("tiled_cholesky.py", "cholesky", {"T": 4, "B": 32}),
     ("mlp_batches.py", "mlp", {"BATCHES": 5, "ROWS": 32, "WIDTH": 16, "DEPTH": 2}),
+    ("small_kernels.py", "sweep", {"JOBS": 8, "CELLS": 256, "STEPS": 10}),
 ]
 
 

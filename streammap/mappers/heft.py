@@ -132,12 +132,19 @@ def check_placeable(cost: CostModel, memory: bool = True, times: np.ndarray | No
             hint="relax the kernel's device= clause, give times for these device models or kinds, "
                  "or add a matching device to the cluster")
     cap = cost.capacity[allowed[i]].max()
+    big = cost.devices[int(np.flatnonzero(allowed[i] & (cost.capacity == cap))[0])].id
     raise MappingError(
         f"task {tid} (kernel {kernel}) needs {_size(need[i])} of device memory but the largest "
-        f"device it may run on has {_size(cap)}{more}",
+        f"device it may run on, {big}, has {_size(cap)}{_oversub(cost)}{more}",
         path=path, line=line,
         hint="reduce the kernel's mem= (or split it), relax its device= clause, add a device with more "
              "memory, or raise memory_oversubscription in the cluster file")
+
+
+def _oversub(cost: CostModel) -> str:
+    """`` (memory x memory_oversubscription 1.5)`` when the cluster oversubscribes, else ``""``."""
+    f = float(getattr(cost.cluster, "oversubscription", 1.0) or 1.0)
+    return f" (memory x memory_oversubscription {f:g})" if f > 1 else ""
 
 
 def _size(b: float) -> str:
@@ -697,9 +704,11 @@ def _memory_deadlock(cost: CostModel, t: int):
     allowed = np.isfinite(cost.time[t])
     path, line = cost.site_line(t)
     need = max(cost.mem[t], cost.out[t])
+    cap = cost.capacity[allowed].max()
+    big = cost.devices[int(np.flatnonzero(allowed & (cost.capacity == cap))[0])].id
     raise MappingError(
         f"task {tid} (kernel {node.get('kernel')}) needs {_size(need)} of device memory, but every device "
-        f"it may run on (largest: {_size(cost.capacity[allowed].max())}) is kept full by outputs waiting "
+        f"it may run on (largest: {big}, {_size(cap)}{_oversub(cost)}) is kept full by outputs waiting "
         f"for consumers that HEFT places later",
         path=path, line=line,
         hint="add device memory or memory_oversubscription to the cluster file, or reduce mem=/out= of the kernels")

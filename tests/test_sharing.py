@@ -1,0 +1,380 @@
+"""GPU sharing as a user relies on it: tasks with ``share < 1`` run co-located, never more than a
+whole device at once, with the same results as serial runs; memory oversubscription plans beyond a
+device's memory and the runtime spills to keep within it, bit for bit."""
+
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import streammap
+from streammap.cli import main
+from streammap.cost import CostModel
+from streammap.errors import MappingError, PlanError
+from streammap.plan import read_plan, write_plan
+from streammap.runrecord import read_run_record
+from streammap.sharing import share_profile, share_schedule, simulate_shared, stack_offsets
+from streammap.spilling import SpillBook
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ROOT / "samples" / "small_kernels.py"
+SMALL = {"JOBS": 16, "CELLS": 64, "STEPS": 4}
+
+
+def cluster(gpus=2, memory="80GiB", **extra):
+    return {"name": "lab", **extra, "nodes": [{
+        "name": "n0", "link": {"bandwidth": "300 GB/s", "latency": "3us"},
+        "devices": [{"name": f"gpu{i}", "kind": "gpu", "vendor": "nvidia", "model": "A100", "memory": memory,
+                     "flops": "19.5 TFLOP/s", "mem_bandwidth": "2039 GB/s"} for i in range(gpus)]}]}
+
+
+def peak_shares(plan):
+    """Per device: the largest share in use at once, and the most tasks at once."""
+    out = {}
+    for d, ts in plan.tasks_by_device().items():
+        steps = share_profile((t.start, t.finish, t.share) for t in ts)
+        out[d] = (max((u for _, u, _ in steps), default=0.0), max((n for _, _, n in steps), default=0))
+    return out
+
+
+# -- the plan ----------------------------------------------------------------------------------
+
+def test_quarter_share_kernels_run_four_at_a_time_and_the_plan_is_shorter():
+    shared = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False)
+    whole = streammap.compile(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False)
+    peaks = peak_shares(shared)
+    assert max(n for _, n in peaks.values()) == 4
+    assert all(u <= 1.0 + 1e-9 for u, _ in peaks.values())
+    assert all(n == 1 for _, n in peak_shares(whole).values())
+    assert shared.mapper.estimated_makespan <= 0.5 * whole.mapper.estimated_makespan
+    assert {t.share for t in shared.tasks if t.kernel == "rod"} == {0.25}
+
+
+def test_tasks_without_share_are_placed_exactly_as_before(tmp_path):
+    plan = streammap.compile(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False)
+    heft = streammap.compile(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False, mapper="heft")
+    assert plan.mapper.name.startswith("auto") and "+share" not in plan.mapper.name
+    assert heft.mapper.heft_makespan == heft.mapper.estimated_makespan
+    write_plan(plan, tmp_path / "p.yaml")
+    text = (tmp_path / "p.yaml").read_text()
+    assert "share:" not in text and "out:" not in text       # old plans and new ones read the same
+
+
+def test_max_tasks_per_device_bounds_how_many_run_at_once():
+    plan = streammap.compile(SWEEP, cluster=cluster(max_tasks_per_device=2), params=SMALL, history=False)
+    assert max(n for _, n in peak_shares(plan).values()) == 2
+
+
+def test_binpack_piles_fractional_tasks_onto_few_devices_and_spread_spreads_them():
+    params = {**SMALL, "JOBS": 4}
+    packed = streammap.compile(SWEEP, cluster=cluster(gpus=4), params=params, history=False, mapper="binpack")
+    spread = streammap.compile(SWEEP, cluster=cluster(gpus=4), params=params, history=False, mapper="spread")
+    rods = lambda p: {t.device for t in p.tasks if t.kernel == "rod"}      # noqa: E731
+    assert len(rods(packed)) == 1 and len(rods(spread)) == 4
+    assert packed.mapper.name == "binpack+share" and spread.mapper.name == "spread+share"
+
+
+def test_the_share_aware_schedule_is_what_the_runtime_admission_reproduces():
+    from streammap.compiler import load_source_graph, resolve_cluster
+    graph = load_source_graph(SWEEP, {**SMALL, "JOBS": 11})
+    cost = CostModel(graph, resolve_cluster(cluster(gpus=3, max_tasks_per_device=3)))
+    s = share_schedule(cost, policy="eft")
+    again = simulate_shared(cost, s.device, s.order())
+    np.testing.assert_array_equal(again.start, s.start)
+    np.testing.assert_array_equal(again.finish, s.finish)
+
+
+def test_shares_above_one_on_a_device_are_refused_when_the_plan_is_read(tmp_path):
+    plan = streammap.compile(SWEEP, cluster=cluster(gpus=1), params=SMALL, history=False)
+    write_plan(plan, tmp_path / "p.yaml")
+    data = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    rods = [t for t in data["tasks"] if t["kernel"] == "rod"]
+    rods[0]["share"] = 0.5                                  # with three others of 0.25 at once: 1.25
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(PlanError) as err:
+        read_plan(tmp_path / "bad.yaml")
+    msg = err.value.format()
+    assert "n0/gpu0 is oversubscribed" in msg and "shares sum to 1.25 > 1" in msg and rods[0]["id"] in msg
+    assert main(["run", str(tmp_path / "bad.yaml"), "--emulate", "-o", str(tmp_path / "o.npz")]) == 2
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_a_share_outside_zero_to_one_is_a_plan_error(tmp_path):
+    plan = streammap.compile(SWEEP, cluster=cluster(gpus=1), params=SMALL, history=False)
+    write_plan(plan, tmp_path / "p.yaml")
+    text = (tmp_path / "p.yaml").read_text().replace("share: 0.25", "share: 1.5", 1)
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(PlanError, match="share"):
+        read_plan(tmp_path / "bad.yaml")
+
+
+def test_the_gantt_chart_stacks_co_located_tasks(tmp_path):
+    assert stack_offsets([(0, 1, 0.25), (0, 1, 0.25), (0, 2, 0.5), (1, 2, 0.25)]) == [0.0, 0.25, 0.5, 0.0]
+    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False)
+    write_plan(plan, tmp_path / "p.yaml")
+    assert main(["show", str(tmp_path / "p.yaml"), "--gantt", str(tmp_path / "g.png")]) == 0
+    assert (tmp_path / "g.png").stat().st_size > 0
+
+
+def test_show_says_how_many_tasks_share_each_device(tmp_path, capsys):
+    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False)
+    write_plan(plan, tmp_path / "p.yaml")
+    assert main(["show", str(tmp_path / "p.yaml")]) == 0
+    assert "up to 4 at once, peak share 100%" in capsys.readouterr().out
+
+
+# -- running co-located tasks ------------------------------------------------------------------
+
+def test_co_located_tasks_give_the_same_results_as_serial_ones(tmp_path):
+    shared = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False)
+    serial = streammap.compile(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False)
+    a = streammap.run(shared, emulate=True, outputs=tmp_path / "a.npz", progress=False, telemetry=False)
+    b = streammap.run(serial, emulate=True, outputs=tmp_path / "b.npz", progress=False, telemetry=False)
+    np.testing.assert_array_equal(a["result"], b["result"])
+
+
+SLEEPY = """
+import threading, time
+import numpy as np
+
+# @stream param
+JOBS = 8
+# @stream param
+SHARE = 0.5
+
+LOCK = threading.Lock()
+NOW = [0.0]
+PEAK = [0.0]
+
+
+# @stream kernel(flops=1e12, out=8, share=SHARE)
+def nap(j):
+    with LOCK:
+        NOW[0] += SHARE
+        PEAK[0] = max(PEAK[0], NOW[0])
+    time.sleep(0.05)
+    with LOCK:
+        NOW[0] -= SHARE
+    return np.array([float(j)])
+
+
+# @stream kernel(flops=1e3, out=8)
+def peak(*xs):
+    return np.array([PEAK[0], sum(float(x[0]) for x in xs)])
+
+
+# @stream graph
+def main():
+    return peak(*[nap(j) for j in range(JOBS)])
+"""
+
+
+def test_the_executor_runs_co_located_tasks_at_once_but_never_beyond_a_whole_device(tmp_path):
+    (tmp_path / "prog.py").write_text(textwrap.dedent(SLEEPY))
+    one = {"name": "one", "nodes": [{"name": "n0", "devices": [{"name": "gpu0", "kind": "gpu", "flops": "20 TFLOP/s"}]}]}
+    plan = streammap.compile(tmp_path / "prog.py", cluster=one, history=False)
+    t0 = time.perf_counter()
+    out = streammap.run(plan, emulate=True, outputs=tmp_path / "o.npz", progress=False, telemetry=False)
+    wall = time.perf_counter() - t0
+    assert out["result"][0] == pytest.approx(1.0)        # two at once (0.5 + 0.5), never three
+    assert out["result"][1] == sum(range(8))
+    assert wall < 8 * 0.05 * 0.8                          # 4 rounds of 50 ms, not 8
+    rec = read_run_record(tmp_path / "o.run.json")
+    assert {t.share for t in rec.tasks if t.kernel == "nap"} == {0.5}
+
+
+def test_a_failing_co_located_kernel_stops_the_run_with_its_task(tmp_path):
+    src = textwrap.dedent(SLEEPY).replace("    time.sleep(0.05)\n", "    time.sleep(0.01)\n    if j == 5:\n        raise ValueError('bad rod')\n")
+    (tmp_path / "prog.py").write_text(src)
+    one = {"name": "one", "nodes": [{"name": "n0", "devices": [{"name": "gpu0", "kind": "gpu"}]}]}
+    plan = streammap.compile(tmp_path / "prog.py", cluster=one, history=False)
+    write_plan(plan, tmp_path / "p.yaml")
+    assert main(["run", str(tmp_path / "p.yaml"), "--emulate", "-o", str(tmp_path / "o.npz"), "--no-progress"]) == 1
+    assert not (tmp_path / "o.npz").exists()
+
+
+# -- memory oversubscription and spilling ------------------------------------------------------
+
+ACTIVATIONS = """
+import numpy as np
+
+# @stream param
+N = 1 << 14
+# @stream param
+K = 12
+
+
+# @stream kernel(flops=1e6, out=8*N)
+def inp():
+    return np.linspace(0.0, 1.0, N)
+
+
+# @stream kernel(flops=1e6, out=8*N)
+def fwd(h, i):
+    return np.tanh(h * 1.01 + 0.001 * i)
+
+
+# @stream kernel(flops=1e6, out=8*N)
+def bwd(g, h):
+    return g * (1.0 - h * h)
+
+
+# @stream graph
+def main():
+    hs = [inp()]
+    for i in range(K):
+        hs.append(fwd(hs[i], i))
+    g = hs[K]
+    for i in range(K):
+        g = bwd(g, hs[K - 1 - i])
+    return g
+"""
+
+MIB8 = 8 * (1 << 14)          # one activation
+
+
+def tiny(memory, F=None):
+    c = {"name": "tiny", "nodes": [{"name": "n0", "devices": [
+        {"name": "gpu0", "kind": "gpu", "memory": memory, "flops": "1 TFLOP/s", "mem_bandwidth": "100 GB/s"}]}]}
+    if F is not None:
+        c["memory_oversubscription"] = F
+    return c
+
+
+def direct_activations():
+    ns = {}
+    exec(textwrap.dedent(ACTIVATIONS), ns)
+    return ns["main"]()
+
+
+def test_a_program_that_does_not_fit_is_refused_at_compile_time_naming_task_and_device(tmp_path):
+    (tmp_path / "prog.py").write_text(textwrap.dedent(ACTIVATIONS))
+    with pytest.raises(MappingError) as err:
+        streammap.compile(tmp_path / "prog.py", cluster=tiny(10 * MIB8), history=False)
+    msg = err.value.format()
+    assert "task fwd[" in msg and "n0/gpu0" in msg
+    # plain HEFT ignores capacity: its plan is refused after mapping, with the task and device named
+    with pytest.raises(MappingError) as err:
+        streammap.compile(tmp_path / "prog.py", cluster=tiny(10 * MIB8, F=1.2), history=False, mapper="heft-plain")
+    msg = err.value.format()
+    assert "on device n0/gpu0" in msg and "x memory_oversubscription 1.2" in msg and "task " in msg
+
+
+def test_with_oversubscription_it_compiles_runs_spills_and_gives_the_same_result(tmp_path):
+    (tmp_path / "prog.py").write_text(textwrap.dedent(ACTIVATIONS))
+    plan = streammap.compile(tmp_path / "prog.py", cluster=tiny(10 * MIB8, F=1.5), history=False)
+    assert all(t.out is not None for t in plan.tasks)
+    write_plan(plan, tmp_path / "p.yaml")
+    assert main(["run", str(tmp_path / "p.yaml"), "--emulate", "-o", str(tmp_path / "o.npz"), "--no-progress"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "o.npz")["result"], direct_activations())
+    rec = read_run_record(tmp_path / "o.run.json")
+    spill = rec.devices[0].spill
+    assert spill["spilled_bytes"] > 0 and spill["restored_bytes"] == spill["spilled_bytes"]
+    assert spill["overflow"] == 0.0 and spill["seconds"] > 0
+    # the compiler replayed the same policy: it expected exactly this traffic, and says so
+    assert plan.mapper.spill_bytes == spill["spilled_bytes"] + spill["restored_bytes"]
+    assert main(["show", str(tmp_path / "p.yaml")]) == 0
+
+
+def test_without_oversubscription_nothing_ever_spills(tmp_path):
+    (tmp_path / "prog.py").write_text(textwrap.dedent(ACTIVATIONS))
+    plan = streammap.compile(tmp_path / "prog.py", cluster=tiny(40 * MIB8), history=False)
+    streammap.run(plan, emulate=True, outputs=tmp_path / "o.npz", progress=False, telemetry=False)
+    rec = read_run_record(tmp_path / "o.run.json")
+    assert rec.devices[0].spill is None
+
+
+def test_the_estimate_charges_the_spills_on_the_host_link(tmp_path):
+    (tmp_path / "prog.py").write_text(textwrap.dedent(ACTIVATIONS))
+    roomy = streammap.compile(tmp_path / "prog.py", cluster=tiny(40 * MIB8), history=False)
+    slow = tiny(10 * MIB8, F=1.5)
+    slow["host_bandwidth"] = "1 GB/s"
+    tight = streammap.compile(tmp_path / "prog.py", cluster=slow, history=False)
+    # at least one activation goes out and comes back: 2 x 128 KiB at 1 GB/s
+    assert tight.mapper.estimated_makespan >= roomy.mapper.estimated_makespan + 2 * MIB8 / 1e9
+
+
+def test_a_spilled_array_comes_back_bit_identical(tmp_path):
+    from runtime.spill import Spilled, Spiller
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(1000)
+    a[3] = np.nan
+    b = rng.integers(0, 255, size=333, dtype=np.uint8)
+    results = [(a.copy(), {"b": b.copy()}), None, None]
+    devices = {"d": type("Dev", (), {"is_gpu": False})()}
+    sp = Spiller({"d": a.nbytes + b.nbytes}, {0: [2], 1: [2]}, {0: "d", 1: "d", 2: "d"}, results, [None] * 3,
+                 devices)
+    sp.finish(0, "d", (), True)                   # result 0 fills the device
+    sp.admit(1, "d", (), float(a.nbytes))         # task 1's output needs room: result 0 goes out
+    assert isinstance(results[0], Spilled)
+    sp.finish(1, "d", (), False)
+    sp.admit(2, "d", (0,), 0.0)                   # task 2 uses result 0: it comes back
+    back = results[0]
+    assert back[0].tobytes() == a.tobytes() and back[1]["b"].tobytes() == b.tobytes()
+    assert back[0] is not a
+    stats = sp.report()["d"]
+    assert stats["spilled_bytes"] == stats["restored_bytes"] == a.nbytes + b.nbytes
+
+
+def test_the_spill_policy_evicts_the_result_needed_last_and_never_a_pinned_one():
+    book = SpillBook({"d": 3.0}, {0: [5], 1: [9], 2: [7], 3: [4]}, {i: "d" for i in range(4)})
+    for i in range(3):
+        book.finish(i, "d", (), 1.0)
+    restores, spills = book.admit(3, 3, "d", (0, 2), 1.0)     # needs one byte of room
+    assert spills == [(1, "d")] and restores == []             # 1 is needed last (position 9)
+    restores, spills = book.admit(4, 4, "d", (1,), 1.0)       # 0 and 2 are pinned by task 3
+    assert restores == [(1, "d")] and book.stats()["d"].overflow > 0
+
+
+def test_gpu_path_co_locates_on_streams_and_spills_through_the_host_on_a_fake_cupy(tmp_path, monkeypatch):
+    import sys
+    from runtime_helpers import FAN, make_fake_cupy, make_plan, ref, task
+    from streammap.runtime import run_plan
+
+    cupy = make_fake_cupy(2)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    row = 64 * 8                                              # one result: N = 64 doubles
+    devices = [{"id": f"node0/gpu{i}", "kind": "gpu", "vendor": "nvidia", "index": i, "memory": m}
+               for i, m in enumerate((3 * row, 1e9))]
+    tasks = [{**task("src", "source", "node0/gpu0"), "share": 0.5, "out": row}]
+    tasks += [{**task(f"s{k}", "scale", "node0/gpu0", ref("src"), k), "share": 0.5, "out": row} for k in range(6)]
+    tasks.append(task("sum", "total", "node0/gpu1", *[ref(f"s{k}") for k in range(6)]))
+    plan = make_plan(tmp_path, FAN, tasks, devices=devices, outputs=ref("sum"))
+    plan.cluster.spec = {"name": "test", "memory_oversubscription": 3.0}
+    out = run_plan(plan, outputs_path=tmp_path / "g.npz", progress=False, telemetry=False)
+    np.testing.assert_array_equal(out["result"], np.arange(64.0) * sum(range(1, 7)))
+    rec = read_run_record(tmp_path / "g.run.json")
+    spill = {d.id: d.spill for d in rec.devices}["node0/gpu0"]
+    assert spill["spilled_bytes"] >= row and spill["overflow"] == 0.0
+    assert cupy.fake_stats["downloads"] > 0 and cupy.fake_stats["waits"] > 0
+
+
+def test_the_executor_keeps_to_max_tasks_per_device(tmp_path):
+    (tmp_path / "prog.py").write_text(textwrap.dedent(SLEEPY).replace("SHARE = 0.5", "SHARE = 0.25"))
+    one = {"name": "one", "max_tasks_per_device": 2,
+           "nodes": [{"name": "n0", "devices": [{"name": "gpu0", "kind": "gpu", "flops": "20 TFLOP/s"}]}]}
+    plan = streammap.compile(tmp_path / "prog.py", cluster=one, history=False)
+    out = streammap.run(plan, emulate=True, progress=False, telemetry=False)
+    assert out["result"][0] == pytest.approx(0.5)        # two tasks of 0.25 at once, not four
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("max_tasks_per_device", 0, "max_tasks_per_device"),
+    ("memory_oversubscription", 0.5, "memory_oversubscription"),
+    ("host_bandwidth", "fast", "host_bandwidth"),
+])
+def test_bad_sharing_fields_in_a_cluster_file_are_errors_naming_the_field(tmp_path, field, value, says):
+    data = cluster(gpus=1)
+    data[field] = value
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    assert main(["compile", str(SWEEP), "--cluster", str(tmp_path / "c.yaml"), "-o", str(tmp_path / "p.yaml"),
+                 "--no-history"]) == 2
+    assert not (tmp_path / "p.yaml").exists()
+    from streammap.cluster import load_cluster
+    from streammap.errors import ClusterError
+    with pytest.raises(ClusterError, match=says):
+        load_cluster(tmp_path / "c.yaml")
