@@ -102,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     add_profile_parser(sub)
     from .bench.mapping import add_bench_parser
     add_bench_parser(sub)
+    from .tenancy.cli import add_tenancy_parsers
+    add_tenancy_parsers(sub)
     return p
 
 
