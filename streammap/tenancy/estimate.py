@@ -132,15 +132,17 @@ class Estimator:
             return None
         return float(sched.makespan), float(peak.max() if peak.size else 0.0)
 
-    def demand(self, key, graph, gpus: int | None = None) -> Demand:
+    def demand(self, key, graph, gpus: int | None = None, max_gpus: int | None = None) -> Demand:
         """The demand of ``graph`` (cached under ``key``, e.g. its path and params).
+
+        ``gpus`` states the width; otherwise it is chosen, at most ``max_gpus`` (a tenant's quota).
 
         Raises
         ------
         StreamMapError
             When no device model of the cluster can run it, or ``gpus`` exceeds every pool.
         """
-        dk = (key, gpus)
+        dk = (key, gpus, max_gpus)
         if dk in self._demands:
             return self._demands[dk]
         sizes = {m: len(ds) for m, ds in self.pools.items()}
@@ -159,7 +161,7 @@ class Estimator:
             t1 = feasible[fastest][0]
             width = 1
             for k in WIDTHS[1:]:
-                if k > sizes[fastest]:
+                if k > sizes[fastest] or (max_gpus is not None and k > max_gpus):
                     break
                 r = self.run_estimate(key, graph, fastest, k)
                 if r is not None and t1 > 0 and t1 / (k * r[0]) >= EFFICIENCY:
@@ -206,10 +208,16 @@ def sub_cluster_spec(cluster: Cluster, devices, name: str | None = None) -> dict
 
     The job service compiles each admitted job against the sub-cluster of its granted devices.
     """
-    wanted = {d.id for d in devices}
+    wanted = {d.id if hasattr(d, "id") else d for d in devices}
     spec = cluster.spec.model_dump(mode="json", exclude_none=True)
     nodes = []
     for node in spec["nodes"]:
+        # Keep each device's local ordinal (GPU 3 stays GPU 3 when it is the only one granted).
+        kinds: dict[str, int] = {}
+        for d in node["devices"]:
+            pos = kinds.get(d["kind"], 0)
+            kinds[d["kind"]] = pos + 1
+            d.setdefault("index", pos)
         devs = [d for d in node["devices"] if f"{node['name']}/{d['name']}" in wanted]
         if devs:
             node = dict(node, devices=devs)
