@@ -42,6 +42,7 @@ bench: venv
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/estimate_accuracy.py
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/monitoring_overhead.py --reps 40
 	$(BIN)/python benchmarks/ray_overhead.py
+	$(BIN)/python benchmarks/tenancy_policies.py --out bench-out
 
 clean:
 	rm -rf $(VENV) $(DEMO) build *.egg-info
