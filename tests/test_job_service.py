@@ -230,3 +230,15 @@ def test_a_running_job_whose_worker_died_with_the_machine_runs_again(tmp_path):
         assert c.cancel(job)["state"] == "cancelled"
     finally:
         svc.stop()
+
+
+def test_serve_refuses_what_it_cannot_serve(tmp_path, capsys):
+    write_setup(tmp_path)
+    hetero = ROOT.parent / "shared" / "benchmarks" / "clusters" / "hetero-2x4.yaml"
+    args = ["serve", "--tenants", str(tmp_path / "tenants.yaml"), "--state", str(tmp_path / "s"), "--port", "0"]
+    assert main(args + ["--cluster", str(hetero)]) == 2
+    assert "--backend ray" in capsys.readouterr().err
+    (tmp_path / "tenants.yaml").write_text("tenants:\n  - {name: a, token: short}\n")
+    assert main(args + ["--cluster", str(tmp_path / "cluster.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'tenants.yaml'}:2" in err and "token" in err
