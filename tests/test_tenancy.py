@@ -317,3 +317,27 @@ def test_compare_over_a_poisson_stream_keeps_every_job(tmp_path):
         assert sorted(j.id for j in r.jobs) == sorted(s.id for s in specs)
         assert all(j.finish > j.start >= j.arrival for j in r.jobs)
         assert 0 < r.utilisation <= 1
+
+
+def test_a_job_no_model_can_run_is_reported_at_its_line_in_the_jobs_file(tmp_path, capsys):
+    ok = graph_file(tmp_path, "ok.json", [1.0])
+    tpu = tmp_path / "tpu.json"
+    tpu.write_text(json.dumps({"directed": True, "graph": {}, "edges": [],
+                               "nodes": [{"id": "t", "kernel": "k", "times": {"TPU-v5": 1.0}}]}))
+    (tmp_path / "jobs.yaml").write_text("- {graph: ok.json, tenant: a}\n- {graph: tpu.json, tenant: a}\n")
+    clus = tmp_path / "cluster.yaml"
+    clus.write_text(gpu_cluster().to_yaml())
+    assert main(["simulate", "--jobs", str(tmp_path / "jobs.yaml"), "--cluster", str(clus), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'jobs.yaml'}:2" in err and "no device model" in err
+
+
+def test_the_python_api_compares_policies_on_a_jobs_file(tmp_path):
+    from streammap.tenancy import compare as api_compare, load_jobs as api_load
+    g = graph_file(tmp_path, "g.json", [4.0] * 4)
+    (tmp_path / "jobs.yaml").write_text("".join(f"- {{graph: g.json, tenant: {t}, arrival: {i}}}\n"
+                                                for i, t in enumerate("abab")))
+    (tmp_path / "tenants.yaml").write_text("tenants:\n  - {name: a, weight: 2}\n  - {name: b}\n")
+    res = api_compare(api_load(tmp_path / "jobs.yaml"), gpu_cluster(), tenants=tmp_path / "tenants.yaml",
+                      policies=["streammap"])
+    assert res[0].weights == {"a": 2.0, "b": 1.0} and len(res[0].jobs) == 4

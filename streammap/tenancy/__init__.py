@@ -7,3 +7,11 @@ and a job service that keeps its queue in SQLite.
 ``simulate``   replays job arrivals through the admission core in simulated time; metrics, plots
 ``store``      the SQLite job store; ``service`` the HTTP job service; ``client`` its CLI commands
 """
+
+from .client import Client
+from .jobs import JobSpec, load_jobs, poisson_jobs, write_jobs
+from .simulate import SimResult, compare, simulate
+from .tenants import Tenants, load_tenants, tenants_from_dict
+
+__all__ = ["Client", "JobSpec", "load_jobs", "poisson_jobs", "write_jobs", "SimResult", "compare", "simulate",
+           "Tenants", "load_tenants", "tenants_from_dict"]

@@ -25,7 +25,7 @@ from typing import Any, Optional
 import numpy as np
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from ..errors import StreamMapError
 from ..fileio import atomic_write_text
@@ -49,6 +49,7 @@ class JobSpec(BaseModel):
     priority: int = 0
     gpus: Optional[int] = Field(default=None, ge=1)
     entry: Optional[str] = None
+    _where: tuple = PrivateAttr(default=(None, None))      # (jobs file, line), for errors
 
     @model_validator(mode="after")
     def _check(self):
@@ -97,6 +98,7 @@ def load_jobs(path) -> list[JobSpec]:
         else:
             j.graph = str(src.resolve())
         j.id = j.id or f"j{i + 1}"
+        j._where = (str(path), lines.get((i,)))
         if j.id in seen:
             raise JobsError(f"[{i}]: job id '{j.id}' appears twice", path=path, line=lines.get((i,)))
         seen.add(j.id)

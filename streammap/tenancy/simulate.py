@@ -166,7 +166,9 @@ def prepare_jobs(specs: list[JobSpec], estimator: Estimator) -> list[Job]:
         try:
             demand = estimator.demand(key, graphs[key], s.gpus)
         except StreamMapError as exc:
-            raise StreamMapError(f"job {s.id} ({Path(s.source).name}): {exc.message}", hint=exc.hint) from None
+            path, line = s._where
+            raise StreamMapError(f"job {s.id} ({Path(s.source).name}): {exc.message}", hint=exc.hint,
+                                 path=path, line=line) from None
         out.append(Job(id=s.id, tenant=s.tenant, arrival=s.arrival, demand=demand, priority=s.priority))
     return out
 
