@@ -137,6 +137,13 @@ def test_a_submitted_program_runs_on_its_granted_devices_and_gives_the_direct_re
     # The plan was re-mapped onto the granted devices only.
     granted = streammap.read_plan(service.state / "jobs" / job / "plan.yaml")
     assert sorted(d.id for d in granted.devices) == sorted(status["devices"])
+    # A plan submits its program with the plan's params; the job is re-mapped all the same.
+    streammap.write_plan(plan, tmp_path / "fm.plan.yaml")
+    assert main(["submit", str(tmp_path / "fm.plan.yaml"), "--tenant", "vision", "--priority", "3"]) == 0
+    again = capsys.readouterr().out.split()[-1]
+    assert wait_for(service.client(VISION), again)["priority"] == 3
+    assert main(["result", again, "-o", str(tmp_path / "again.npz")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "again.npz")["result"], want, rtol=1e-6)
     assert main(["queue", "--all"]) == 0 and job in capsys.readouterr().out
     assert main(["logs", job]) == 0 and "compiled onto" in capsys.readouterr().out
 
