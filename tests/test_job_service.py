@@ -249,3 +249,24 @@ def test_serve_refuses_what_it_cannot_serve(tmp_path, capsys):
     assert main(args + ["--cluster", str(tmp_path / "cluster.yaml")]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'tenants.yaml'}:2" in err and "token" in err
+
+
+def test_with_preemption_on_an_urgent_job_stops_lower_priority_work(tmp_path):
+    write_setup(tmp_path, gpus=1)
+    (tmp_path / "tenants.yaml").write_text(TENANTS + "preemption: true\n")
+    svc = Service(tmp_path)
+    try:
+        c = svc.client(VISION)
+        low = c.submit(tmp_path / "sleepy.py", "vision", {"SECONDS": "30"})
+        wait_for(c, low, states=("running",))
+        urgent = c.submit(tmp_path / "sleepy.py", "vision", {"SECONDS": "0.01", "VALUE": "7"}, priority=5)
+        wait_for(c, urgent)
+        assert c.status(urgent)["started"] < time.time()
+        deadline = time.time() + 30
+        while c.status(low)["attempts"] < 2:              # stopped, queued again, started again
+            assert time.time() < deadline, c.status(low)
+            time.sleep(0.1)
+        assert c.status(low)["state"] == "running"
+        assert c.cancel(low)["state"] == "cancelled"
+    finally:
+        svc.stop()
