@@ -320,7 +320,7 @@ def test_compare_over_a_poisson_stream_keeps_every_job(tmp_path):
 
 
 def test_a_job_no_model_can_run_is_reported_at_its_line_in_the_jobs_file(tmp_path, capsys):
-    ok = graph_file(tmp_path, "ok.json", [1.0])
+    graph_file(tmp_path, "ok.json", [1.0])
     tpu = tmp_path / "tpu.json"
     tpu.write_text(json.dumps({"directed": True, "graph": {}, "edges": [],
                                "nodes": [{"id": "t", "kernel": "k", "times": {"TPU-v5": 1.0}}]}))
@@ -334,7 +334,7 @@ def test_a_job_no_model_can_run_is_reported_at_its_line_in_the_jobs_file(tmp_pat
 
 def test_the_python_api_compares_policies_on_a_jobs_file(tmp_path):
     from streammap.tenancy import compare as api_compare, load_jobs as api_load
-    g = graph_file(tmp_path, "g.json", [4.0] * 4)
+    graph_file(tmp_path, "g.json", [4.0] * 4)
     (tmp_path / "jobs.yaml").write_text("".join(f"- {{graph: g.json, tenant: {t}, arrival: {i}}}\n"
                                                 for i, t in enumerate("abab")))
     (tmp_path / "tenants.yaml").write_text("tenants:\n  - {name: a, weight: 2}\n  - {name: b}\n")

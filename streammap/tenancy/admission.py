@@ -31,7 +31,7 @@ Policies
 ``streammap``
     The same weighted-DRF choice of tenant, and within a tenant priority first, then the least
     estimated GPU-seconds (``k x duration``: shortest job first, which the compiler's estimates
-    make possible where Tiresias [2]_ must use attained service), with three additions:
+    make possible where Tiresias [2]_ must use attained service), and:
 
     * *heterogeneity-aware placement* (after Gavel [3]_): the job starts on the fastest model with
       room, but when only slower models have room it waits for the faster one if it is
