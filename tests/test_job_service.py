@@ -269,3 +269,16 @@ def test_with_preemption_on_an_urgent_job_stops_lower_priority_work(tmp_path):
         assert c.cancel(low)["state"] == "cancelled"
     finally:
         svc.stop()
+
+
+def test_a_failing_kernel_fails_its_job_with_the_traceback(service, tmp_path):
+    (tmp_path / "broken.py").write_text(SLEEPY.replace("    time.sleep(SECONDS)\n", "    raise ValueError('bad input')\n"))
+    c = service.client(VISION)
+    job = c.submit(tmp_path / "broken.py", "vision")
+    with pytest.raises(AssertionError, match="failed"):
+        wait_for(c, job)
+    s = c.status(job)
+    assert s["state"] == "failed" and "ValueError: bad input" in s["error"] and "nap" in s["error"]
+    with pytest.raises(ServiceError, match="is failed"):
+        c.result(job, tmp_path / "out.npz")
+    assert not (tmp_path / "out.npz").exists()
