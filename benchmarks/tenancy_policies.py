@@ -58,6 +58,7 @@ def main(argv=None) -> int:
     ap.add_argument("--estimate-error", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="bench-out")
+    ap.add_argument("--write-cluster", metavar="FILE", help="also write the generated cluster file (for streammap simulate)")
     args = ap.parse_args(argv)
     out = Console(highlight=False, width=200)
 
@@ -66,6 +67,9 @@ def main(argv=None) -> int:
     from streammap.tenancy.simulate import prepare_jobs
     shares = parse_tenant_shares(args.tenants)
     cluster = cluster_from_dict(generated_cluster(args.gpus))
+    if args.write_cluster:
+        from streammap.fileio import atomic_write_text
+        atomic_write_text(args.write_cluster, cluster.to_yaml(), what="cluster file")
     graphs = graphs_in([WORKFLOWS])
     # The arrival rate that offers --load: work in GPU-seconds on the fastest model, against the
     # cluster's capacity in fastest-model GPUs (a V100 at half speed counts as half a GPU).
