@@ -282,9 +282,10 @@ class Scheduler:
         self.submit(r.job)
         return r.job
 
-    def quota_allows(self, tenant: str, option: Option) -> bool:
+    def quota_allows(self, tenant: str, option: Option, *, ever: bool = False) -> bool:
+        """Whether ``tenant`` may start ``option`` now (or ``ever``: holding nothing else)."""
         q = self.tenants.quota(tenant)
-        u = self.usage[tenant]
+        u = Usage() if ever else self.usage[tenant]
         if q.gpus is not None and u.gpus + option.gpus > q.gpus:
             return False
         if q.gpu_memory is not None:

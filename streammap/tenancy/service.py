@@ -166,7 +166,7 @@ class JobService:
             for f in scratch.iterdir():
                 f.unlink()
             scratch.rmdir()
-        fits = [o for o in demand.options if _quota_can_ever(quota, o, self.scheduler)]
+        fits = [o for o in demand.options if self.scheduler.quota_allows(tenant, o, ever=True)]
         if not fits:
             raise Refused(400, f"the job needs {demand.gpus} device(s) of {', '.join(o.model for o in demand.options)}; "
                                f"tenant {tenant}'s quota can never grant that")
@@ -302,19 +302,6 @@ def _option(g: dict) -> Option:
 
 def _demand_dict(d: Demand) -> dict:
     return {"gpus": d.gpus, "options": [o.__dict__ for o in d.options]}
-
-
-def _quota_can_ever(quota, option: Option, scheduler: Scheduler) -> bool:
-    if quota.gpus is not None and option.gpus > quota.gpus:
-        return False
-    cap = quota.models.get(option.model)
-    if cap is not None and option.gpus > cap:
-        return False
-    if quota.gpu_memory is not None:
-        per = max(scheduler.pool.memory_of[d.id] for d in scheduler.pool.models[option.model])
-        if per * option.gpus > quota.gpu_memory:
-            return False
-    return True
 
 
 def _public(row: dict) -> dict:
