@@ -282,3 +282,19 @@ def test_a_failing_kernel_fails_its_job_with_the_traceback(service, tmp_path):
     with pytest.raises(ServiceError, match="is failed"):
         c.result(job, tmp_path / "out.npz")
     assert not (tmp_path / "out.npz").exists()
+
+
+def test_jobs_of_a_tenant_removed_from_the_tenants_file_fail_on_restart(tmp_path):
+    from streammap.tenancy.service import JobService
+    write_setup(tmp_path)
+    args = (tmp_path / "cluster.yaml", tmp_path / "tenants.yaml", tmp_path / "state")
+    svc = JobService(*args)                       # no scheduling loop: the jobs stay queued
+    kept = svc.submit("vision", "sleepy.py", SLEEPY)
+    gone = svc.submit("nlp", "sleepy.py", SLEEPY)
+    svc.store.close()
+    (tmp_path / "tenants.yaml").write_text(TENANTS.split("  - {name: nlp")[0])
+    svc = JobService(*args)
+    assert svc.store.get(kept)["state"] == "queued" and kept in svc.scheduler.jobs
+    row = svc.store.get(gone)
+    assert row["state"] == "failed" and "no longer in the tenants file" in row["error"]
+    svc.store.close()

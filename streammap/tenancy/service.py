@@ -114,14 +114,22 @@ class JobService:
         """Rebuild the scheduler from the store (see the module docstring)."""
         for row in self.store.list(states=ACTIVE):
             job = _job_of(row)
+            if job.tenant not in self.tenants.by_name:
+                self._kill_pid(row["id"], row["pid"])
+                self.store.update(row["id"], state="failed", finished=time.time(), pid=None,
+                                  error=f"tenant {job.tenant} is no longer in the tenants file")
+                continue
             if row["state"] == "running":
                 pid = row["pid"]
-                if pid and _is_worker(pid, self.store.job_dir(row["id"])):
-                    g = row["grant"]
+                g = row["grant"]
+                known = all(d in self.scheduler.pool.model_of for d in g["devices"])
+                if pid and known and _is_worker(pid, self.store.job_dir(row["id"])):
                     self.scheduler.restore(job, _option(g), g["devices"], row["started"] or time.time())
                     self._procs[row["id"]] = pid
                     log.warning("found running job %s again (pid %d)", row["id"], pid)
                     continue
+                if not known:        # the cluster file changed under it: run it again on what exists
+                    self._kill_pid(row["id"], pid)
                 if self._finish_from_note(row["id"]):
                     continue
                 self.store.update(row["id"], state="queued", pid=None, grant=None, started=None)
@@ -275,7 +283,10 @@ class JobService:
 
     def _kill(self, job_id: str) -> None:
         proc = self._procs.pop(job_id, None)
-        pid = proc.pid if isinstance(proc, subprocess.Popen) else proc
+        self._kill_pid(job_id, proc.pid if isinstance(proc, subprocess.Popen) else proc, proc)
+
+    def _kill_pid(self, job_id: str, pid: int | None, proc=None) -> None:
+        """Stop the worker of ``job_id`` (its whole process group), if ``pid`` is still it."""
         if pid and _is_worker(pid, self.store.job_dir(job_id)):
             try:
                 os.killpg(pid, signal.SIGTERM)
