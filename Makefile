@@ -44,6 +44,7 @@ bench: venv
 	$(BIN)/python benchmarks/ray_overhead.py
 	$(BIN)/python benchmarks/doctor_time.py
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/sharing.py
+	$(BIN)/python benchmarks/tenancy_policies.py --out bench-out
 
 clean:
 	rm -rf $(VENV) $(DEMO) build *.egg-info

@@ -106,6 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     add_export_parser(sub)
     from .doctor import add_doctor_parser
     add_doctor_parser(sub)
+    from .tenancy.cli import add_tenancy_parsers
+    add_tenancy_parsers(sub)
     return p
 
 

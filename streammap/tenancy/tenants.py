@@ -1,0 +1,151 @@
+"""The tenants file: who may use the cluster, how much of it, and with what weight.
+
+A tenants file is YAML::
+
+    tenants:
+      - name: vision
+        weight: 2                        # fair-share weight under contention (default 1)
+        token: s3cret-vision             # bearer token of the job service
+        quota: {gpus: 16, gpu_memory: 1TiB, models: {A100-SXM4-80GB: 8}}
+      - name: nlp
+        token: s3cret-nlp                # no quota: the whole cluster
+    preemption: false                    # may a higher-priority job preempt lower-priority work?
+
+Quotas are hard limits on what a tenant holds at any instant: ``gpus`` (devices granted),
+``gpu_memory`` (the memory of the devices granted: a device is granted whole, so its whole memory
+counts), and ``models`` (GPUs per device model). A missing quota is unbounded. Weights only matter
+under contention: the admission core (:mod:`.admission`) gives each tenant a share of the cluster
+in proportion to its weight (weighted dominant-resource fairness, Ghodsi et al. 2011).
+
+Errors name the file, the line and the field, like cluster files do.
+"""
+
+from __future__ import annotations
+
+import hmac
+from pathlib import Path
+from typing import Optional
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..cluster import Size
+from ..errors import StreamMapError
+from ..yamlio import load_yaml, validation_error
+
+_NAME = r"^[A-Za-z0-9_.\-]+$"
+
+
+class TenantsError(StreamMapError):
+    """A tenants file is not valid."""
+
+
+class Quota(BaseModel):
+    """Hard limits on what one tenant holds at once; ``None`` is unbounded."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpus: Optional[int] = Field(default=None, ge=0)
+    gpu_memory: Optional[Size] = Field(default=None, ge=0)
+    models: dict[str, int] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self):
+        for model, n in self.models.items():
+            if n < 0:
+                raise ValueError(f"quota for model '{model}' must be >= 0, got {n}")
+        return self
+
+
+class Tenant(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=_NAME)
+    weight: float = Field(default=1.0, gt=0)
+    token: Optional[str] = Field(default=None, min_length=8)
+    quota: Quota = Field(default_factory=Quota)
+
+
+class TenantsSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tenants: list[Tenant] = Field(min_length=1)
+    preemption: bool = False
+
+    @model_validator(mode="after")
+    def _check(self):
+        names, tokens = set(), set()
+        for t in self.tenants:
+            if t.name in names:
+                raise ValueError(f"tenant name '{t.name}' appears twice")
+            names.add(t.name)
+            if t.token is not None:
+                if t.token in tokens:
+                    raise ValueError(f"tenant '{t.name}' has the same token as another tenant")
+                tokens.add(t.token)
+        return self
+
+
+class Tenants:
+    """A validated tenants file: look-ups by name and by token."""
+
+    def __init__(self, spec: TenantsSpec, path: str | None = None):
+        self.spec = spec
+        self.path = path
+        self.by_name = {t.name: t for t in spec.tenants}
+        self.preemption = spec.preemption
+
+    def __iter__(self):
+        return iter(self.spec.tenants)
+
+    def __len__(self):
+        return len(self.spec.tenants)
+
+    def names(self) -> list[str]:
+        return [t.name for t in self.spec.tenants]
+
+    def weight(self, name: str) -> float:
+        return self.by_name[name].weight
+
+    def quota(self, name: str) -> Quota:
+        return self.by_name[name].quota
+
+    def authenticate(self, token: str | None) -> Tenant | None:
+        """The tenant whose token this is, or ``None``; compares in constant time."""
+        if not token:
+            return None
+        found = None
+        for t in self.spec.tenants:
+            if t.token is not None and hmac.compare_digest(t.token.encode(), token.encode()):
+                found = t
+        return found
+
+
+def load_tenants(path) -> Tenants:
+    """Read and validate a tenants file.
+
+    Raises
+    ------
+    TenantsError
+        With the file, line and field of the first problem.
+    """
+    path = Path(path)
+    data, lines = load_yaml(path, TenantsError)
+    if not isinstance(data, dict):
+        raise TenantsError("a tenants file must be a mapping with a 'tenants' list", path=path, line=1,
+                           hint="tenants: [{name: team-a, weight: 1, token: ..., quota: {gpus: 8}}]")
+    try:
+        spec = TenantsSpec.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise validation_error(exc, path, lines, TenantsError, "tenants file") from None
+    return Tenants(spec, path=str(path))
+
+
+def tenants_from_dict(data) -> Tenants:
+    """Validate tenants given as a dict (Python API) or as a list of tenant names (equal weights)."""
+    if isinstance(data, Tenants):
+        return data
+    if isinstance(data, (list, tuple)) and all(isinstance(x, str) for x in data):
+        data = {"tenants": [{"name": n} for n in data]}
+    try:
+        spec = TenantsSpec.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise validation_error(exc, "<tenants>", {}, TenantsError, "tenants") from None
+    return Tenants(spec)

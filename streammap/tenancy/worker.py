@@ -1,0 +1,52 @@
+"""One admitted job, run by the job service in its own process: ``python -m streammap.tenancy.worker DIR``.
+
+``DIR/job.json`` says what to run: the program (a file in ``DIR``), its params and entry, the
+sub-cluster of the devices the job was granted (a cluster-file dict), the mapper, and how to run
+(``emulate``, ``backend``, ``address``). The worker compiles the program against that
+sub-cluster, so the plan is re-mapped onto exactly the granted devices, writes ``plan.yaml``,
+runs it with :func:`streammap.runtime.run_plan` (the local executor, or Ray), and leaves
+``exit.json`` (``{"status": "done"}`` or ``{"status": "failed", "error": ...}``) as its last act.
+Its own process (and session) means a cancelled or preempted job is a signal away, and a job
+outlives a service that is killed: the restarted service finds the worker again by its pid.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from ..errors import KernelError, StreamMapError
+from ..fileio import atomic_write_text
+
+
+def run_job(folder) -> int:
+    folder = Path(folder)
+    job = json.loads((folder / "job.json").read_text())
+    try:
+        from ..compiler import compile as compile_plan
+        from ..plan import write_plan
+        from ..runtime import run_plan
+        plan = compile_plan(folder / job["source"], job["cluster"], params=job.get("params") or {},
+                            mapper=job.get("mapper", "auto"), entry=job.get("entry"), history=False)
+        write_plan(plan, folder / "plan.yaml")
+        print(f"compiled onto {', '.join(d.id for d in plan.devices)}: {len(plan.tasks)} tasks, "
+              f"estimated makespan {plan.mapper.estimated_makespan:.4g} s", flush=True)
+        outputs = run_plan(plan, emulate=job.get("emulate", False), outputs_path=folder / "result.npz",
+                           record_path=folder / "result.run.json", plan_path=folder / "plan.yaml", progress=False,
+                           backend=job.get("backend", "local"), address=job.get("address"))
+        print(f"done: {', '.join(outputs)}", flush=True)
+        status = {"status": "done"}
+    except (StreamMapError, KernelError) as exc:
+        print(exc.format(), file=sys.stderr, flush=True)
+        status = {"status": "failed", "error": exc.format()}
+    except Exception as exc:  # noqa: BLE001 - the service must learn of any failure
+        traceback.print_exc()
+        status = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+    atomic_write_text(folder / "exit.json", json.dumps(status), what="exit note")
+    return 0 if status["status"] == "done" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run_job(sys.argv[1]))
