@@ -162,8 +162,8 @@ def test_discover_ray_names_nodes_by_label(cluster, tmp_path):
 @pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
 def test_samples_agree_between_ray_and_local(cluster, tmp_path):
     import streammap
-    cases = [("fm_radio.py", {"N": 4096, "BANDS": 6}), ("tiled_cholesky.py", {"T": 3, "B": 16})]
-    for sample, params in cases:
+    from test_samples import CASES            # every sample, at the sizes the sample tests use
+    for sample, _, params in CASES:
         plan = streammap.compile(ROOT / "samples" / sample, cluster=str(HETERO), params=params)
         local = run_plan(plan, emulate=True, progress=False, telemetry=False)
         got = run_plan(plan, emulate=True, backend="ray", progress=False)
