@@ -436,6 +436,7 @@ class RayExecutor:
         self.finishes: dict = {}
         self.attempts: dict = {}
         self.remaps: list = []
+        self.resumed: list[float] = []          # perf_counter when each recovery resumed the run
         self.dead_nodes: set[str] = set()
         self._held: dict = {}
         self._seen = None
@@ -527,6 +528,7 @@ class RayExecutor:
                         "recoveries are used up", hint="see the run record's remaps")
                 recoveries += 1
                 current = self._recover(current, lost_at)
+                self.resumed.append(time.perf_counter())      # re-mapped: the next segment starts
             outputs = self._outputs(current)
         except (KernelError, StreamMapError) as exc:
             error, outputs = exc, {}
