@@ -101,6 +101,8 @@ def plan_summary(plan: Plan) -> str:
     if m.heft_makespan is not None:
         lines.append(f"HEFT makespan: {format_time(m.heft_makespan)}")
     lines.append(plan_verdict(plan))
+    from .strategies.explain import strategy_sentence
+    lines.append(strategy_sentence(plan))
     by_dev = plan.tasks_by_device()
     used = [d for d, ts in by_dev.items() if ts]
     kernels = {t.kernel for t in plan.tasks}

@@ -1,0 +1,178 @@
+"""Model parallelism: cut a graph that does not fit one device into consecutive pieces, by memory
+and by speed, one piece per device.
+
+When the weights or working sets of a program exceed one device's memory (a deep network whose
+layers do not fit one GPU), the classic answer is to give each device a consecutive range of
+layers and stream the batches through them (GPipe-style layer partitioning). This module does that
+on any task graph.
+
+State
+-----
+``units``   the graph's topological levels (depth from the sources), with every source task
+            moved up to the level of its first consumer, so that a layer's weights travel with the
+            layer that uses them: unit u is "layer u" of the program.
+``time[U, D]`` seconds of each unit on each device (sum of its tasks), ``mem[U]`` the unit's
+            memory, counted conservatively: every output it keeps plus its largest running task.
+
+Policy
+------
+* The units are a chain; a partition gives each device (in a fixed order: nodes by aggregate
+  speed, fastest first, and inside a node its devices fastest first, so that consecutive pieces
+  share a node link) a consecutive range of units whose memory fits the device.
+* Two partitions are tried: the *balanced* one, the least bottleneck ``B`` (largest device
+  load) found by bisection on ``B`` with a greedy probe that fills each device up to ``B`` and its
+  capacity, the chains-on-chains partitioning of Pinar and Aykanat [1]_ with heterogeneous
+  processors; and the *compact* one (fill each device to its memory, using as few devices as
+  possible, fewer transfers). Each is scored by simulating it
+  (:func:`streammap.schedule.simulate`, each device running its tasks by unit, then topological
+  order, so batches pipeline through the pieces); the shorter wins.
+
+References
+----------
+.. [1] A. Pinar, C. Aykanat, "Fast optimal load balancing algorithms for 1D partitioning", Journal
+   of Parallel and Distributed Computing 64(8), 974-996, 2004.
+.. [2] Y. Huang et al., "GPipe: efficient training of giant neural networks using pipeline
+   parallelism", NeurIPS 2019.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..cost import CostModel
+from ..errors import StreamMapError
+from ..schedule import Schedule, fits, peak_memory, simulate
+
+
+def units_of(cost: CostModel) -> np.ndarray:
+    """The unit (anchored topological level) of every task."""
+    level = np.empty(cost.n_tasks, dtype=np.int64)
+    for k, lev in enumerate(cost.levels):
+        level[lev] = k
+    unit = level.copy()
+    for t in np.flatnonzero(cost.n_pred == 0):
+        succ = cost.succ_idx[cost.succ_ptr[t]:cost.succ_ptr[t + 1]]
+        if succ.size:
+            unit[t] = level[succ].min()
+    # renumber densely
+    _, unit = np.unique(unit, return_inverse=True)
+    return unit
+
+
+def single_device_fit(cost: CostModel) -> tuple[bool, float, float]:
+    """Whether the whole graph fits the largest device when run there in topological order.
+
+    Returns ``(fits, peak bytes, capacity)``.
+    """
+    d = int(np.argmax(cost.capacity))
+    device = np.full(cost.n_tasks, d, dtype=np.int64)
+    sched = _simulate_any(cost, device, cost.topo)
+    peak = peak_memory(cost, device, sched.start, sched.finish)[d]
+    return bool(fits(peak, cost.capacity[d])), float(peak), float(cost.capacity[d])
+
+
+def _simulate_any(cost: CostModel, device, key) -> Schedule:
+    """Simulate with per-device order by ``key`` ranks, ignoring infinite times (fit checks)."""
+    order = [np.flatnonzero(device == d) for d in range(cost.n_devices)]
+    rank = np.empty(cost.n_tasks, dtype=np.int64)
+    rank[np.asarray(key)] = np.arange(cost.n_tasks)
+    order = [o[np.argsort(rank[o], kind="stable")] for o in order]
+    T = cost.n_tasks
+    # free start/finish by topological order on one device, times at the fastest device
+    start = np.zeros(T)
+    finish = np.zeros(T)
+    t = 0.0
+    w = np.where(np.isfinite(cost.time), cost.time, 0.0).min(axis=1)
+    for d_order in order:
+        for i in d_order:
+            start[i] = t
+            t += w[i]
+            finish[i] = t
+    return Schedule("fit", device, start, finish, t, n_devices=cost.n_devices)
+
+
+def device_order(cost: CostModel, unit_time: np.ndarray) -> list[int]:
+    """Nodes by aggregate speed (fastest first), and each node's devices fastest first."""
+    total = np.where(np.isfinite(unit_time), unit_time, np.nan)
+    per_dev = np.nansum(total, axis=0)
+    per_dev = np.where(per_dev > 0, per_dev, math.inf)
+    speed = 1.0 / per_dev
+    nodes = sorted(set(cost.node_of.tolist()), key=lambda n: (-speed[cost.node_of == n].sum(), n))
+    out = []
+    for n in nodes:
+        devs = np.flatnonzero(cost.node_of == n)
+        out.extend(int(d) for d in sorted(devs, key=lambda d: (-speed[d], d)))
+    return out
+
+
+def probe(unit_time: np.ndarray, unit_mem: np.ndarray, capacity: np.ndarray, order: list[int],
+          bottleneck: float) -> np.ndarray | None:
+    """Greedy chain partition: each device in ``order`` takes units while its load stays within
+    ``bottleneck`` and its memory within capacity. The device of each unit, or ``None``."""
+    U = unit_time.shape[0]
+    place = np.full(U, -1, dtype=np.int64)
+    u = 0
+    for d in order:
+        load = mem = 0.0
+        while u < U:
+            t = unit_time[u, d]
+            if not np.isfinite(t) or load + t > bottleneck or not fits(mem + unit_mem[u], capacity[d]):
+                break
+            load += t
+            mem += unit_mem[u]
+            place[u] = d
+            u += 1
+        if u == U:
+            return place
+    return None
+
+
+def map_model(cost: CostModel) -> Schedule:
+    """Partition the graph by memory and speed (see the module docstring) and schedule it.
+
+    Raises
+    ------
+    StreamMapError
+        When no partition fits the devices' memory.
+    """
+    unit = units_of(cost)
+    U = int(unit.max()) + 1 if cost.n_tasks else 0
+    D = cost.n_devices
+    unit_time = np.zeros((U, D))
+    np.add.at(unit_time, unit, cost.time)
+    held = np.zeros(U)
+    np.add.at(held, unit, cost.out)
+    run = np.zeros(U)
+    np.maximum.at(run, unit, cost.mem)
+    unit_mem = held + run
+    order = device_order(cost, unit_time)
+    candidates = []
+    compact = probe(unit_time, unit_mem, cost.capacity, order, math.inf)
+    if compact is not None:
+        candidates.append(compact)
+        lo = float(np.min(np.where(np.isfinite(unit_time), unit_time, math.inf), axis=1).max())
+        hi = float(sum(unit_time[u, compact[u]] for u in range(U)))
+        best = compact
+        for _ in range(60):
+            if hi - lo <= 1e-9 * max(hi, 1e-12):
+                break
+            mid = (lo + hi) / 2
+            got = probe(unit_time, unit_mem, cost.capacity, order, mid)
+            if got is None:
+                lo = mid
+            else:
+                hi, best = mid, got
+        candidates.append(best)
+    if not candidates:
+        raise StreamMapError("the program does not fit the cluster's memory even split across all devices",
+                             hint="add devices with more memory, or reduce the program's sizes")
+    scheduled = []
+    for place in candidates:
+        device = place[unit]
+        key = np.lexsort((cost.topo_index, unit))
+        order_d = [key[device[key] == d] for d in range(D)]
+        sched = simulate(cost, device, order_d, mapper="model-partition")
+        scheduled.append(sched)
+    return min(scheduled, key=lambda s: s.makespan)
