@@ -108,6 +108,11 @@ def choose_strategy(graph: nx.DiGraph, cluster: Cluster, *, map_fn: Callable[[Co
     for name, build in (("data", _data), ("model", _model), ("pipeline", _pipeline)):
         try:
             got = build(graph, cluster, cost, map_fn=map_fn, history=history, forced=strategy == name)
+        except StreamMapError as exc:
+            if strategy == name:
+                raise
+            skipped[name] = exc.message
+            continue
         except _Skip as why:
             skipped[name] = str(why)
             if strategy == name:

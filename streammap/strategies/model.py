@@ -11,8 +11,9 @@ State
 ``units``   the graph's topological levels (depth from the sources), with every source task
             moved up to the level of its first consumer, so that a layer's weights travel with the
             layer that uses them: unit u is "layer u" of the program.
-``time[U, D]`` seconds of each unit on each device (sum of its tasks), ``mem[U]`` the unit's
-            memory, counted conservatively: every output it keeps plus its largest running task.
+``time[U, D]`` seconds of each unit on each device (sum of its tasks); ``held[U]`` the bytes of
+            the outputs its tasks keep and ``run[U]`` its largest running task: a range of units
+            needs, conservatively, the sum of their ``held`` plus the largest ``run``.
 
 Policy
 ------
@@ -24,8 +25,8 @@ Policy
   capacity, the chains-on-chains partitioning of Pinar and Aykanat [1]_ with heterogeneous
   processors; and the *compact* one (fill each device to its memory, using as few devices as
   possible, fewer transfers). Each is scored by simulating it
-  (:func:`streammap.schedule.simulate`, each device running its tasks by unit, then topological
-  order, so batches pipeline through the pieces); the shorter wins.
+  (:func:`streammap.schedule.simulate`, each device's order from :func:`depth_first_order`, so
+  batches pipeline through the pieces); the shorter wins.
 
 References
 ----------
@@ -107,21 +108,24 @@ def device_order(cost: CostModel, unit_time: np.ndarray) -> list[int]:
     return out
 
 
-def probe(unit_time: np.ndarray, unit_mem: np.ndarray, capacity: np.ndarray, order: list[int],
-          bottleneck: float) -> np.ndarray | None:
+def probe(unit_time: np.ndarray, unit_held: np.ndarray, unit_run: np.ndarray, capacity: np.ndarray,
+          order: list[int], bottleneck: float) -> np.ndarray | None:
     """Greedy chain partition: each device in ``order`` takes units while its load stays within
-    ``bottleneck`` and its memory within capacity. The device of each unit, or ``None``."""
+    ``bottleneck`` and its memory (every output its units keep, plus their largest running task)
+    within capacity. The device of each unit, or ``None``."""
     U = unit_time.shape[0]
     place = np.full(U, -1, dtype=np.int64)
     u = 0
     for d in order:
-        load = mem = 0.0
+        load = held = run = 0.0
         while u < U:
             t = unit_time[u, d]
-            if not np.isfinite(t) or load + t > bottleneck or not fits(mem + unit_mem[u], capacity[d]):
+            mem = held + unit_held[u] + max(run, unit_run[u])
+            if not np.isfinite(t) or load + t > bottleneck or not fits(mem, capacity[d]):
                 break
             load += t
-            mem += unit_mem[u]
+            held += unit_held[u]
+            run = max(run, unit_run[u])
             place[u] = d
             u += 1
         if u == U:
@@ -146,10 +150,9 @@ def map_model(cost: CostModel) -> Schedule:
     np.add.at(held, unit, cost.out)
     run = np.zeros(U)
     np.maximum.at(run, unit, cost.mem)
-    unit_mem = held + run
     order = device_order(cost, unit_time)
     candidates = []
-    compact = probe(unit_time, unit_mem, cost.capacity, order, math.inf)
+    compact = probe(unit_time, held, run, cost.capacity, order, math.inf)
     if compact is not None:
         candidates.append(compact)
         lo = float(np.min(np.where(np.isfinite(unit_time), unit_time, math.inf), axis=1).max())
@@ -159,7 +162,7 @@ def map_model(cost: CostModel) -> Schedule:
             if hi - lo <= 1e-9 * max(hi, 1e-12):
                 break
             mid = (lo + hi) / 2
-            got = probe(unit_time, unit_mem, cost.capacity, order, mid)
+            got = probe(unit_time, held, run, cost.capacity, order, mid)
             if got is None:
                 lo = mid
             else:
@@ -171,8 +174,39 @@ def map_model(cost: CostModel) -> Schedule:
     scheduled = []
     for place in candidates:
         device = place[unit]
-        key = np.lexsort((cost.topo_index, unit))
-        order_d = [key[device[key] == d] for d in range(D)]
-        sched = simulate(cost, device, order_d, mapper="model-partition")
+        sched = simulate(cost, device, depth_first_order(cost, device), mapper="model-partition")
         scheduled.append(sched)
     return min(scheduled, key=lambda s: s.makespan)
+
+
+def depth_first_order(cost: CostModel, device: np.ndarray) -> list[np.ndarray]:
+    """Each device's task order for a fixed assignment: list scheduling that runs, at every step,
+    the ready task that can start first, and among equals the deepest one (so a batch goes on
+    through its layers before the next batch starts: GPipe's order, which lets the devices work
+    on different batches at once)."""
+    T, D = cost.n_tasks, cost.n_devices
+    level = np.empty(T, dtype=np.int64)
+    for k, lev in enumerate(cost.levels):
+        level[lev] = k
+    w = cost.time[np.arange(T), device]
+    waiting = cost.n_pred.copy()
+    arrive = np.zeros(T)
+    free = np.zeros(D)
+    ready = set(np.flatnonzero(waiting == 0).tolist())
+    order: list[list[int]] = [[] for _ in range(D)]
+    while ready:
+        t = min(ready, key=lambda t: (max(free[device[t]], arrive[t]), -level[t], cost.topo_index[t]))
+        ready.discard(t)
+        d = device[t]
+        finish = max(free[d], arrive[t]) + w[t]
+        free[d] = finish
+        order[d].append(t)
+        for k in range(cost.succ_ptr[t], cost.succ_ptr[t + 1]):
+            c = int(cost.succ_idx[k])
+            e = device[c]
+            at = finish if e == d else finish + cost.lat[d, e] + cost.succ_bytes[k] * cost.inv_bw[d, e]
+            arrive[c] = max(arrive[c], at)
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                ready.add(c)
+    return [np.array(o, dtype=np.int64) for o in order]
