@@ -42,6 +42,8 @@ bench: venv
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/estimate_accuracy.py
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/monitoring_overhead.py --reps 40
 	$(BIN)/python benchmarks/ray_overhead.py
+	$(BIN)/python benchmarks/pipeline_period.py
+	$(BIN)/python benchmarks/fission_speedup.py
 
 clean:
 	rm -rf $(VENV) $(DEMO) build *.egg-info

@@ -31,6 +31,8 @@ Policy
 * Task ids: ``kernel[i,j]@file.py:LINE``, indices from ``indices``; when one line holds several
   calls of one kernel, the column is appended (``f@file.py:12:9``). Ids depend only on the source
   and the params, so they are deterministic.
+* Calls of a ``stateful`` kernel see each other's state, so each depends on the kernel's previous
+  call (an edge that carries no data): they run in program order, whatever the mapping.
 * Every error is a :class:`DirectiveError` at the file, line and column of the offending node.
 """
 
