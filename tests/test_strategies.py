@@ -15,7 +15,6 @@ from streammap.cli import main
 from streammap.cluster import cluster_from_dict
 from streammap.compiler import load_source_graph
 from streammap.errors import KernelError, StreamMapError
-from streammap.ir import add_task, new_graph
 from streammap.plan import read_plan, write_plan
 from streammap.schedule import evaluate
 from streammap.strategies.fission import SCATTER, GATHER, choose_shards, split_graph, splittable
@@ -42,6 +41,14 @@ def load(sample: str, **params):
     for k, v in params.items():
         setattr(module, k, v)
     return module
+
+
+def compile_cli(sample: str, cluster, params: dict, strategy: str, plan: Path):
+    """``streammap compile SAMPLE --cluster C -D ... --strategy S -o PLAN``; the plan read back."""
+    defines = [a for k, v in params.items() for a in ("-D", f"{k}={v}")]
+    assert main(["compile", str(SAMPLES / sample), "--cluster", str(cluster), *defines,
+                 "--strategy", strategy, "-o", str(plan)]) == 0
+    return read_plan(plan)
 
 
 def assert_auto_picked_the_least(plan):
@@ -101,10 +108,7 @@ def test_the_shard_count_comes_from_the_cost_model():
 def test_a_forced_split_runs_with_identical_results_on_the_emulated_cluster(tmp_path):
     expected = load("mandelbrot.py", **MANDEL).mandelbrot()
     plan = tmp_path / "plan.yaml"
-    defines = [a for k, v in MANDEL.items() for a in ("-D", f"{k}={v}")]
-    assert main(["compile", str(SAMPLES / "mandelbrot.py"), "--cluster", str(HETERO), *defines,
-                 "--strategy", "data", "-o", str(plan)]) == 0
-    p = read_plan(plan)
+    p = compile_cli("mandelbrot.py", HETERO, MANDEL, "data", plan)
     assert p.strategy.chosen == "data" and p.strategy.forced and list(p.strategy.splits.values())[0] >= 2
     assert len({t.device for t in p.tasks if "~shard" in t.id}) >= 2
     assert main(["run", str(plan), "--emulate", "-o", str(tmp_path / "out.npz"), "--no-progress"]) == 0
@@ -180,10 +184,7 @@ def stream_expected(**params):
 def test_a_stream_program_runs_through_the_pipeline_executor_with_identical_results(tmp_path, capsys):
     expected = stream_expected(**STREAM)
     plan = tmp_path / "plan.yaml"
-    defines = [a for k, v in STREAM.items() for a in ("-D", f"{k}={v}")]
-    assert main(["compile", str(SAMPLES / "fm_stream.py"), "--cluster", str(HETERO), *defines,
-                 "--strategy", "pipeline", "-o", str(plan)]) == 0
-    p = read_plan(plan)
+    p = compile_cli("fm_stream.py", HETERO, STREAM, "pipeline", plan)
     assert p.objective == "throughput" and p.pipeline.items == 6
     assert p.pipeline.period >= p.pipeline.lower_bound > 0
     assert p.pipeline.items_per_second == pytest.approx(1 / p.pipeline.period)
@@ -278,10 +279,7 @@ MLP = {"BATCHES": 3, "ROWS": 16, "WIDTH": 512, "LAYERS": 8}
 def test_layers_that_do_not_fit_one_device_are_partitioned_by_memory(tmp_path):
     expected = load("model_parallel_mlp.py", **MLP).mlp()
     plan = tmp_path / "plan.yaml"
-    defines = [a for k, v in MLP.items() for a in ("-D", f"{k}={v}")]
-    assert main(["compile", str(SAMPLES / "model_parallel_mlp.py"), "--cluster", str(TINY), *defines,
-                 "--strategy", "model", "-o", str(plan)]) == 0
-    p = read_plan(plan)
+    p = compile_cli("model_parallel_mlp.py", TINY, MLP, "model", plan)
     assert p.strategy.chosen == "model" and p.mapper.name == "model-partition"
     layers = {}
     for t in p.tasks:
@@ -294,7 +292,6 @@ def test_layers_that_do_not_fit_one_device_are_partitioned_by_memory(tmp_path):
 
 def test_every_strategy_plan_respects_device_memory():
     from streammap.compiler import resolve_cluster
-    from streammap.cost import CostModel
     from streammap.mappers import get_mapper
     from streammap.strategies import choose_strategy
     g = load_source_graph(SAMPLES / "model_parallel_mlp.py", MLP)
@@ -355,3 +352,9 @@ def test_a_pipeline_block_naming_unknown_tasks_is_refused(tmp_path):
     (tmp_path / "bad.yaml").write_text(text)
     with pytest.raises(StreamMapError, match="unknown task"):
         read_plan(tmp_path / "bad.yaml")
+
+
+def test_a_pipeline_plan_is_the_same_byte_for_byte_when_compiled_again():
+    a = streammap.compile(SAMPLES / "fm_stream.py", cluster=TINY, params=STREAM, strategy="pipeline", history=False)
+    b = streammap.compile(SAMPLES / "fm_stream.py", cluster=TINY, params=STREAM, strategy="pipeline", history=False)
+    assert a.to_yaml() == b.to_yaml()

@@ -63,35 +63,21 @@ def units_of(cost: CostModel) -> np.ndarray:
 
 
 def single_device_fit(cost: CostModel) -> tuple[bool, float, float]:
-    """Whether the whole graph fits the largest device when run there in topological order.
+    """Whether the whole graph fits the largest device when run there alone, in topological order.
 
-    Returns ``(fits, peak bytes, capacity)``.
+    Returns ``(fits, peak bytes, capacity)``. Times are each task's fastest (only the order of
+    events matters to memory, not their length).
     """
     d = int(np.argmax(cost.capacity))
-    device = np.full(cost.n_tasks, d, dtype=np.int64)
-    sched = _simulate_any(cost, device, cost.topo)
-    peak = peak_memory(cost, device, sched.start, sched.finish)[d]
-    return bool(fits(peak, cost.capacity[d])), float(peak), float(cost.capacity[d])
-
-
-def _simulate_any(cost: CostModel, device, key) -> Schedule:
-    """Simulate with per-device order by ``key`` ranks, ignoring infinite times (fit checks)."""
-    order = [np.flatnonzero(device == d) for d in range(cost.n_devices)]
-    rank = np.empty(cost.n_tasks, dtype=np.int64)
-    rank[np.asarray(key)] = np.arange(cost.n_tasks)
-    order = [o[np.argsort(rank[o], kind="stable")] for o in order]
     T = cost.n_tasks
-    # free start/finish by topological order on one device, times at the fastest device
-    start = np.zeros(T)
-    finish = np.zeros(T)
-    t = 0.0
-    w = np.where(np.isfinite(cost.time), cost.time, 0.0).min(axis=1)
-    for d_order in order:
-        for i in d_order:
-            start[i] = t
-            t += w[i]
-            finish[i] = t
-    return Schedule("fit", device, start, finish, t, n_devices=cost.n_devices)
+    device = np.full(T, d, dtype=np.int64)
+    w = np.where(np.isfinite(cost.time), cost.time, 0.0).min(axis=1)[cost.topo]
+    finish = np.empty(T)
+    finish[cost.topo] = np.cumsum(w)
+    start = np.empty(T)
+    start[cost.topo] = np.cumsum(w) - w
+    peak = peak_memory(cost, device, start, finish)[d]
+    return bool(fits(peak, cost.capacity[d])), float(peak), float(cost.capacity[d])
 
 
 def device_order(cost: CostModel, unit_time: np.ndarray) -> list[int]:
