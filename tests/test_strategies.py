@@ -12,6 +12,7 @@ import pytest
 
 import streammap
 from streammap.cli import main
+from runtime_helpers import make_fake_cupy
 from streammap.cluster import cluster_from_dict
 from streammap.compiler import load_source_graph
 from streammap.errors import KernelError, StreamMapError
@@ -358,3 +359,45 @@ def test_a_pipeline_plan_is_the_same_byte_for_byte_when_compiled_again():
     a = streammap.compile(SAMPLES / "fm_stream.py", cluster=TINY, params=STREAM, strategy="pipeline", history=False)
     b = streammap.compile(SAMPLES / "fm_stream.py", cluster=TINY, params=STREAM, strategy="pipeline", history=False)
     assert a.to_yaml() == b.to_yaml()
+
+
+GPU_STREAM = '''
+import numpy as np
+
+# @stream param
+ITEMS = 6
+
+# @stream kernel(flops=1e3, out=64)
+def produce(i):
+    return np.arange(8.0) + i
+
+# @stream kernel(flops=1e9, out=64)
+def scale(x):
+    return x * 3
+
+_acc = {"sum": None}
+
+# @stream kernel(flops=1e3, out=64, stateful=True)
+def running(x):
+    _acc["sum"] = x.copy() if _acc["sum"] is None else _acc["sum"] + x
+    return _acc["sum"].copy()
+
+# @stream pipeline(items=ITEMS)
+def stream(i):
+    return running(scale(produce(i)))
+'''
+
+
+def test_a_pipeline_runs_on_gpus_moving_items_between_them(tmp_path, monkeypatch):
+    import sys
+    fake = make_fake_cupy(2)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    (tmp_path / "gs.py").write_text(GPU_STREAM)
+    plan = streammap.compile(tmp_path / "gs.py", cluster=two_gpus(), strategy="pipeline", history=False)
+    assert len({t.device for t in plan.tasks if t.kernel == "scale"}) == 2     # replicated over both GPUs
+    out = streammap.run(plan, telemetry=False)
+    expected = np.cumsum([(np.arange(8.0) + i) * 3 for i in range(6)], axis=0)
+    for i in range(6):
+        assert type(out[f"result_{i}"]) is np.ndarray
+        np.testing.assert_array_equal(out[f"result_{i}"], expected[i])
+    assert fake.fake_stats["uploads"] > 0 and fake.fake_stats["peer_copies"] > 0

@@ -24,12 +24,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import networkx as nx
-import numpy as np
 
 from ..cluster import Cluster
 from ..cost import CostModel
 from ..errors import StreamMapError
-from ..schedule import Schedule, simulate
+from ..schedule import Schedule
 from ..units import format_time
 
 #: Strategy names, simplest first (the tie-break order).
@@ -161,7 +160,7 @@ def _model(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:
 
 
 def _pipeline(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:
-    from .pipeline import map_pipeline, stage_offsets, stage_problem
+    from .pipeline import pipeline_schedule, stage_problem
     info = graph.graph.get("pipeline")
     if not info:
         raise _Skip("the program is not a # @stream pipeline")
@@ -170,28 +169,7 @@ def _pipeline(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:
         problem = stage_problem(cost, items)
     except StreamMapError as exc:
         raise _Skip(exc.message) from None
-    m = map_pipeline(problem, items)
-    device = np.empty(cost.n_tasks, dtype=np.int64)
-    when = np.empty(cost.n_tasks)
-    offset = stage_offsets(problem, m)
-    for s, row in enumerate(problem.tasks):
-        for i, tid in enumerate(row):
-            p = cost.pos[tid]
-            device[p] = m.device[s, i]
-            when[p] = offset[s] + i * m.period
-    key = np.lexsort((cost.topo_index, when))
-    order = [key[device[key] == d] for d in range(cost.n_devices)]
-    sched = simulate(cost, device, order, mapper="pipeline")
-    stages = []
-    for s in range(problem.n_stages):
-        used, counts = np.unique(m.device[s], return_counts=True)
-        stages.append({"name": problem.names[s], "kernel": problem.kernels[s],
-                       "stateful": bool(problem.stateful[s]),
-                       "replicas": {problem.device_ids[int(d)]: round(float(c) / items, 6) for d, c in zip(used, counts)},
-                       "tasks": list(problem.tasks[s])})
-    pipeline = {"items": items, "period": m.period, "lower_bound": m.lower_bound,
-                "items_per_second": (1.0 / m.period) if m.period > 0 else 0.0,
-                "bound_by": m.bound_by, "stages": stages}
+    sched, pipeline = pipeline_schedule(cost, problem, items)
     return Candidate("pipeline", graph, cost, sched, pipeline=pipeline)
 
 

@@ -65,6 +65,7 @@ import numpy as np
 
 from ..cost import CostModel
 from ..errors import StreamMapError
+from ..schedule import Schedule, simulate
 
 #: ``kernel[i,j]@file.py:L`` -> (``kernel[j]@file.py:L``, i): the item is the first index.
 _ID = re.compile(r"^(?P<kernel>[^\[@]+)\[(?P<item>\d+)(?P<rest>(,[^\]]*)?)\](?P<site>@.*)$")
@@ -495,3 +496,38 @@ def stage_offsets(problem: StageProblem, mapping: PipelineMapping) -> np.ndarray
     for s in stage_order(problem):
         offset[s] = max((offset[p] + mean[p] for p in preds.get(s, ())), default=0.0)
     return offset
+
+
+def pipeline_schedule(cost: CostModel, problem: StageProblem, items: int) -> tuple[Schedule, dict]:
+    """Map the stages, deal the items, and schedule the unrolled graph accordingly.
+
+    Each device runs its tasks in the order of ``offset[stage] + item * period`` (the steady
+    state) or in list-scheduling order (:func:`streammap.strategies.model.depth_first_order`),
+    whichever finishes first when simulated under the cost model's (no-contention) makespan model,
+    like every other strategy, so estimates compare. Returns the schedule and the plan's ``pipeline`` block.
+    """
+    from .model import depth_first_order
+    m = map_pipeline(problem, items)
+    device = np.empty(cost.n_tasks, dtype=np.int64)
+    when = np.empty(cost.n_tasks)
+    offset = stage_offsets(problem, m)
+    for s, row in enumerate(problem.tasks):
+        for i, tid in enumerate(row):
+            p = cost.pos[tid]
+            device[p] = m.device[s, i]
+            when[p] = offset[s] + i * m.period
+    key = np.lexsort((cost.topo_index, when))
+    steady = simulate(cost, device, [key[device[key] == d] for d in range(cost.n_devices)], mapper="pipeline")
+    listed = simulate(cost, device, depth_first_order(cost, device), mapper="pipeline")
+    sched = min((steady, listed), key=lambda s: s.makespan)
+    stages = []
+    for s in range(problem.n_stages):
+        used, counts = np.unique(m.device[s], return_counts=True)
+        stages.append({"name": problem.names[s], "kernel": problem.kernels[s],
+                       "stateful": bool(problem.stateful[s]),
+                       "replicas": {problem.device_ids[int(d)]: round(float(c) / items, 6) for d, c in zip(used, counts)},
+                       "tasks": list(problem.tasks[s])})
+    info = {"items": items, "period": m.period, "lower_bound": m.lower_bound,
+            "items_per_second": (1.0 / m.period) if m.period > 0 else 0.0,
+            "bound_by": m.bound_by, "stages": stages}
+    return sched, info
