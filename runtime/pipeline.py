@@ -165,6 +165,8 @@ class PipelineExecutor:
                     self._loop(q, dev)
             else:
                 self._loop(q, dev)
+        except BaseException as exc:          # a bug of ours: stop the run rather than hang it
+            self._fail(None, exc)
         finally:
             set_current_device(None)
 

@@ -401,3 +401,42 @@ def test_a_pipeline_runs_on_gpus_moving_items_between_them(tmp_path, monkeypatch
         assert type(out[f"result_{i}"]) is np.ndarray
         np.testing.assert_array_equal(out[f"result_{i}"], expected[i])
     assert fake.fake_stats["uploads"] > 0 and fake.fake_stats["peer_copies"] > 0
+
+
+@needs_shared
+def test_shards_are_sized_by_device_speed_on_a_heterogeneous_cluster():
+    from streammap.cluster import load_cluster
+    hetero = load_cluster(HETERO)
+    big = load_source_graph(SAMPLES / "mandelbrot.py", {"ROWS": 4096, "COLS": 4096, "ITER": 512})
+    (c,) = choose_shards(big, hetero)
+    assert c.k == 8 and c.speedup > 4            # beyond the four A100s: the V100s help too
+    by_model = {}
+    for f, pin in zip(c.fractions, c.pins):
+        by_model.setdefault(pin, []).append(f)
+    assert set(by_model) == {"A100-SXM4-80GB", "Tesla-V100-SXM2-32GB"}
+    assert min(by_model["A100-SXM4-80GB"]) > 1.5 * max(by_model["Tesla-V100-SXM2-32GB"])
+    plan = streammap.compile(SAMPLES / "mandelbrot.py", cluster=HETERO, params={"ROWS": 4096, "COLS": 4096, "ITER": 512},
+                             history=False, mapper="heft")
+    assert plan.strategy.chosen == "data" and plan.strategy.splits == {c.task: 8}
+    shards = [t for t in plan.tasks if "~shard" in t.id]
+    assert len({t.device for t in shards}) == 8
+
+
+def test_unequal_shards_join_back_into_the_unsplit_result(tmp_path):
+    from streammap.compiler import build_plan
+    from streammap.cost import CostModel, lower_bound
+    from streammap.mappers import get_mapper
+    from streammap.strategies.kernels import gather, scatter
+    x = np.arange(30.0).reshape(10, 3)
+    parts = scatter(x, [0.5, 0.3, 0.2], 0)
+    assert [p.shape[0] for p in parts] == [5, 3, 2]
+    np.testing.assert_array_equal(gather(list(parts), 0), x)
+    g = load_source_graph(SAMPLES / "mandelbrot.py", MANDEL)
+    (esc,) = splittable(g)
+    s = split_graph(g, {esc: [0.45, 0.35, 0.2]})
+    cost = CostModel(s, two_gpus(n=3))
+    plan = build_plan(s, two_gpus(n=3), cost, get_mapper("heft")(cost), source_path=SAMPLES / "mandelbrot.py",
+                      lower=lower_bound(cost), heft_makespan=None)
+    got = streammap.run(plan, emulate=True, telemetry=False)
+    expected = load("mandelbrot.py", **MANDEL).mandelbrot()
+    np.testing.assert_array_equal(got["counts"], expected["counts"])

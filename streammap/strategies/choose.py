@@ -140,10 +140,11 @@ def _data(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:
     if len(cluster.devices) < 2:
         raise _Skip("the cluster has one device")
     choices = choose_shards(graph, cluster, history=history, force=forced)
-    splits = {c.task: c.k for c in choices if c.k >= 2}
-    if not splits:
+    chosen = [c for c in choices if c.k >= 2]
+    if not chosen:
         raise _Skip("no split pays for itself on this cluster (transfers, or the devices are busy with parallel tasks)")
-    split = split_graph(graph, splits)
+    splits = {c.task: c.k for c in chosen}
+    split = split_graph(graph, {c.task: c.fractions for c in chosen}, {c.task: c.pins for c in chosen})
     scost = CostModel(split, cluster, history=history)
     return Candidate("data", split, scost, map_fn(scost), splits=splits)
 

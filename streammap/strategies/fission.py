@@ -14,14 +14,18 @@ are unchanged. A ``stateful`` kernel is never split (its calls must see each oth
 Policy: how many shards
 -----------------------
 For each splittable task the cost model (:class:`~streammap.cost.CostModel`, so measured times
-and device constraints count) estimates a shard of 1/k of the clauses on every device, for k = 1
-.. D. With the scatter and gather on the task's fastest device ("home"), k shards take
+and device constraints count) estimates the whole task on every device. With the scatter and
+gather on the task's fastest device ("home"), a shard of a fraction f on device d takes
+``a_d + f * b_d`` (launch and link latencies; then its share of the work, of sending its input and
+of returning its output: ``lat + bytes / bw`` of the links, no contention), and k shards take
 
-    T(k) = scatter + max over the k chosen devices of (send 1/k input + shard + return 1/k output)
-           + gather,
+    T(k) = scatter + max over the k shards of (a_d + f_d * b_d) + gather,
 
-the k devices being those with the least such time (transfers: ``lat + bytes / bw`` of the
-links; no contention). T(1) is the unsplit task on its fastest device. The shard count is the k
+on the k devices with the least ``b_d``, with the fractions that make every shard finish at once
+(shards sized by speed on unequal devices: :func:`shard_plans`), or equal ones when that is no
+better. T(1) is the unsplit task on its fastest device. Unequal shards are pinned to the device
+model they were sized for (a ``device`` constraint on the shard), so the mapper keeps the big
+shard on the fast device. The shard count is the k
 with the least T(k), limited to ``D // width`` where ``width`` is how many tasks share the task's
 topological level (they compete for the same devices: splitting each of 8 parallel batches 8 ways
 on 8 devices would only add transfers). This is the fission of StreamIt's stateless filters
@@ -38,7 +42,7 @@ import networkx as nx
 import numpy as np
 
 from ..cluster import Cluster
-from ..cost import CostModel
+from ..cost import CostModel, launch_overhead
 from ..ir import add_task, new_graph
 
 SCATTER = "streammap.scatter"
@@ -52,6 +56,8 @@ class ShardChoice:
     task: str
     k: int
     time: dict[int, float]        # k -> estimated T(k)
+    fractions: list[float] = None  # share of the split axis per shard (None: equal)
+    pins: list[str | None] = None  # device constraint per shard (None: the task's own)
 
     @property
     def speedup(self) -> float:
@@ -77,7 +83,7 @@ def _split_arg(attrs) -> int | None:
     return None
 
 
-def _scaled(attrs: dict, k: int, out_bytes: float) -> dict:
+def _scaled(attrs: dict, k: float, out_bytes: float) -> dict:
     """Clause attributes of a shard of 1/k of a task."""
     keep = {key: attrs.get(key) for key in ("device", "share", "retries", "site")}
     for key in ("flops", "bytes", "mem"):
@@ -112,30 +118,75 @@ def level_widths(graph: nx.DiGraph) -> dict[str, int]:
     return width
 
 
-def shard_times(graph: nx.DiGraph, task: str, cluster: Cluster, history=None, k_max: int | None = None) -> dict[int, float]:
-    """T(k) of the module docstring for k = 1 .. k_max (default: the number of devices)."""
+@dataclass
+class ShardPlan:
+    """How k shards of one task would run: estimated time, shares of the axis, target devices."""
+
+    time: float
+    fractions: list[float]
+    devices: list[int]            # device positions, one per shard
+
+
+def shard_plans(graph: nx.DiGraph, task: str, cluster: Cluster, history=None,
+                k_max: int | None = None) -> dict[int, ShardPlan]:
+    """The best way to run ``task`` as k shards, for k = 1 .. k_max (default: every device).
+
+    A shard of a fraction f of the task takes ``a_d + f * b_d`` on device d: ``a_d`` its launch
+    overhead and the two link latencies, ``b_d`` the rest of the whole task's time there plus
+    sending its input and returning its output (from and to the task's fastest device, where the
+    scatter and gather run). For k shards the k devices with the least ``b_d`` are used and the
+    fractions are set so that all shards finish together (``f_j = (T - a_j) / b_j``, summing to
+    1): on equal devices equal shards, on a device twice as fast a shard twice as large (equal
+    shards when that is no better, e.g. when overheads dominate).
+    """
     D = len(cluster.devices)
     k_max = D if k_max is None else max(1, min(k_max, D))
     attrs = graph.nodes[task]
     out_b, in_b = _out_bytes(graph, task), _in_bytes(graph, task)
     mini = new_graph("shards", graph.graph.get("kind", "program"))
-    for k in range(1, k_max + 1):
-        add_task(mini, f"k{k}", attrs["kernel"], **_scaled(attrs, k, out_b))
+    add_task(mini, "whole", attrs["kernel"], **_scaled(attrs, 1, out_b))
     add_task(mini, "scatter", SCATTER, flops=0.0, bytes=0.0, out=in_b)
     add_task(mini, "gather", GATHER, flops=0.0, bytes=2.0 * out_b, out=out_b)
     cost = CostModel(mini, cluster, history=history)
-    t1 = cost.time[cost.pos["k1"]]
+    t1 = cost.time[cost.pos["whole"]]
     home = int(np.argmin(t1))
-    times = {1: float(t1[home])}
-    scatter = cost.time[cost.pos["scatter"], home]
-    gather = cost.time[cost.pos["gather"], home]
-    for k in range(2, k_max + 1):
-        shard = cost.time[cost.pos[f"k{k}"]]
-        send = np.where(np.arange(D) == home, 0.0, cost.lat[home] + in_b / k * cost.inv_bw[home])
-        back = np.where(np.arange(D) == home, 0.0, cost.lat[:, home] + out_b / k * cost.inv_bw[:, home])
-        each = np.sort(send + shard + back)
-        times[k] = float(scatter + each[k - 1] + gather) if np.isfinite(each[k - 1]) else math.inf
-    return times
+    plans = {1: ShardPlan(float(t1[home]), [1.0], [home])}
+    launch = np.array([launch_overhead(d) for d in cluster.devices])
+    here = np.arange(D) == home
+    a = launch + np.where(here, 0.0, cost.lat[home] + cost.lat[:, home])
+    b = np.maximum(t1 - launch, 1e-15) + np.where(here, 0.0, in_b * cost.inv_bw[home] + out_b * cost.inv_bw[:, home])
+    fixed = cost.time[cost.pos["scatter"], home] + cost.time[cost.pos["gather"], home]
+    rank = [d for d in np.lexsort((np.arange(D), a, b)) if np.isfinite(b[d])]
+    for k in range(2, min(k_max, len(rank)) + 1):
+        use = np.array(rank[:k])
+        equal = float((a[use] + b[use] / k).max())
+        plans[k] = ShardPlan(float(fixed + equal), [1.0 / k] * k, [int(d) for d in use])
+        T = (1.0 + (a[use] / b[use]).sum()) / (1.0 / b[use]).sum()
+        f = (T - a[use]) / b[use]
+        if (f > 0).all() and T < equal:
+            plans[k] = ShardPlan(float(fixed + T), [float(x) for x in f / f.sum()], [int(d) for d in use])
+    return plans
+
+
+def shard_times(graph: nx.DiGraph, task: str, cluster: Cluster, history=None, k_max: int | None = None) -> dict[int, float]:
+    """T(k) of the module docstring for k = 1 .. k_max."""
+    plans = shard_plans(graph, task, cluster, history, k_max)
+    top = len(cluster.devices) if k_max is None else max(1, min(k_max, len(cluster.devices)))
+    return {k: plans[k].time if k in plans else math.inf for k in range(1, top + 1)}
+
+
+def _pins(cluster: Cluster, attrs: dict, plan: ShardPlan) -> tuple[list[float], list[str | None]]:
+    """Fractions and per-shard device constraints that keep each shard on the kind of device it was
+    sized for; equal fractions where that cannot be said (an own device clause, devices without a
+    model)."""
+    devs = [cluster.devices[d] for d in plan.devices]
+    classes = {(d.kind, d.vendor, d.model, d.flops, d.mem_bandwidth) for d in devs}
+    if len(classes) == 1:
+        return [1.0 / len(devs)] * len(devs), [None] * len(devs)
+    if (attrs.get("device") or "any") != "any" or any(not d.model for d in devs) or \
+            len({d.model for d in devs}) != len(classes):
+        return [1.0 / len(devs)] * len(devs), [None] * len(devs)
+    return list(plan.fractions), [d.model for d in devs]
 
 
 def choose_shards(graph: nx.DiGraph, cluster: Cluster, history=None, force: bool = False) -> list[ShardChoice]:
@@ -148,22 +199,29 @@ def choose_shards(graph: nx.DiGraph, cluster: Cluster, history=None, force: bool
     out = []
     for t in splittable(graph):
         limit = D if force else max(1, D // max(1, width[t]))
-        times = shard_times(graph, t, cluster, history, k_max=max(limit, 2) if force else limit)
-        pool = {k: v for k, v in times.items() if k >= 2} if force and D >= 2 else times
-        k = min(pool, key=lambda k: (pool[k], k))
-        out.append(ShardChoice(t, k, times))
+        plans = shard_plans(graph, t, cluster, history, k_max=max(limit, 2) if force else limit)
+        pool = {k: p for k, p in plans.items() if k >= 2} if force and len(plans) > 1 else plans
+        k = min(pool, key=lambda k: (pool[k].time, k))
+        fractions, pins = _pins(cluster, graph.nodes[t], plans[k])
+        out.append(ShardChoice(t, k, {k: p.time for k, p in plans.items()}, fractions, pins))
     return out
 
 
-def split_graph(graph: nx.DiGraph, splits: dict[str, int]) -> nx.DiGraph:
-    """A copy of ``graph`` with each task of ``splits`` (id -> k >= 2) split into k shards.
+def split_graph(graph: nx.DiGraph, splits: dict, pins: dict | None = None) -> nx.DiGraph:
+    """A copy of ``graph`` with each task of ``splits`` split into shards.
 
+    ``splits`` maps a task id to k (k equal shards) or to a list of fractions (one shard each, of
+    that share of the split axis); ``pins`` optionally maps it to a device constraint per shard.
     New task ids: ``ID~scatter`` and ``ID~shard0`` .. ``ID~shard{k-1}``; the gather keeps ``ID``.
     """
     g = graph.copy()
-    for t, k in splits.items():
+    pins = pins or {}
+    for t, parts in splits.items():
+        fractions = [1.0 / parts] * parts if isinstance(parts, int) else [float(x) for x in parts]
+        k = len(fractions)
         if k < 2:
             continue
+        pin = pins.get(t) or [None] * k
         a = dict(graph.nodes[t])
         j = _split_arg(a)
         axis = int(a["split"])
@@ -174,17 +232,21 @@ def split_graph(graph: nx.DiGraph, splits: dict[str, int]) -> nx.DiGraph:
         in_edges = {u: d for u, _, d in graph.in_edges(t, data=True)}
         g.remove_edges_from(list(g.in_edges(t)))
         scatter = f"{t}~scatter"
+        equal = all(abs(f - 1.0 / k) < 1e-12 for f in fractions)
+        how = {"value": k} if equal else {"list": [{"value": round(f, 9)} for f in fractions]}
         add_task(g, scatter, SCATTER, site=site, flops=0.0, bytes=0.0, out=in_b,
-                 args=[split_spec, {"value": k}, {"value": axis}])
+                 args=[split_spec, how, {"value": axis}])
         g.add_edge(producer, scatter, bytes=in_b)
         shards = []
         for i in range(k):
             sid = f"{t}~shard{i}"
             args = list(a["args"])
             args[j] = {"ref": scatter, "index": i}
-            add_task(g, sid, a["kernel"], args=args, kwargs=dict(a.get("kwargs") or {}),
-                     **_scaled(a, k, out_b))
-            g.add_edge(scatter, sid, bytes=in_b / k)
+            attrs = _scaled(a, 1.0 / fractions[i], out_b)
+            if pin[i] is not None:
+                attrs["device"] = pin[i]
+            add_task(g, sid, a["kernel"], args=args, kwargs=dict(a.get("kwargs") or {}), **attrs)
+            g.add_edge(scatter, sid, bytes=in_b * fractions[i])
             others = {s["ref"] for s in _refs([*args, *(a.get("kwargs") or {}).values()]) if s["ref"] != scatter}
             for u in sorted(others):
                 g.add_edge(u, sid, bytes=float(in_edges.get(u, {}).get("bytes") or 0.0))
@@ -197,8 +259,8 @@ def split_graph(graph: nx.DiGraph, splits: dict[str, int]) -> nx.DiGraph:
         node.update(kernel=GATHER, flops=0.0, bytes=2.0 * out_b, mem=None, out=out_b, device="any",
                     split=None, share=1.0, runtime=None, times=None,
                     args=[{"list": [{"ref": s} for s in shards]}, {"value": axis}], kwargs={})
-        for s in shards:
-            g.add_edge(s, t, bytes=out_b / k)
+        for s, f in zip(shards, fractions):
+            g.add_edge(s, t, bytes=out_b * f)
     return g
 
 

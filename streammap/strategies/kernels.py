@@ -14,9 +14,19 @@ def _xp(a):
     return sys.modules[type(a).__module__.partition(".")[0]]
 
 
-def scatter(x, k, axis):
-    """``k`` views of ``x`` cut along ``axis`` (``numpy.array_split``: the first ones one longer)."""
-    return tuple(_xp(x).array_split(x, k, axis=axis))
+def scatter(x, parts, axis):
+    """Views of ``x`` cut along ``axis``: ``parts`` equal pieces (``numpy.array_split``: the first
+    ones one longer), or, for a list of fractions, one piece of each share (rounded to rows)."""
+    xp = _xp(x)
+    if isinstance(parts, int):
+        return tuple(xp.array_split(x, parts, axis=axis))
+    n = x.shape[axis]
+    total = sum(parts)
+    bounds, acc = [], 0.0
+    for f in parts[:-1]:
+        acc += f
+        bounds.append(int(round(n * acc / total)))
+    return tuple(xp.split(x, bounds, axis=axis))
 
 
 def gather(parts, axis):
