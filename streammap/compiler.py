@@ -99,7 +99,13 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     choice = choose_strategy(graph, clus, map_fn=map_fn, strategy=strategy, history=hook)
     kept = choice.chosen
     by_mapper = kept.name in ("none", "data")
-    heft_makespan = kept.schedule.makespan if mapper == "heft" and by_mapper else get_mapper("heft")(kept.cost).makespan
+    if mapper == "heft" and by_mapper:
+        heft_makespan = kept.schedule.makespan
+    else:
+        try:
+            heft_makespan = get_mapper("heft")(kept.cost).makespan
+        except StreamMapError:            # HEFT finds no memory-valid placement (another strategy did)
+            heft_makespan = None
     plan = build_plan(kept.graph, clus, kept.cost, kept.schedule, source_path=path,
                       lower=lower_bound(kept.cost), heft_makespan=heft_makespan,
                       strategy=choice.info(), pipeline=kept.pipeline)

@@ -103,7 +103,13 @@ def choose_strategy(graph: nx.DiGraph, cluster: Cluster, *, map_fn: Callable[[Co
     cost = cost or CostModel(graph, cluster, history=history)
     candidates: dict[str, Candidate] = {}
     skipped: dict[str, str] = {}
-    candidates["none"] = Candidate("none", graph, cost, map_fn(cost))
+    failed = None
+    try:
+        candidates["none"] = Candidate("none", graph, cost, map_fn(cost))
+    except StreamMapError as exc:          # e.g. no memory-valid placement of the graph as written
+        if strategy == "none":
+            raise
+        failed, skipped["none"] = exc, exc.message
     for name, build in (("data", _data), ("model", _model), ("pipeline", _pipeline)):
         try:
             got = build(graph, cluster, cost, map_fn=map_fn, history=history, forced=strategy == name)
@@ -120,6 +126,8 @@ def choose_strategy(graph: nx.DiGraph, cluster: Cluster, *, map_fn: Callable[[Co
                                      hint="use --strategy auto to let the compiler choose") from None
             continue
         candidates[name] = got
+    if not candidates:
+        raise failed
     estimates = {n: c.makespan for n, c in candidates.items()}
     if strategy == "auto":
         best = min(candidates, key=lambda n: (round(estimates[n], 15), STRATEGIES.index(n)))
