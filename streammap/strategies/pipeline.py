@@ -498,13 +498,76 @@ def stage_offsets(problem: StageProblem, mapping: PipelineMapping) -> np.ndarray
     return offset
 
 
+def deal_earliest_finish(cost: CostModel, problem: StageProblem, mapping: PipelineMapping,
+                         items: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Deal a finite stream's items by earliest finish: item by item, group by group, each group
+    of an item goes to the device where it would finish first, given what is already placed (a
+    list scheduler at the granularity of stage groups, HEFT's rule without insertion); stateful
+    groups stay on their one device, and stateless groups keep off those devices when others can
+    run them (without insertion, stateless work there would hold up the next item's stateful
+    stage). Returns the device of every (stage, item) and each device's
+    task order."""
+    D = cost.n_devices
+    order = stage_order(problem)
+    rank = {s: k for k, s in enumerate(order)}
+    device = np.zeros((problem.n_stages, items), dtype=np.int64)
+    pos = np.array([[cost.pos[t] for t in row] for row in problem.tasks], dtype=np.int64)
+    where = np.full(cost.n_tasks, -1, dtype=np.int64)
+    finish = np.zeros(cost.n_tasks)
+    free = np.zeros(D)
+    seq: list[list[int]] = [[] for _ in range(D)]
+    pp, pi, pb = cost.pred_ptr, cost.pred_idx, cost.pred_bytes
+    keep = np.zeros(D, dtype=bool)          # devices of stateful stages
+    for members in mapping.groups:
+        if problem.stateful[members[0]]:
+            keep |= mapping.share[members[0]] > 0
+    for i in range(items):
+        for members in mapping.groups:
+            members = sorted(members, key=rank.__getitem__)
+            best = None
+            if problem.stateful[members[0]]:
+                candidates = np.flatnonzero(mapping.share[members[0]] > 0)
+            else:                     # a stateless group may go to any device it can run on,
+                ok = np.isfinite(problem.time[members].sum(axis=0))
+                spare = ok & ~keep    # but not one a stateful stage needs again for the next item
+                candidates = np.flatnonzero(spare if spare.any() else ok)
+            for d in candidates:
+                t, local = free[d], {}
+                for st in members:
+                    p = pos[st, i]
+                    ready = 0.0
+                    for k in range(pp[p], pp[p + 1]):
+                        q = pi[k]
+                        if q in local:
+                            ready = max(ready, local[q])
+                        elif where[q] >= 0:
+                            e = where[q]
+                            ready = max(ready, finish[q] if e == d else finish[q] + cost.lat[e, d] + pb[k] * cost.inv_bw[e, d])
+                    t = max(t, ready) + cost.time[p, d]
+                    local[p] = t
+                if best is None or t < best[0]:
+                    best = (t, int(d), local)
+            t, d, local = best
+            for st in members:
+                p = pos[st, i]
+                where[p], finish[p] = d, local[p]
+                device[st, i] = d
+                seq[d].append(int(p))
+            free[d] = t
+    return device, [np.array(o, dtype=np.int64) for o in seq]
+
+
 def pipeline_schedule(cost: CostModel, problem: StageProblem, items: int) -> tuple[Schedule, dict]:
     """Map the stages, deal the items, and schedule the unrolled graph accordingly.
 
-    Each device runs its tasks in the order of ``offset[stage] + item * period`` (the steady
-    state) or in list-scheduling order (:func:`streammap.strategies.model.depth_first_order`),
-    whichever finishes first when simulated under the cost model's (no-contention) makespan model,
-    like every other strategy, so estimates compare. Returns the schedule and the plan's ``pipeline`` block.
+    Three schedules of this stream are simulated under the cost model's (no-contention) makespan
+    model, like every other strategy, so that estimates compare, and the shortest is the plan's:
+    the steady-state dealing with each device running its tasks in the order of
+    ``offset[stage] + item * period``, the same dealing in list-scheduling order
+    (:func:`streammap.strategies.model.depth_first_order`), and the earliest-finish dealing of
+    :func:`deal_earliest_finish` (a finite stream fills and drains: spreading its first and last
+    items by finish time beats keeping the long-run shares). The period and its bound describe
+    the steady state of the mapping. Returns the schedule and the plan's ``pipeline`` block.
     """
     from .model import depth_first_order
     m = map_pipeline(problem, items)
@@ -519,10 +582,17 @@ def pipeline_schedule(cost: CostModel, problem: StageProblem, items: int) -> tup
     key = np.lexsort((cost.topo_index, when))
     steady = simulate(cost, device, [key[device[key] == d] for d in range(cost.n_devices)], mapper="pipeline")
     listed = simulate(cost, device, depth_first_order(cost, device), mapper="pipeline")
-    sched = min((steady, listed), key=lambda s: s.makespan)
+    dealt, seq = deal_earliest_finish(cost, problem, m, items)
+    flat = np.empty(cost.n_tasks, dtype=np.int64)
+    for s, row in enumerate(problem.tasks):
+        for i, tid in enumerate(row):
+            flat[cost.pos[tid]] = dealt[s, i]
+    eft = simulate(cost, flat, seq, mapper="pipeline")
+    sched = min((steady, listed, eft), key=lambda s: s.makespan)
+    per_item = dealt if sched is eft else m.device
     stages = []
     for s in range(problem.n_stages):
-        used, counts = np.unique(m.device[s], return_counts=True)
+        used, counts = np.unique(per_item[s], return_counts=True)
         stages.append({"name": problem.names[s], "kernel": problem.kernels[s],
                        "stateful": bool(problem.stateful[s]),
                        "replicas": {problem.device_ids[int(d)]: round(float(c) / items, 6) for d, c in zip(used, counts)},
