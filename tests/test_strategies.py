@@ -440,3 +440,13 @@ def test_unequal_shards_join_back_into_the_unsplit_result(tmp_path):
     got = streammap.run(plan, emulate=True, telemetry=False)
     expected = load("mandelbrot.py", **MANDEL).mandelbrot()
     np.testing.assert_array_equal(got["counts"], expected["counts"])
+
+
+def test_a_remapped_pipeline_plan_becomes_a_valid_dag_plan(tmp_path):
+    from streammap.remap import remap_plan
+    (tmp_path / "slow.py").write_text(SLOW)
+    plan = streammap.compile(tmp_path / "slow.py", cluster=two_gpus(), strategy="pipeline", history=False)
+    lost = plan.tasks[0].device
+    result = remap_plan(plan, {}, 0.0, lost={lost})
+    assert result.plan.pipeline is None
+    assert all(t.device != lost for t in result.plan.tasks)
