@@ -450,3 +450,13 @@ def test_a_remapped_pipeline_plan_becomes_a_valid_dag_plan(tmp_path):
     result = remap_plan(plan, {}, 0.0, lost={lost})
     assert result.plan.pipeline is None
     assert all(t.device != lost for t in result.plan.tasks)
+
+
+def test_a_pipeline_plan_also_runs_as_a_dag_with_the_same_results(tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW.replace("time.sleep(0.03)", "pass"))
+    plan = streammap.compile(tmp_path / "slow.py", cluster=two_gpus(), strategy="pipeline", history=False)
+    streamed = streammap.run(plan, emulate=True, telemetry=False)
+    as_dag = streammap.run(plan.model_copy(update={"pipeline": None}), emulate=True, telemetry=False)
+    assert streamed.keys() == as_dag.keys()
+    for key in streamed:
+        np.testing.assert_array_equal(streamed[key], as_dag[key])
