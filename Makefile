@@ -45,6 +45,8 @@ bench: venv
 	$(BIN)/python benchmarks/doctor_time.py
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/sharing.py
 	$(BIN)/python benchmarks/tenancy_policies.py --out bench-out
+	$(BIN)/python benchmarks/pipeline_period.py
+	$(BIN)/python benchmarks/fission_speedup.py
 
 clean:
 	rm -rf $(VENV) $(DEMO) build *.egg-info

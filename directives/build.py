@@ -31,6 +31,8 @@ Policy
 * Task ids: ``kernel[i,j]@file.py:LINE``, indices from ``indices``; when one line holds several
   calls of one kernel, the column is appended (``f@file.py:12:9``). Ids depend only on the source
   and the params, so they are deterministic.
+* Calls of a ``stateful`` kernel see each other's state, so each depends on the kernel's previous
+  call (an edge that carries no data): they run in program order, whatever the mapping.
 * Every error is a :class:`DirectiveError` at the file, line and column of the offending node.
 """
 
@@ -136,6 +138,7 @@ class GraphBuilder(Evaluator):
         self.shared_lines: set[tuple[str, int]] = {k for k, n in checked.calls.items() if n > 1}
         self._fixed: dict[str, dict] = {}
         self._defaults: dict[tuple[str, str], object] = {}
+        self._last_call: dict[str, str] = {}       # stateful kernel -> its latest task
 
     # -- driver --------------------------------------------------------------------------------
 
@@ -526,6 +529,13 @@ class GraphBuilder(Evaluator):
             if not self.g.has_edge(producer, task_id):
                 out = self.g.nodes[producer]["out"]
                 self.g.add_edge(producer, task_id, bytes=float(out or 0.0))
+        if attrs.get("stateful"):
+            # A stateful kernel's calls see each other's state: they run in program order (an
+            # ordering edge that carries no data).
+            prev = self._last_call.get(kernel.name)
+            if prev is not None and not self.g.has_edge(prev, task_id):
+                self.g.add_edge(prev, task_id, bytes=0.0)
+            self._last_call[kernel.name] = task_id
         return TaskRef(task_id)
 
     def _task_id(self, kernel: str, node: ast.Call) -> str:

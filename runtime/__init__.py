@@ -142,7 +142,8 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
     monitored: tuple = (None, None)         # the record's telemetry and alerts
     try:
         devices = make_devices(placements)
-        watch = telemetry or metrics is not None or alerts is not None
+        # A pipeline plan streams its items (.pipeline); its run is not monitored (yet).
+        watch = (telemetry or metrics is not None or alerts is not None) and plan.pipeline is None
         if watch:
             from .supervisor import RunSupervisor
             manager = AlertManager(config, metrics=metrics, context={
@@ -151,8 +152,12 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
                 plan, placements, telemetry=telemetry, metrics=metrics, alerts=manager,
                 remap=config.remap if config.remap.active(emulate) and config.remap.max_remaps > 0 else None,
                 interval=interval or _default_interval(), samplers=samplers)
-        outcome = _execute(plan, program.kernels, devices, placements, emulate=emulate, progress=progress,
-                           supervisor=supervisor)
+        if plan.pipeline is not None:
+            from .pipeline import PipelineExecutor
+            outcome = PipelineExecutor(plan, program.kernels, devices).run()
+        else:
+            outcome = _execute(plan, program.kernels, devices, placements, emulate=emulate, progress=progress,
+                               supervisor=supervisor)
     finally:
         program.unload()
         if supervisor is not None:

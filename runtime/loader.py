@@ -86,8 +86,9 @@ def load_program(plan: Plan) -> Program:
     for key, value in plan.params.items():
         setattr(module, key, value)
     program = Program(path=path, module=module)
+    from streammap.strategies.kernels import BUILTIN_KERNELS
     for kernel in dict.fromkeys(t.kernel for t in plan.tasks):
-        fn = getattr(module, kernel, None)
+        fn = BUILTIN_KERNELS.get(kernel) or getattr(module, kernel, None)
         if fn is None or not callable(fn):
             program.unload()
             what = "is not defined" if fn is None else f"is a {type(fn).__name__}, not a function"

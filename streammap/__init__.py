@@ -22,11 +22,12 @@ __all__ = ["compile", "run", "array_module", "load_cluster", "read_plan", "write
            "StreamMapError", "KernelError", "__version__"]
 
 
-def compile(path, cluster="local", params=None, mapper="auto", entry=None, emit_graph=None, history=None) -> Plan:
+def compile(path, cluster="local", params=None, mapper="auto", entry=None, emit_graph=None, history=None,
+            strategy="auto") -> Plan:
     """Compile a program or workflow into a :class:`Plan` (see :func:`streammap.compiler.compile`)."""
     from .compiler import compile as _compile
     return _compile(path, cluster, params=params, mapper=mapper, entry=entry, emit_graph=emit_graph,
-                    history=history)
+                    history=history, strategy=strategy)
 
 
 def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: bool = False, **monitoring) -> dict:

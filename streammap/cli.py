@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="override a # @stream param (repeatable); VALUE may be an expression")
     c.add_argument("--entry", help="the # @stream graph function, when the file has several")
     c.add_argument("--mapper", default="auto", help="mapping algorithm: auto (default), heft, heft-plain, peft, a placement policy (least-loaded, binpack, spread, binpack-node, spread-node, fastest) or pkg.module:Class")
+    c.add_argument("--strategy", default="auto", choices=["auto", "none", "data", "model", "pipeline"],
+                   help="parallel strategy: auto (default: the least estimate), none, data (split kernels), "
+                        "model (partition by memory), pipeline (stream programs, for throughput)")
     c.add_argument("-o", "--output", help="plan file (default: SOURCE_STEM.plan.yaml)")
     c.add_argument("--emit-graph", metavar="FILE", help="also write the task graph as node-link JSON")
     c.add_argument("--history", metavar="DIR", help="performance history folder (default: $STREAMMAP_HISTORY, else $XDG_DATA_HOME/streammap/history, else ~/.local/share/streammap/history)")
@@ -155,7 +158,7 @@ def _compile(args) -> int:
     t0 = time.perf_counter()
     plan = compile_plan(source, args.cluster, params=parse_defines(args.defines), mapper=args.mapper,
                         entry=args.entry, emit_graph=args.emit_graph,
-                        history=False if args.no_history else args.history)
+                        history=False if args.no_history else args.history, strategy=args.strategy)
     elapsed = time.perf_counter() - t0
     write_plan(plan, output)
     m = plan.mapper
@@ -166,6 +169,9 @@ def _compile(args) -> int:
         f"mapper {m.name}, compiled in {format_time(elapsed)}", markup=False)
     from .history import estimate_sources_summary
     _console().print(estimate_sources_summary(plan), markup=False)
+    from .strategies.explain import strategy_sentence
+    if plan.strategy is not None:
+        _console().print(strategy_sentence(plan), markup=False)
     return 0
 
 

@@ -18,8 +18,8 @@ from .cluster import Cluster, cluster_from_dict, load_cluster
 from .cost import CostModel, lower_bound
 from .errors import StreamMapError
 from .mappers import get_mapper
-from .plan import (ClusterInfo, MapperInfo, Plan, PlanDevice, PlanTask, SourceInfo, PLAN_VERSION,
-                   sha256_file)
+from .plan import (ClusterInfo, MapperInfo, PipelineInfo, Plan, PlanDevice, PlanTask, SourceInfo,
+                   StrategyInfo, PLAN_VERSION, sha256_file)
 from .schedule import Schedule
 
 
@@ -58,7 +58,7 @@ def load_source_graph(path, params: dict | None = None, entry: str | None = None
 
 
 def compile(path, cluster, params: dict | None = None, mapper: str = "auto", entry: str | None = None,
-            emit_graph=None, history=None) -> Plan:
+            emit_graph=None, history=None, strategy: str = "auto") -> Plan:
     """Compile a program or workflow into a placement plan for ``cluster``.
 
     Parameters
@@ -80,24 +80,45 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
         Measured times to prefer over clause estimates (:mod:`streammap.history`): ``None`` or
         ``True`` the default history folder (if it exists), ``False`` none, a path that folder, a
         :class:`~streammap.history.History` or a ``(kernel, device_model, task_attrs)`` callable.
+    strategy : str
+        ``auto`` (default: the parallel strategy with the least estimate), or ``none``, ``data``,
+        ``model``, ``pipeline`` to force one (:mod:`streammap.strategies`).
 
     Returns
     -------
     Plan
         The validated plan (write it with :func:`streammap.plan.write_plan`).
     """
+    from .strategies import check_strategy, choose_strategy
     map_fn = get_mapper(mapper)
+    check_strategy(strategy)
     clus = resolve_cluster(cluster)
     graph = load_source_graph(path, params, entry)
     from .history import resolve_history_hook
-    cost = CostModel(graph, clus, history=resolve_history_hook(history))
-    spills = _map(cost, mapper, map_fn)
-    schedule = spills.schedule
-    heft_makespan = schedule.makespan if schedule.mapper == "heft" else get_mapper("heft")(cost).makespan
+    hook = resolve_history_hook(history)
+    estimates = {}                       # id(schedule) -> its SpillEstimate (sharing, spilling)
+
+    def mapped(cost):
+        est = _map(cost, mapper, map_fn)
+        estimates[id(est.schedule)] = est
+        return est.schedule
+
+    choice = choose_strategy(graph, clus, map_fn=mapped, strategy=strategy, history=hook)
+    kept = choice.chosen
+    if kept.name in ("none", "data") and kept.schedule.mapper == "heft":
+        heft_makespan = kept.schedule.makespan
+    else:
+        try:
+            heft_makespan = get_mapper("heft")(kept.cost).makespan
+        except StreamMapError:            # HEFT finds no memory-valid placement (another strategy did)
+            heft_makespan = None
     from .sharing import shared_lower_bound, uses_sharing
-    lower = shared_lower_bound(cost) if uses_sharing(cost) else lower_bound(cost)
-    plan = build_plan(graph, clus, cost, schedule, source_path=path, lower=lower, heft_makespan=heft_makespan)
-    if clus.oversubscription > 1:
+    lower = shared_lower_bound(kept.cost) if uses_sharing(kept.cost) else lower_bound(kept.cost)
+    plan = build_plan(kept.graph, clus, kept.cost, kept.schedule, source_path=path,
+                      lower=lower, heft_makespan=heft_makespan,
+                      strategy=choice.info(), pipeline=kept.pipeline)
+    spills = estimates.get(id(kept.schedule))
+    if clus.oversubscription > 1 and spills is not None:
         plan.mapper.spill_bytes = spills.spilled_bytes + spills.restored_bytes
     if emit_graph is not None:
         from .ir import write_graph
@@ -117,8 +138,12 @@ def _map(cost: CostModel, mapper: str, map_fn):
 
 
 def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: Schedule, *, source_path,
-               lower: float, heft_makespan: float | None) -> Plan:
-    """Write a schedule down as a plan: tasks in start order (a topological order), each with its deps."""
+               lower: float, heft_makespan: float | None, strategy: dict | None = None,
+               pipeline: dict | None = None) -> Plan:
+    """Write a schedule down as a plan: tasks in start order (a topological order), each with its deps.
+
+    ``strategy`` and ``pipeline`` are the plan's optional blocks of the same names (the parallel
+    strategy chosen, a pipeline's steady state); a pipeline plan's objective is ``throughput``."""
     topo = {t: i for i, t in enumerate(nx.lexicographical_topological_sort(graph, key=cost.pos.__getitem__))}
     order = sorted(cost.tasks, key=lambda t: (schedule.start[cost.pos[t]], schedule.finish[cost.pos[t]], topo[t]))
     tasks = []
@@ -145,7 +170,10 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
                             spec=cluster.spec.model_dump(mode="json", exclude_none=True)),
         mapper=MapperInfo(name=schedule.mapper, estimated_makespan=float(schedule.makespan), lower_bound=float(lower),
                           heft_makespan=None if heft_makespan is None else float(heft_makespan)),
-        devices=devices, outputs=g.get("outputs"), tasks=tasks)
+        devices=devices, outputs=g.get("outputs"), tasks=tasks,
+        objective="throughput" if pipeline is not None else "makespan",
+        strategy=StrategyInfo(**strategy) if strategy is not None else None,
+        pipeline=PipelineInfo(**pipeline) if pipeline is not None else None)
 
 
 def _local_index(cluster: Cluster, device) -> int | None:

@@ -93,6 +93,40 @@ class PlanTask(_Strict):
     kwargs: dict[str, Any] = {}
 
 
+class StrategyInfo(_Strict):
+    """Which parallel strategy the compiler chose (:mod:`streammap.strategies`), and why."""
+    chosen: Literal["none", "data", "model", "pipeline"] = "none"
+    forced: bool = False
+    # Estimated makespan of every strategy evaluated (the program's whole run), by name.
+    estimates: dict[str, float] = {}
+    # Strategies that did not apply, with the reason.
+    skipped: dict[str, str] = {}
+    reason: Optional[str] = None
+    # data: the split tasks and their shard counts {task id: k}.
+    splits: dict[str, int] = {}
+
+
+class PipelineStage(_Strict):
+    """One stage of a stream pipeline: its tasks (one per item, in item order) and where they run."""
+    name: str
+    kernel: str
+    stateful: bool = False
+    # Device id -> share of the items this replica runs (sums to 1).
+    replicas: dict[str, float]
+    tasks: list[str]
+
+
+class PipelineInfo(_Strict):
+    """The steady state of a stream program mapped for throughput (:mod:`streammap.strategies.pipeline`)."""
+    items: int = Field(ge=0)
+    period: float = Field(ge=0)
+    lower_bound: float = Field(ge=0)
+    items_per_second: float = Field(ge=0)
+    bound_by: Optional[str] = None
+    buffer: int = Field(default=4, ge=1)
+    stages: list[PipelineStage] = []
+
+
 class Plan(_Strict):
     """A validated plan (see the module docstring)."""
 
@@ -100,11 +134,14 @@ class Plan(_Strict):
     source: SourceInfo
     params: dict[str, Any] = {}
     cluster: ClusterInfo
-    objective: Literal["makespan"] = "makespan"
+    objective: Literal["makespan", "throughput"] = "makespan"
     mapper: MapperInfo
     devices: list[PlanDevice]
     outputs: Optional[Any] = None
     tasks: list[PlanTask]
+    # Optional (older plans have neither): the parallel strategy chosen, and a pipeline's steady state.
+    strategy: Optional[StrategyInfo] = None
+    pipeline: Optional[PipelineInfo] = None
 
     # -- derived views -------------------------------------------------------------------
     def device(self, device_id: str) -> PlanDevice:
@@ -144,6 +181,9 @@ class Plan(_Strict):
         data = self.model_dump(mode="json")
         if data["mapper"].get("spill_bytes") is None:
             data["mapper"].pop("spill_bytes", None)
+        for key in ("strategy", "pipeline"):
+            if data.get(key) is None:
+                data.pop(key, None)
         if relative_to is not None:
             data["source"]["path"] = _relpath(self.source.path, relative_to)
         for t in data["tasks"]:
@@ -223,3 +263,22 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
             raise PlanError(f"the plan's outputs name unknown task {r!r}", path=path, line=lines.get(("outputs",)))
     from .sharing import check_plan_shares
     check_plan_shares(plan, path=path, lines=lines)
+    if plan.pipeline is not None:
+        _validate_pipeline(plan, path, lines)
+
+
+def _validate_pipeline(plan: Plan, path, lines: dict) -> None:
+    """A pipeline block names tasks of the plan, one per item per stage, on its replicas' devices."""
+    by_id = {t.id: t for t in plan.tasks}
+    where = dict(path=path, line=lines.get(("pipeline",)))
+    for s in plan.pipeline.stages:
+        if len(s.tasks) != plan.pipeline.items:
+            raise PlanError(f"pipeline stage {s.name!r} lists {len(s.tasks)} tasks for "
+                            f"{plan.pipeline.items} items", **where)
+        for tid in s.tasks:
+            t = by_id.get(tid)
+            if t is None:
+                raise PlanError(f"pipeline stage {s.name!r} names unknown task {tid!r}", **where)
+            if t.device not in s.replicas:
+                raise PlanError(f"task {tid!r} of pipeline stage {s.name!r} runs on {t.device}, "
+                                f"which is not one of the stage's replicas", **where)

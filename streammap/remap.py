@@ -348,7 +348,8 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
     info = MapperInfo(name=plan.mapper.name if plan.mapper.name.endswith("+remap") else f"{plan.mapper.name}+remap",
                       estimated_makespan=float(makespan), lower_bound=float(min(lb, makespan)),
                       heft_makespan=None)
-    new_plan = plan.model_copy(update={"tasks": rows_done + new_rows, "mapper": info})
+    # A re-mapped pipeline plan runs as a DAG: its stages' replicas no longer hold.
+    new_plan = plan.model_copy(update={"tasks": rows_done + new_rows, "mapper": info, "pipeline": None})
     validate_plan(new_plan)
     order = {t.id: i for i, t in enumerate(new_plan.tasks)}
     return RemapResult(plan=new_plan, unfinished=sorted(need, key=order.__getitem__),

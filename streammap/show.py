@@ -105,6 +105,8 @@ def plan_summary(plan: Plan) -> str:
         lines.append(f"memory oversubscription: {format_size(m.spill_bytes)} expected to move to the host and "
                      "back (included in the makespan)")
     lines.append(plan_verdict(plan))
+    from .strategies.explain import strategy_sentence
+    lines.append(strategy_sentence(plan))
     by_dev = plan.tasks_by_device()
     used = [d for d, ts in by_dev.items() if ts]
     kernels = {t.kernel for t in plan.tasks}
