@@ -156,6 +156,7 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
             start=float(schedule.start[i]), finish=float(schedule.finish[i]),
             site=node.get("site"), estimate=cost.source[i], retries=int(node.get("retries") or 0),
             share=float(cost.share[i]), out=float(cost.out[i]) if cluster.oversubscription > 1 else None,
+            stateful=bool(node.get("stateful")),
             args=node.get("args") or [], kwargs=node.get("kwargs") or {}))
     g = graph.graph
     devices = [PlanDevice(id=d.id, kind=d.kind, vendor=d.vendor, model=d.model,

@@ -89,6 +89,8 @@ class PlanTask(_Strict):
     # memory oversubscription, the bytes its output is expected to take (spilling reserves them).
     share: float = Field(default=1.0, gt=0, le=1)
     out: Optional[float] = Field(default=None, ge=0)
+    # A call of a stateful kernel: all calls of one kernel must run on one device (streammap.colocate).
+    stateful: bool = False
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
 
@@ -187,7 +189,7 @@ class Plan(_Strict):
         if relative_to is not None:
             data["source"]["path"] = _relpath(self.source.path, relative_to)
         for t in data["tasks"]:
-            for key, empty in (("site", None), ("estimate", None), ("retries", 0), ("share", 1.0), ("out", None),
+            for key, empty in (("site", None), ("estimate", None), ("retries", 0), ("share", 1.0), ("out", None), ("stateful", False),
                            ("args", []), ("kwargs", {})):
                 if t.get(key) == empty:
                     del t[key]
@@ -263,6 +265,8 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
             raise PlanError(f"the plan's outputs name unknown task {r!r}", path=path, line=lines.get(("outputs",)))
     from .sharing import check_plan_shares
     check_plan_shares(plan, path=path, lines=lines)
+    from .colocate import check_plan_colocation
+    check_plan_colocation(plan, path=path, lines=lines)
     if plan.pipeline is not None:
         _validate_pipeline(plan, path, lines)
 

@@ -49,6 +49,7 @@ import networkx as nx
 import numpy as np
 
 from .errors import MappingError, StreamMapError
+from .colocate import colocate_stateful
 from .plan import MapperInfo, Plan, validate_plan
 
 
@@ -160,6 +161,18 @@ def _graph_from_program(plan: Plan) -> Optional[nx.DiGraph]:
     return g
 
 
+def _check_state_kept(plan: Plan, need, fin: dict, exclude: set) -> None:
+    """A stateful kernel whose finished calls ran on a device that is now gone or excluded cannot
+    go on elsewhere: its state lives on that device (``streammap.colocate``), and running its
+    finished calls again would not rebuild it where the state survives (the local executor)."""
+    home = {t.kernel: fin[t.id] for t in plan.tasks if t.stateful and t.id in fin}
+    for t in plan.tasks:
+        if t.stateful and t.id in need and home.get(t.kernel) in exclude:
+            raise RemapError(f"stateful kernel {t.kernel!r} kept its state on {home[t.kernel]}, which is lost or "
+                             f"excluded; its remaining calls (task {t.id!r}) cannot run elsewhere",
+                             hint="run the program again from the start")
+
+
 def _graph_from_plan(plan: Plan, cluster) -> nx.DiGraph:
     """An IR with what the plan knows: estimated durations scaled by speed, same-kind devices."""
     from .ir import add_task, new_graph
@@ -172,7 +185,7 @@ def _graph_from_plan(plan: Plan, cluster) -> nx.DiGraph:
     for t in plan.tasks:
         add_task(g, t.id, t.kernel, site=t.site, retries=t.retries, args=t.args, kwargs=t.kwargs,
                  runtime=max(t.finish - t.start, 0.0) * speed.get(t.device, 1.0),
-                 device=kind.get(t.device, "any"))
+                 device=kind.get(t.device, "any"), stateful=t.stateful)
         for dep in t.deps:
             g.add_edge(dep, t.id, bytes=0.0)
     return g
@@ -291,6 +304,7 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
                 need.add(dep)
                 stack.append(dep)
     done = {k: d for k, d in fin.items() if k not in rerun}
+    _check_state_kept(plan, need, fin, exclude)
 
     cluster = _cluster(plan)
     graph = _graph_from_program(plan)
@@ -322,7 +336,8 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
     cost.class_time = T
     cost.class_count = np.ones(D, dtype=np.int64)
     try:
-        schedule = get_mapper(mapper)(cost)
+        # a stateful kernel's pending calls follow its finished ones (pinned where they ran)
+        schedule = colocate_stateful(cost, get_mapper(mapper))
     except MappingError as exc:
         raise RemapError(f"cannot re-map the rest of the plan: {exc.message}", hint=exc.hint) from None
 

@@ -173,6 +173,18 @@ def test_samples_agree_between_ray_and_local(cluster, tmp_path):
 
 
 @pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
+def test_a_stateful_kernel_gives_the_sequential_result_on_ray_under_every_strategy(cluster, tmp_path):
+    import streammap
+    from test_stateful_placement import BATCHES, STREAM, assert_results, sequential, write
+    batches, stream = write(tmp_path, BATCHES), write(tmp_path, STREAM, "stream.py")
+    for path, call, strategy in ((batches, "main", "none"), (batches, "main", "data"),
+                                 (batches, "main", "model"), (stream, "stream", "pipeline")):
+        plan = streammap.compile(path, cluster=str(HETERO), strategy=strategy)
+        assert len({t.device for t in plan.tasks if t.stateful}) == 1
+        assert_results(run_plan(plan, emulate=True, backend="ray", progress=False), sequential(path, call))
+
+
+@pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
 def test_cli_runs_a_plan_on_ray_and_agrees_with_the_local_run(cluster, tmp_path):
     from streammap.cli import main
     plan = tmp_path / "plan.yaml"

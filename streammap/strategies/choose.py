@@ -100,6 +100,12 @@ def choose_strategy(graph: nx.DiGraph, cluster: Cluster, *, map_fn: Callable[[Co
         An unknown strategy, or a forced one that does not apply (with the reason).
     """
     check_strategy(strategy)
+    from ..colocate import colocate_stateful
+    given = map_fn
+
+    def map_fn(c: CostModel) -> Schedule:          # every call of a stateful kernel on one device
+        return colocate_stateful(c, given)
+
     cost = cost or CostModel(graph, cluster, history=history)
     candidates: dict[str, Candidate] = {}
     skipped: dict[str, str] = {}
@@ -165,7 +171,8 @@ def _model(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:
     if ok and not forced:
         from ..units import format_size
         raise _Skip(f"the program fits one device ({format_size(peak)} of {format_size(cap)})")
-    return Candidate("model", graph, cost, map_model(cost))
+    from ..colocate import colocate_stateful
+    return Candidate("model", graph, cost, colocate_stateful(cost, map_model))
 
 
 def _pipeline(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:

@@ -304,18 +304,29 @@ def _map_on(problem: StageProblem, time: np.ndarray, groups: list[list[int]], it
     free = np.flatnonzero(~is_stateful)
     fixed = np.zeros(D)
     place: dict[int, int] = {}
-    # Stateful groups, heaviest first, each where the LP period of the rest is least.
-    for g in sorted(np.flatnonzero(is_stateful), key=lambda g: (-np.nanmin(gtime[g]), g)):
+    # Stateful groups, heaviest first, each where the LP period of the rest is least; the groups
+    # of one stateful kernel (called at several sites of the body) share its state, so they are
+    # placed as one unit (streammap.colocate).
+    units: dict[str, list[int]] = {}
+    for g in np.flatnonzero(is_stateful):
+        units.setdefault(problem.kernels[groups[g][0]], []).append(int(g))
+    for unit in sorted(units.values(), key=lambda u: (-np.nanmin(gtime[u].sum(axis=0)), u[0])):
+        utime = gtime[unit].sum(axis=0)
         best = None
-        for d in np.flatnonzero(np.isfinite(gtime[g])):
+        for d in np.flatnonzero(np.isfinite(utime)):
             trial = fixed.copy()
-            trial[d] += gtime[g, d]
+            trial[d] += utime[d]
             p, _ = min_period_lp(gtime[free], trial)
             key = (p, trial[d], d)
             if best is None or key < best:
                 best = key
-        place[int(g)] = int(best[2])
-        fixed[best[2]] += gtime[g, best[2]]
+        if best is None:
+            raise StreamMapError(f"the stages of stateful kernel {problem.kernels[groups[unit[0]][0]]!r} "
+                                 "have no device in common",
+                                 hint="a stateful kernel keeps its state on one device: give its calls one device clause")
+        for g in unit:
+            place[g] = int(best[2])
+        fixed[best[2]] += utime[best[2]]
     compute_period, free_share = min_period_lp(gtime[free], fixed)
     gshare = np.zeros((len(groups), D))
     gshare[free] = free_share
@@ -580,7 +591,10 @@ def pipeline_schedule(cost: CostModel, problem: StageProblem, items: int) -> tup
             device[p] = m.device[s, i]
             when[p] = offset[s] + i * m.period
     key = np.lexsort((cost.topo_index, when))
-    steady = simulate(cost, device, [key[device[key] == d] for d in range(cost.n_devices)], mapper="pipeline")
+    try:
+        steady = simulate(cost, device, [key[device[key] == d] for d in range(cost.n_devices)], mapper="pipeline")
+    except ValueError:      # a stateful kernel at two sites of the body: its chain crosses the offsets
+        steady = None
     listed = simulate(cost, device, depth_first_order(cost, device), mapper="pipeline")
     dealt, seq = deal_earliest_finish(cost, problem, m, items)
     flat = np.empty(cost.n_tasks, dtype=np.int64)
@@ -588,7 +602,7 @@ def pipeline_schedule(cost: CostModel, problem: StageProblem, items: int) -> tup
         for i, tid in enumerate(row):
             flat[cost.pos[tid]] = dealt[s, i]
     eft = simulate(cost, flat, seq, mapper="pipeline")
-    sched = min((steady, listed, eft), key=lambda s: s.makespan)
+    sched = min((s for s in (steady, listed, eft) if s is not None), key=lambda s: s.makespan)
     per_item = dealt if sched is eft else m.device
     stages = []
     for s in range(problem.n_stages):
