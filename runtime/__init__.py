@@ -142,19 +142,28 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
     monitored: tuple = (None, None)         # the record's telemetry and alerts
     try:
         devices = make_devices(placements)
-        # A pipeline plan streams its items (.pipeline); its run is not monitored (yet).
-        watch = (telemetry or metrics is not None or alerts is not None) and plan.pipeline is None
+        watch = telemetry or metrics is not None or alerts is not None
+        # a pipeline plan streams its items (.pipeline): monitored alike, but not re-mapped
+        remap = config.remap if config.remap.active(emulate) and config.remap.max_remaps > 0 else None
+        if plan.pipeline is not None:
+            remap = None
         if watch:
             from .supervisor import RunSupervisor
             manager = AlertManager(config, metrics=metrics, context={
                 "plan": str(plan_path) if plan_path is not None else None, "source": plan.source.path})
             supervisor = RunSupervisor(
                 plan, placements, telemetry=telemetry, metrics=metrics, alerts=manager,
-                remap=config.remap if config.remap.active(emulate) and config.remap.max_remaps > 0 else None,
+                remap=remap,
                 interval=interval or _default_interval(), samplers=samplers)
         if plan.pipeline is not None:
             from .pipeline import PipelineExecutor
-            outcome = PipelineExecutor(plan, program.kernels, devices).run()
+            executor = PipelineExecutor(plan, program.kernels, devices)
+            if supervisor is not None:
+                supervisor.start()
+                supervisor.attach(executor)
+            outcome = executor.run()
+            if supervisor is not None:
+                supervisor.detach()
         else:
             outcome = _execute(plan, program.kernels, devices, placements, emulate=emulate, progress=progress,
                                supervisor=supervisor)

@@ -33,6 +33,13 @@ Policy
   queue gets a stop marker, and admission ends; the outcome carries the :class:`KernelError`.
 * **Timing**: ``time.perf_counter`` around each task, relative to the run's start (the same
   run-record fields as the DAG executor).
+* **Monitoring**: the run's :class:`~streammap.runtime.supervisor.RunSupervisor` reads the same
+  lists as it reads from the DAG executor (``done``, ``attempts``, ``starts``, ``finishes``,
+  ``gpu_events``, ``plan``, ``error``) and ``order``: per device, its tasks in the order they
+  *started* (a replica appends a task as it takes it; several replicas on one device interleave),
+  so the supervisor's per-device cursor finds finished tasks in O(new tasks). ``gpu_events`` stays
+  ``None`` (a GPU replica synchronises its stream after each task, so the wall time is the task's).
+  A pipeline is not drained and re-mapped on a slow device (``request_drain`` does nothing).
 """
 
 from __future__ import annotations
@@ -97,6 +104,10 @@ class PipelineExecutor:
         self.error: Optional[BaseException] = None
         self.stopped = False
         self.done = [False] * n
+        # what the supervisor reads (see Monitoring): tasks per device in start order, no GPU events
+        self.order: dict[str, list[int]] = {d: [] for d in dict.fromkeys(r[1] for r in self.queues)}
+        self.gpu_events: list = [None] * n
+        self.draining = False
 
     # -- running -------------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -149,6 +160,10 @@ class PipelineExecutor:
         return Outcome(outputs=outputs, error=self.error, wall_time=wall, starts=starts, finishes=finishes,
                        attempts=list(self.attempts), devices=devices)
 
+    def request_drain(self) -> None:
+        """Nothing: a pipeline run is not drained for re-mapping, it runs to its end (the supervisor
+        of a pipeline run is made without re-mapping, so it does not ask)."""
+
     def _count_down(self, k: int) -> bool:
         """One less thing for task k to wait for (call with the lock held); True when it is ready."""
         self.remaining[k] -= 1
@@ -162,15 +177,15 @@ class PipelineExecutor:
         try:
             if dev.is_gpu:
                 with dev.device, dev.stream:
-                    self._loop(q, dev)
+                    self._loop(q, dev, self.order[d])
             else:
-                self._loop(q, dev)
+                self._loop(q, dev, self.order[d])
         except BaseException as exc:          # a bug of ours: stop the run rather than hang it
             self._fail(None, exc)
         finally:
             set_current_device(None)
 
-    def _loop(self, q, dev) -> None:
+    def _loop(self, q, dev, started: list) -> None:
         tasks = self.plan.tasks
         while True:
             k = q.get()
@@ -186,6 +201,7 @@ class PipelineExecutor:
             except BaseException as exc:
                 self._fail(k, exc)
                 continue
+            started.append(k)
             start = time.perf_counter()
             out, exc = None, None
             for attempt in range(t.retries + 1):
