@@ -141,21 +141,8 @@ def shard_plans(graph: nx.DiGraph, task: str, cluster: Cluster, history=None,
     """
     D = len(cluster.devices)
     k_max = D if k_max is None else max(1, min(k_max, D))
-    attrs = graph.nodes[task]
-    out_b, in_b = _out_bytes(graph, task), _in_bytes(graph, task)
-    mini = new_graph("shards", graph.graph.get("kind", "program"))
-    add_task(mini, "whole", attrs["kernel"], **_scaled(attrs, 1, out_b))
-    add_task(mini, "scatter", SCATTER, flops=0.0, bytes=0.0, out=in_b)
-    add_task(mini, "gather", GATHER, flops=0.0, bytes=2.0 * out_b, out=out_b)
-    cost = CostModel(mini, cluster, history=history)
-    t1 = cost.time[cost.pos["whole"]]
-    home = int(np.argmin(t1))
+    t1, home, a, b, fixed = shard_costs(graph, task, cluster, history)
     plans = {1: ShardPlan(float(t1[home]), [1.0], [home])}
-    launch = np.array([launch_overhead(d) for d in cluster.devices])
-    here = np.arange(D) == home
-    a = launch + np.where(here, 0.0, cost.lat[home] + cost.lat[:, home])
-    b = np.maximum(t1 - launch, 1e-15) + np.where(here, 0.0, in_b * cost.inv_bw[home] + out_b * cost.inv_bw[:, home])
-    fixed = cost.time[cost.pos["scatter"], home] + cost.time[cost.pos["gather"], home]
     rank = [d for d in np.lexsort((np.arange(D), a, b)) if np.isfinite(b[d])]
     for k in range(2, min(k_max, len(rank)) + 1):
         use = np.array(rank[:k])
@@ -166,6 +153,30 @@ def shard_plans(graph: nx.DiGraph, task: str, cluster: Cluster, history=None,
         if (f > 0).all() and T < equal:
             plans[k] = ShardPlan(float(fixed + T), [float(x) for x in f / f.sum()], [int(d) for d in use])
     return plans
+
+
+def shard_costs(graph: nx.DiGraph, task: str, cluster: Cluster, history=None):
+    """The terms of :func:`shard_plans`: ``(t1, home, a, b, fixed)`` with ``t1[d]`` the whole
+    task's time on device d, ``home`` its fastest device (where scatter and gather run), a shard of
+    fraction f taking ``a[d] + f * b[d]`` on d, and ``fixed`` the scatter and gather time. So
+    ``t1[home] * sum(1 / b[d])`` over k devices is the most k shards can speed the task up,
+    transfers included (every shard's input and output cross the link to ``home``)."""
+    D = len(cluster.devices)
+    attrs = graph.nodes[task]
+    out_b, in_b = _out_bytes(graph, task), _in_bytes(graph, task)
+    mini = new_graph("shards", graph.graph.get("kind", "program"))
+    add_task(mini, "whole", attrs["kernel"], **_scaled(attrs, 1, out_b))
+    add_task(mini, "scatter", SCATTER, flops=0.0, bytes=0.0, out=in_b)
+    add_task(mini, "gather", GATHER, flops=0.0, bytes=2.0 * out_b, out=out_b)
+    cost = CostModel(mini, cluster, history=history)
+    t1 = cost.time[cost.pos["whole"]]
+    home = int(np.argmin(t1))
+    launch = np.array([launch_overhead(d) for d in cluster.devices])
+    here = np.arange(D) == home
+    a = launch + np.where(here, 0.0, cost.lat[home] + cost.lat[:, home])
+    b = np.maximum(t1 - launch, 1e-15) + np.where(here, 0.0, in_b * cost.inv_bw[home] + out_b * cost.inv_bw[:, home])
+    fixed = cost.time[cost.pos["scatter"], home] + cost.time[cost.pos["gather"], home]
+    return t1, home, a, b, fixed
 
 
 def shard_times(graph: nx.DiGraph, task: str, cluster: Cluster, history=None, k_max: int | None = None) -> dict[int, float]:

@@ -297,20 +297,54 @@ def map_pipeline(problem: StageProblem, items: int) -> PipelineMapping:
 
 
 def _map_on(problem: StageProblem, time: np.ndarray, groups: list[list[int]], items: int) -> PipelineMapping:
-    """Steps 2-5 of the module docstring with stage times ``time`` (``inf`` off the allowed devices)."""
-    S, D = time.shape
+    """Steps 2-5 of the module docstring with stage times ``time`` (``inf`` off the allowed devices).
+
+    The stateful groups are placed greedily by the compute-only LP; when there are few of them
+    (at most :data:`MAX_SEARCHED_UNITS` stateful kernels), every placement of them up to device
+    symmetry is also scored by the flow LP (transfers included), and the better of the two
+    mappings (dealt period) is kept: with microsecond stages and large items, where the state
+    lives decides how many items cross slow links, which the compute-only LP cannot see."""
+    D = time.shape[1]
     gtime = np.array([time[g].sum(axis=0) for g in groups]) if groups else np.zeros((0, D))
     is_stateful = np.array([bool(problem.stateful[g[0]]) for g in groups], dtype=bool)
     free = np.flatnonzero(~is_stateful)
-    fixed = np.zeros(D)
-    place: dict[int, int] = {}
-    # Stateful groups, heaviest first, each where the LP period of the rest is least; the groups
-    # of one stateful kernel (called at several sites of the body) share its state, so they are
-    # placed as one unit (streammap.colocate).
+    # the groups of one stateful kernel (called at several sites of the body) share its state, so
+    # they are placed as one unit (streammap.colocate)
     units: dict[str, list[int]] = {}
     for g in np.flatnonzero(is_stateful):
         units.setdefault(problem.kernels[groups[g][0]], []).append(int(g))
-    for unit in sorted(units.values(), key=lambda u: (-np.nanmin(gtime[u].sum(axis=0)), u[0])):
+    unit_list = sorted(units.values(), key=lambda u: (-np.nanmin(gtime[u].sum(axis=0)), u[0]))
+    for unit in unit_list:
+        if not np.isfinite(gtime[unit].sum(axis=0)).any():
+            raise StreamMapError(f"the stages of stateful kernel {problem.kernels[groups[unit[0]][0]]!r} "
+                                 "have no device in common",
+                                 hint="a stateful kernel keeps its state on one device: give its calls one device clause")
+    cut = cut_bytes(problem, groups)
+    places = [_place_greedy(gtime, free, unit_list)]
+    if len(groups) > 1 and 0 < len(unit_list) <= MAX_SEARCHED_UNITS:
+        searched = _place_by_flow(problem, gtime, unit_list, cut)
+        if searched is not None and searched[1] != places[0]:
+            places.append(searched[1])
+    best = None
+    for place in places:
+        m = _mapping_for(problem, groups, gtime, free, place, cut, items)
+        if best is None or m.period < best.period * (1 - 1e-9):
+            best = m
+    return best
+
+
+#: Most stateful kernels whose every placement (up to device symmetry) is scored by the flow LP.
+MAX_SEARCHED_UNITS = 3
+#: Most placements scored that way (beyond: the greedy placement alone).
+MAX_SEARCHED_PLACEMENTS = 96
+
+
+def _place_greedy(gtime: np.ndarray, free: np.ndarray, unit_list: list[list[int]]) -> dict[int, int]:
+    """Stateful units, heaviest first, each where the compute-only LP period of the rest is least."""
+    D = gtime.shape[1]
+    fixed = np.zeros(D)
+    place: dict[int, int] = {}
+    for unit in unit_list:
         utime = gtime[unit].sum(axis=0)
         best = None
         for d in np.flatnonzero(np.isfinite(utime)):
@@ -320,13 +354,104 @@ def _map_on(problem: StageProblem, time: np.ndarray, groups: list[list[int]], it
             key = (p, trial[d], d)
             if best is None or key < best:
                 best = key
-        if best is None:
-            raise StreamMapError(f"the stages of stateful kernel {problem.kernels[groups[unit[0]][0]]!r} "
-                                 "have no device in common",
-                                 hint="a stateful kernel keeps its state on one device: give its calls one device clause")
         for g in unit:
             place[g] = int(best[2])
         fixed[best[2]] += utime[best[2]]
+    return place
+
+
+def _place_by_flow(problem: StageProblem, gtime: np.ndarray, unit_list: list[list[int]],
+                   cut: np.ndarray) -> tuple[float, dict[int, int]] | None:
+    """The least flow-LP period and its placement of the stateful units, over every placement up
+    to symmetry: a unit goes to a device already holding a unit, or to the first unused device of
+    each kind of device (same node, same stage times). ``None`` when there are more than
+    :data:`MAX_SEARCHED_PLACEMENTS` of them, or no LP succeeds."""
+    D = gtime.shape[1]
+    node_of = problem.node_of if problem.node_of is not None else np.zeros(D, dtype=np.int64)
+    kind = [(int(node_of[d]), tuple(np.round(gtime[:, d], 15))) for d in range(D)]
+    combos: list[tuple[int, ...]] = []
+
+    def extend(prefix: tuple[int, ...]) -> bool:
+        if len(combos) > MAX_SEARCHED_PLACEMENTS:
+            return False
+        k = len(prefix)
+        if k == len(unit_list):
+            combos.append(prefix)
+            return True
+        ok = np.isfinite(gtime[unit_list[k]].sum(axis=0))
+        seen = set()
+        cands = []
+        for d in range(D):
+            if not ok[d]:
+                continue
+            if d in prefix:
+                cands.append(d)
+            elif kind[d] not in seen:
+                seen.add(kind[d])
+                cands.append(d)
+        return all(extend(prefix + (d,)) for d in cands)
+
+    if not extend(()) or len(combos) > MAX_SEARCHED_PLACEMENTS:
+        return None
+    best = None
+    for combo in combos:
+        place = {g: d for unit, d in zip(unit_list, combo) for g in unit}
+        got = flow_lp(gtime, place, cut, problem.lat, problem.inv_bw)
+        if got is None:
+            continue
+        p = flow_period(gtime, got[0], got[1], cut, problem.lat, problem.inv_bw)
+        if best is None or p < best[0] * (1 - 1e-9):
+            best = (p, place)
+    return best
+
+
+def period_floor(problem: StageProblem) -> float | None:
+    """The least period of any mapping of this module's model: the flow LP (fractional shares,
+    transfers under the overlap model) minimised over every placement of the stateful kernels,
+    on all devices. Unlike :func:`period_lower_bound` it counts transfers, so it shows how far
+    the bound is out of reach when items are large and stages short. ``None`` when the stateful
+    kernels are too many to enumerate (:data:`MAX_SEARCHED_UNITS`, :data:`MAX_SEARCHED_PLACEMENTS`)."""
+    groups = stage_groups(problem)
+    gtime = np.array([problem.time[g].sum(axis=0) for g in groups])
+    units: dict[str, list[int]] = {}
+    for g, members in enumerate(groups):
+        if problem.stateful[members[0]]:
+            units.setdefault(problem.kernels[members[0]], []).append(g)
+    cut = cut_bytes(problem, groups)
+    if not units:
+        got = flow_lp(gtime, {}, cut, problem.lat, problem.inv_bw) if len(groups) > 1 else None
+        if got is None:
+            return min_period_lp(gtime)[0]
+        return flow_period(gtime, got[0], got[1], cut, problem.lat, problem.inv_bw)
+    if len(units) > MAX_SEARCHED_UNITS or len(groups) < 2:
+        return None
+    found = _place_by_flow(problem, gtime, list(units.values()), cut)
+    return None if found is None else found[0]
+
+
+def flow_period(gtime: np.ndarray, x: np.ndarray, y: np.ndarray, cut: np.ndarray, lat: np.ndarray,
+                inv_bw: np.ndarray) -> float:
+    """The period of fractional shares ``x`` and flows ``y`` (from :func:`flow_lp`) under the
+    overlap model: the largest per-device compute, outgoing or incoming transfer time per item."""
+    D = gtime.shape[1]
+    compute = (x * np.where(np.isfinite(gtime), gtime, 0.0)).sum(axis=0)
+    out, inbound = np.zeros(D), np.zeros(D)
+    off = ~np.eye(D, dtype=bool)
+    for g in range(y.shape[0]):
+        c = np.where(off, lat + cut[g] * inv_bw, 0.0) * y[g]
+        out += c.sum(axis=1)
+        inbound += c.sum(axis=0)
+    return float(max(compute.max(initial=0.0), out.max(initial=0.0), inbound.max(initial=0.0)))
+
+
+def _mapping_for(problem: StageProblem, groups: list[list[int]], gtime: np.ndarray, free: np.ndarray,
+                 place: dict[int, int], cut: np.ndarray, items: int) -> PipelineMapping:
+    """Shares (flow LP, else compute-only LP), dealt items and period for one stateful placement."""
+    S = problem.n_stages
+    D = gtime.shape[1]
+    fixed = np.zeros(D)
+    for g, d in place.items():
+        fixed[d] += gtime[g, d]
     compute_period, free_share = min_period_lp(gtime[free], fixed)
     gshare = np.zeros((len(groups), D))
     gshare[free] = free_share
@@ -334,7 +459,7 @@ def _map_on(problem: StageProblem, time: np.ndarray, groups: list[list[int]], it
         gshare[g, d] = 1.0
     flows = None
     if len(groups) > 1:
-        got = flow_lp(gtime, place, cut_bytes(problem, groups), problem.lat, problem.inv_bw)
+        got = flow_lp(gtime, place, cut, problem.lat, problem.inv_bw)
         if got is not None:
             gshare, flows = got
     share = np.zeros((S, D))
