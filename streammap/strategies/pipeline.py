@@ -30,7 +30,13 @@ Policy
    placed greedily, heaviest first, each on the device that gives the smallest LP period
    (a list-scheduling step in the spirit of Benoit and Robert's heuristics [1]_, with the
    replicated intervals of their model relaxed to fractional shares, as the data-parallel
-   replication of stateless filters in StreamIt does [2]_).
+   replication of stateless filters in StreamIt does [2]_). The groups of one stateful kernel
+   (called at several sites of the body) share its state and are placed as one unit. When there
+   are at most :data:`MAX_SEARCHED_UNITS` stateful kernels, every placement of them up to device
+   symmetry is also scored by the flow LP of step 5 (transfers included), and the mapping with
+   the better dealt period is kept: with short stages and large items the compute-only LP cannot
+   see where the state should live. :func:`period_floor` is the least flow-LP period over all
+   those placements, the best this model can do (the benchmark prints it beside the bound).
 4. **Dealing items.** Items are dealt to the replicas of each group by smooth weighted
    round-robin on the shares, preferring the device that ran the item's previous group (so an item
    that can stay on one device does). Dealing is deterministic: the same program and cluster give
