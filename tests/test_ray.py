@@ -172,14 +172,13 @@ def test_samples_agree_between_ray_and_local(cluster, tmp_path):
             np.testing.assert_allclose(got[k], local[k], rtol=1e-12, atol=0)
 
 
-@pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
 def test_a_stateful_kernel_gives_the_sequential_result_on_ray_under_every_strategy(cluster, tmp_path):
     import streammap
-    from test_stateful_placement import BATCHES, STREAM, assert_results, sequential, write
+    from test_stateful_placement import BATCHES, STREAM, TWO_BY_TWO, assert_results, sequential, write
     batches, stream = write(tmp_path, BATCHES), write(tmp_path, STREAM, "stream.py")
-    for path, call, strategy in ((batches, "main", "none"), (batches, "main", "data"),
-                                 (batches, "main", "model"), (stream, "stream", "pipeline")):
-        plan = streammap.compile(path, cluster=str(HETERO), strategy=strategy)
+    # model places by the same co-location step as none and data (test_stateful_placement runs it)
+    for path, call, strategy in ((batches, "main", "none"), (batches, "main", "data"), (stream, "stream", "pipeline")):
+        plan = streammap.compile(path, cluster=TWO_BY_TWO, strategy=strategy)
         assert len({t.device for t in plan.tasks if t.stateful}) == 1
         assert_results(run_plan(plan, emulate=True, backend="ray", progress=False), sequential(path, call))
 

@@ -69,6 +69,15 @@ STREAM = program("flops=1e11, bytes=8*ROWS, out=8*ROWS", "flops=1e9, out=8*ROWS,
     ''')
 
 
+#: Two nodes of two GPUs behind a 12.5 GB/s network (small enough for the Ray tests' actors); HEFT
+#: spreads BATCHES' accumulate calls over two devices here too.
+TWO_BY_TWO = {"name": "two-by-two", "network": {"bandwidth": "12.5 GB/s", "latency": "10us"},
+              "nodes": [{"name": f"node{n}", "link": {"bandwidth": "300 GB/s", "latency": "3us"},
+                         "devices": [{"name": f"gpu{i}", "kind": "gpu", "vendor": "nvidia", "model": "H200",
+                                      "memory": "80GiB", "flops": "20 TFLOP/s", "mem_bandwidth": "2000 GB/s"}
+                                     for i in range(2)]} for n in range(2)]}
+
+
 def write(tmp_path, text, name="prog.py") -> Path:
     path = tmp_path / name
     path.write_text(text)
