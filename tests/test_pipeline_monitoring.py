@@ -73,3 +73,20 @@ def test_a_pipeline_run_has_telemetry_metrics_and_slow_task_alerts(tmp_path):
     assert value(text, "streammap_tasks", state="done") == 12
     assert value(text, "streammap_tasks", state="pending") == 0
     assert not record.remaps
+
+
+def test_streammap_run_of_a_pipeline_plan_records_telemetry_and_alerts(tmp_path):
+    from streammap.cli import main
+    from streammap.plan import write_plan
+    path = tmp_path / "stream.py"
+    path.write_text(STREAM)
+    write_plan(streammap.compile(path, cluster=cluster_from_dict(GPUS), strategy="pipeline"), tmp_path / "plan.yaml")
+    (tmp_path / "alerts.yaml").write_text("slow_task: {factor: 3, baseline: model, min_time: 5ms}\n"
+                                          "remap: {enabled: true}\n")
+    assert main(["run", str(tmp_path / "plan.yaml"), "--emulate", "--no-progress", "--no-history",
+                 "--alerts", str(tmp_path / "alerts.yaml"), "--sample-interval", "0.01",
+                 "-o", str(tmp_path / "out.npz")]) == 0
+    record = read_run_record(tmp_path / "out.run.json")
+    assert record.telemetry is not None and any(a.kind == "slow_task" for a in record.alerts)
+    assert not record.remaps                    # remap enabled, but a pipeline runs to its end
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["result_5"], [15.0])
