@@ -173,6 +173,13 @@ class SpillBook:
             book.resident[k] = float(out_bytes)
         return self._make_room(dev)
 
+    def hold(self, i, dev, nbytes: float, spilled: bool = False) -> None:
+        """Result ``i`` is already there at the start (carried from an earlier run segment):
+        resident on ``dev``, or spilled from it to the host."""
+        book = self.devs.get(dev)
+        if book is not None:
+            (book.spilled if spilled else book.resident)[i] = float(nbytes)
+
     def release(self, i) -> None:
         """Result ``i`` is no longer needed: it leaves its device (or the host)."""
         book = self.devs.get(self.owner.get(i))
