@@ -88,6 +88,77 @@ def test_the_share_aware_schedule_is_what_the_runtime_admission_reproduces():
     np.testing.assert_array_equal(again.finish, s.finish)
 
 
+class LastDevice:
+    """A custom placement policy (used by class path below): always the last feasible device."""
+
+    def choose(self, task, feasible, state):
+        return int(feasible[-1])
+
+
+@pytest.mark.parametrize("mapper", ["least-loaded", "fastest", "heft-plain", "test_sharing:LastDevice"])
+def test_whole_device_mappers_keep_their_devices_and_are_timed_as_the_runtime_co_locates(mapper):
+    from streammap.compiler import load_source_graph, resolve_cluster
+    from streammap.mappers import get_mapper
+    cost = CostModel(load_source_graph(SWEEP, SMALL), resolve_cluster(cluster()))
+    own = get_mapper(mapper)(cost)                    # its own schedule: a device's tasks one at a time
+    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False, mapper=mapper)
+    assert plan.mapper.name.endswith("+share")
+    assert {t.id: t.device for t in plan.tasks} == {cost.tasks[i]: cost.devices[int(own.device[i])].id
+                                                    for i in range(cost.n_tasks)}
+    assert max(n for _, n in peak_shares(plan).values()) == 4
+    assert plan.mapper.estimated_makespan <= 0.5 * own.makespan
+    # the runtime admits each device's tasks in plan order by share: replaying that gives the plan's times
+    pos = {d.id: j for j, d in enumerate(cost.devices)}
+    device = np.array([pos[{t.id: t.device for t in plan.tasks}[tid]] for tid in cost.tasks])
+    order = [[cost.pos[t.id] for t in plan.tasks if t.device == d.id] for d in cost.devices]
+    again = simulate_shared(cost, device, order)
+    np.testing.assert_allclose(again.start, [{t.id: t.start for t in plan.tasks}[tid] for tid in cost.tasks],
+                               rtol=1e-9, atol=1e-12)
+    assert again.makespan == pytest.approx(plan.mapper.estimated_makespan)
+
+
+def test_re_mapping_a_sharing_plan_keeps_shares_and_co_locates_the_rest(tmp_path):
+    from streammap.plan import validate_plan
+    from streammap.remap import remap_plan
+    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False)
+    first = [t for t in plan.tasks if t.kernel == "rod"][:6]
+    rod_time = first[0].finish - first[0].start
+    # the run is ahead of the plan: the finished rods' estimates reach past "now"
+    now = 0.5 * rod_time
+    res = remap_plan(plan, {t.id: t.device for t in first}, now=now, lost=["n0/gpu1"])
+    validate_plan(res.plan)                               # the share check passes
+    new = {t.id: t for t in res.plan.tasks}
+    assert {t.share for t in res.plan.tasks if t.kernel == "rod"} == {0.25}
+    kept = [t for t in first if t.id not in res.rerun]
+    assert kept and all(new[t.id].finish <= now for t in kept)     # done by now
+    assert all(t.device == "n0/gpu1" for t in first if t.id in res.rerun)
+    rest = [new[k] for k in res.unfinished]
+    assert all(t.device == "n0/gpu0" and t.start >= now for t in rest)
+    rods_left = [t for t in rest if t.kernel == "rod"]
+    assert max(n for _, _, n in share_profile((t.start, t.finish, t.share) for t in rods_left)) == 4
+    # four at a time: the rest takes a quarter of running them one by one (plus the gather)
+    serial = sum(t.finish - t.start for t in rest)
+    assert res.estimated_makespan - now <= 0.5 * serial
+    assert res.plan.mapper.name == f"{plan.mapper.name}+remap"
+
+
+def test_re_mapping_a_hand_made_sharing_plan_keeps_its_shares(tmp_path):
+    from runtime_helpers import FAN, make_plan, ref, task
+    from streammap.plan import validate_plan
+    from streammap.remap import remap_plan
+    devices = [{"id": f"node0/gpu{i}", "kind": "gpu", "vendor": "nvidia"} for i in range(2)]
+    tasks = [task("src", "source", "node0/gpu0")]
+    tasks += [{**task(f"s{k}", "scale", f"node0/gpu{k % 2}", ref("src"), k), "share": 0.5} for k in range(6)]
+    tasks.append(task("sum", "total", "node0/gpu1", *[ref(f"s{k}") for k in range(6)]))
+    plan = make_plan(tmp_path, FAN, tasks, devices=devices, outputs=ref("sum"))
+    res = remap_plan(plan, {"src": "node0/gpu0"}, now=0.0005, lost=["node0/gpu1"])
+    assert res.ir == "plan"
+    validate_plan(res.plan)
+    scales = [t for t in res.plan.tasks if t.kernel == "scale"]
+    assert {t.share for t in scales} == {0.5} and {t.device for t in scales} == {"node0/gpu0"}
+    assert max(n for _, _, n in share_profile((t.start, t.finish, t.share) for t in scales)) == 2
+
+
 def test_shares_above_one_on_a_device_are_refused_when_the_plan_is_read(tmp_path):
     plan = streammap.compile(SWEEP, cluster=cluster(gpus=1), params=SMALL, history=False)
     write_plan(plan, tmp_path / "p.yaml")
