@@ -10,6 +10,8 @@ kernel that fills a quarter of the SMs uses a quarter of its device, whichever p
 Then both plans of the homogeneous ``a100`` node (4 x A100 of ``hetero-2x4``) are *run* with
 the emulated executor, every kernel sleeping for its estimated time on an A100 (``HOLD``), so
 the measured speedup is what the executor's admission by share delivers with those durations.
+The shared workload is also mapped with ``least-loaded`` (a policy that places whole devices; its
+plan is timed by the share-aware scheduler) and run, its estimate beside its measured time.
 
 Part 2, memory oversubscription. A forward/backward pass whose activations (K + 1 arrays kept
 until the backward pass) do not fit the device: with ``memory_oversubscription: 1`` the compiler
@@ -187,12 +189,15 @@ def part_small(folder: Path, chains: int, depth: int, hold: float) -> bool:
     run_params = {**params, "HOLD": work / A100_FLOPS + LAUNCH}
     shared = streammap.compile(prog, cluster=node, params=run_params, history=False)
     whole = streammap.compile(prog, cluster=node, params={**run_params, "SHARE": 1}, history=False)
+    # a placement policy that places whole devices decides where; the share-aware scheduler when
+    least = streammap.compile(prog, cluster=node, params=run_params, history=False, mapper="least-loaded")
     ws, rs = measured_run(shared, folder, "shared")
     ww, rw = measured_run(whole, folder, "whole")
+    _, rl = measured_run(least, folder, "least")
     print(f"\nmeasured on the emulated executor, 4 x A100 node ({len(shared.tasks)} tasks, kernels sleep "
           f"{run_params['HOLD'] * 1e3:.1f} ms):")
     print(f"{'':<15} {'estimated':>11} {'measured':>11} {'meas/est':>9}")
-    for label, plan, rec in (("shared", shared, rs), ("whole-device", whole, rw)):
+    for label, plan, rec in (("shared", shared, rs), ("whole-device", whole, rw), ("least-loaded", least, rl)):
         print(f"{label:<15} {plan.mapper.estimated_makespan * 1e3:9.1f}ms {rec.wall_time * 1e3:9.1f}ms "
               f"{rec.wall_time / plan.mapper.estimated_makespan:9.3f}")
     est_speedup = whole.mapper.estimated_makespan / shared.mapper.estimated_makespan
