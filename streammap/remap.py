@@ -33,7 +33,9 @@ same two pieces with what its actors report.
        unfinished tasks get the new device and times shifted by ``now``. When tasks share devices
        (``share < 1``) the share-aware scheduler does (:func:`streammap.sharing.map_shared`: HEFT's
        order, earliest finish, co-location by share, the runtime's FIFO admission), so the
-       re-mapped estimates stay as true as the first plan's; the tasks keep their shares.
+       re-mapped estimates stay as true as the first plan's; the tasks keep their shares. Under
+       memory oversubscription the schedule is re-timed with the spills it implies
+       (:func:`streammap.spilling.estimate_spills`), as the compiler does.
 
     Finished tasks keep their device and times, except that on a device that shares, a finished
     task's estimated times are clipped at ``now`` (it is done by then): the plan's share check
@@ -334,6 +336,9 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
         schedule = map_shared(cost, mapper, get_mapper(mapper)) if uses_sharing(cost) else get_mapper(mapper)(cost)
     except MappingError as exc:
         raise RemapError(f"cannot re-map the rest of the plan: {exc.message}", hint=exc.hint) from None
+    if getattr(cluster, "oversubscription", 1.0) > 1.0:
+        from .spilling import estimate_spills      # charge the spills the new schedule implies
+        schedule = estimate_spills(cost, schedule).schedule
 
     shares = {t.device for t in plan.tasks if t.share < 1.0 - SHARE_EPS}
     rows_done = [t if t.device not in shares or t.finish <= now else
