@@ -117,6 +117,14 @@ def test_whole_device_mappers_keep_their_devices_and_are_timed_as_the_runtime_co
     assert again.makespan == pytest.approx(plan.mapper.estimated_makespan)
 
 
+@pytest.mark.parametrize("mapper, gpu_policy", [("binpack", "binpack"), ("least-loaded", "spread")])
+def test_a_sharing_plan_exported_to_kubernetes_keeps_its_policys_hami_annotation(mapper, gpu_policy):
+    from streammap.k8s.resources import device_groups
+    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False, mapper=mapper)
+    assert plan.mapper.name == f"{mapper}+share"
+    assert {g.annotations.get("hami.io/gpu-scheduler-policy") for g in device_groups(plan)} == {gpu_policy}
+
+
 def test_re_mapping_a_sharing_plan_keeps_shares_and_co_locates_the_rest(tmp_path):
     from streammap.plan import validate_plan
     from streammap.remap import remap_plan
