@@ -262,10 +262,13 @@ def test_an_oversubscribed_plan_spills_on_ray_exactly_as_locally(cluster, tmp_pa
 
     (tmp_path / "prog.py").write_text(textwrap.dedent(ACTIVATIONS))
     plan = streammap.compile(tmp_path / "prog.py", cluster=tiny(10 * MIB8, F=1.5), history=False)
+    from streammap.cli import main
+    from streammap.plan import write_plan
+    write_plan(plan, tmp_path / "p.yaml")
     run_plan(plan, emulate=True, outputs_path=tmp_path / "l.npz", progress=False, telemetry=False)
-    out = run_plan(plan, emulate=True, backend="ray", outputs_path=tmp_path / "r.npz", progress=False,
-                   telemetry=False)
-    np.testing.assert_array_equal(out["result"], direct_activations())
+    assert main(["run", str(tmp_path / "p.yaml"), "--emulate", "--no-progress", "--backend", "ray",
+                 "--address", cluster.address, "-o", str(tmp_path / "r.npz")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "r.npz")["result"], direct_activations())
     local = read_run_record(tmp_path / "l.run.json").devices[0].spill
     ray_ = read_run_record(tmp_path / "r.run.json").devices[0].spill
     assert ray_["spilled_bytes"] > 0 and ray_["seconds"] > 0 and ray_["overflow"] == 0.0
