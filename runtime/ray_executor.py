@@ -226,6 +226,8 @@ class DeviceActor:
                 shared[tid] = (entry[0], pending)
             else:
                 shared.pop(tid, None)    # the allocations are freed with their last reference
+                if self.spill is not None:
+                    self.spill.drop_shared(tid)
 
     def held(self) -> list:
         return list(self.values)
@@ -281,7 +283,11 @@ class DeviceActor:
         keep: list = []
         with dev.device:
             desc = share(dev.cupy, out, dev.ordinal, dev.stream, keep)
-        self.shared[self.steps[k][0]] = (keep, [])
+        tid = self.steps[k][0]
+        self.shared[tid] = (keep, [])
+        if self.spill is not None:        # the copy takes device memory until its consumers are done
+            from .spill import nbytes_of
+            self.spill.hold_shared(tid, nbytes_of(out))
         return desc
 
     def _receive(self, r, v):

@@ -24,6 +24,9 @@ Policy, where it differs from the local executor because a result has one home p
   until its consumers have copied it). It is not kept in ``values``, so it neither takes device
   memory nor is ever spilled; those copies stay valid whatever happens to the device copy.
 - A kept result's next use is its next consumer on this actor; it is freed after the last one.
+- A CUDA IPC copy waiting for its consumers takes device memory the book counts, pinned (it
+  cannot move while another process may be reading it), until the producer frees it; room is
+  made for it like for a task's output.
 - ``export`` of a spilled result (the plan's outputs at the end, a carried result after a
   recovery) returns its host copy as it is.
 
@@ -99,11 +102,11 @@ class ActorSpill:
         self.keep = set(consumers) | set(table["outputs"])
         self.spiller = Spiller({device_id: table["capacity"]}, consumers, owner, values, None, {device_id: dev})
         self.carried = carried or {}
-        for r, v in values.items():            # results held from an earlier segment
+        for r, v in list(values.items()):      # results held from an earlier segment
             if isinstance(v, Spilled):
-                self.spiller.book.hold(r, device_id, nbytes_of(v.host), spilled=True)
+                self.spiller.hold(r, device_id, nbytes_of(v.host), spilled=True)
             else:
-                self.spiller.book.hold(r, device_id, nbytes_of(v))
+                self.spiller.hold(r, device_id, nbytes_of(v))
 
     def keeps(self, tid: str) -> bool:
         """Whether ``tid``'s result stays on the device after its task (see the module docstring)."""
@@ -117,6 +120,14 @@ class ActorSpill:
 
     def release(self, tid: str) -> None:
         self.spiller.release(tid)
+
+    def hold_shared(self, tid: str, nbytes: float) -> None:
+        """A CUDA IPC copy of ``tid``'s result waits on the device for its consumers: its bytes
+        count, and cannot move, until :meth:`drop_shared`."""
+        self.spiller.hold(("shared", tid), self.device_id, nbytes, pinned=True)
+
+    def drop_shared(self, tid: str) -> None:
+        self.spiller.unpin(("shared", tid))
 
     def report(self) -> dict:
         """This device's spill figures, earlier segments included (the run record's form)."""

@@ -132,6 +132,16 @@ class Spiller:
             spills = self.book.finish(k, dev, inputs, out)
             self._move(spills, ())
 
+    def hold(self, key, dev: str, nbytes: float, spilled: bool = False, pinned: bool = False) -> None:
+        """Account bytes already on ``dev`` (:meth:`SpillBook.hold`), making room for them."""
+        with self.lock:
+            self._move(self.book.hold(key, dev, nbytes, spilled=spilled, pinned=pinned), ())
+
+    def unpin(self, key) -> None:
+        """Pinned bytes held with :meth:`hold` leave."""
+        with self.lock:
+            self.book.unpin(key)
+
     def release(self, i: int) -> None:
         """Result ``i`` is freed (its last consumer finished)."""
         with self.lock:
