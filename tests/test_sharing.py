@@ -150,6 +150,38 @@ def test_re_mapping_a_sharing_plan_keeps_shares_and_co_locates_the_rest(tmp_path
     assert res.plan.mapper.name == f"{plan.mapper.name}+remap"
 
 
+def test_a_sharing_run_re_mapped_off_a_slow_device_keeps_shares_and_gives_the_same_result(tmp_path):
+    from collections import Counter
+
+    from streammap.plan import validate_plan
+    from streammap.runtime import run_plan
+    from test_remap import CLUSTER, PROGRAM
+    src = PROGRAM.replace("# @stream kernel(flops=1e10, out=32)", "# @stream kernel(flops=1e10, out=32, share=0.5)")
+    assert src != PROGRAM
+    (tmp_path / "prog.py").write_text(textwrap.dedent(src))
+    plan = streammap.compile(tmp_path / "prog.py", cluster=CLUSTER, params={"N": 64}, mapper="heft", history=False)
+    assert Counter(t.device for t in plan.tasks)["node0/gpu1"] >= 5
+    alerts = {"remap": {"enabled": True, "factor": 2.0, "window": 2, "min_task_time": 0.002}}
+    out = run_plan(plan, emulate=True, progress=False, record_path=tmp_path / "r.json", interval=0.01,
+                   alerts=alerts)
+    np.testing.assert_allclose(out["result"], np.full(4, sum(range(64))))
+    record = read_run_record(tmp_path / "r.json")
+    assert record.status == "ok" and len(record.remaps) >= 1
+    assert {t.share for t in record.tasks if t.kernel == "work"} == {0.5}
+    # the final plan's estimates (the record's) keep to the shares: two work tasks at once, never more
+    final = plan.model_copy(update={"tasks": [
+        next(p for p in plan.tasks if p.id == t.id).model_copy(update={
+            "device": t.device, "start": t.estimated_start, "finish": t.estimated_finish})
+        for t in record.tasks]})
+    validate_plan(final)
+    planned = {t.id: t.start for t in plan.tasks}
+    remapped = [t for t in final.tasks if t.kernel == "work" and t.start != planned[t.id]]
+    assert len(remapped) >= 4
+    for d in {t.device for t in remapped}:           # the re-mapped rest also runs two at a time
+        on = [t for t in remapped if t.device == d]
+        assert max(n for _, _, n in share_profile((t.start, t.finish, t.share) for t in on)) == min(2, len(on))
+
+
 def test_re_mapping_a_hand_made_sharing_plan_keeps_its_shares(tmp_path):
     from runtime_helpers import FAN, make_plan, ref, task
     from streammap.plan import validate_plan
