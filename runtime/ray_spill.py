@@ -30,9 +30,10 @@ Policy, where it differs from the local executor because a result has one home p
 - ``export`` of a spilled result (the plan's outputs at the end, a carried result after a
   recovery) returns its host copy as it is.
 
-So on a plan whose memory pressure sits on devices that do not hand results back and forth the
-actors spill exactly what the local executor spills; where results cross devices the Ray actors
-spill at most as much (they hold nothing for other devices).
+So on a plan whose memory pressure sits on devices that do not hand results to others the actors
+spill exactly what the local executor spills (and the compiler estimates); where results cross
+devices the figures may differ either way: an actor holds nothing for other devices, but counts
+the IPC copies waiting for them, and orders its results by its own next consumers.
 """
 
 from __future__ import annotations
