@@ -132,7 +132,7 @@ def _map(cost: CostModel, mapper: str, map_fn):
     implies under oversubscription: a :class:`~streammap.spilling.SpillEstimate`."""
     from .sharing import map_shared, uses_sharing
     from .spilling import check_plan_memory, estimate_spills
-    schedule = (map_shared(cost, mapper) if uses_sharing(cost) else None) or map_fn(cost)
+    schedule = map_shared(cost, mapper, map_fn) if uses_sharing(cost) else map_fn(cost)
     check_plan_memory(cost, schedule)
     return estimate_spills(cost, schedule)
 
