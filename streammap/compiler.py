@@ -155,7 +155,7 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
             deps=sorted(graph.predecessors(tid), key=topo.__getitem__),
             start=float(schedule.start[i]), finish=float(schedule.finish[i]),
             site=node.get("site"), estimate=cost.source[i], retries=int(node.get("retries") or 0),
-            share=float(cost.share[i]), out=float(cost.out[i]) if cluster.oversubscription > 1 else None,
+            share=cost.share_on(i, int(schedule.device[i])), out=float(cost.out[i]) if cluster.oversubscription > 1 else None,
             args=node.get("args") or [], kwargs=node.get("kwargs") or {}))
     g = graph.graph
     devices = [PlanDevice(id=d.id, kind=d.kind, vendor=d.vendor, model=d.model,

@@ -355,7 +355,7 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
             moved.append(k)
         new_rows.append(t.model_copy(update={
             "device": dev, "start": float(now + schedule.start[i]), "finish": float(now + schedule.finish[i]),
-            "estimate": cost.source[i]}))
+            "estimate": cost.source[i], "share": cost.share_on(i, int(schedule.device[i]))}))
     new_rows.sort(key=lambda t: (t.start, t.finish, plan_pos[t.id]))
     makespan = max([t.finish for t in new_rows] + [now])
     try:

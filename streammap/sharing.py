@@ -77,8 +77,9 @@ POLICY_OF_MAPPER = {"auto": "eft", "heft": "eft", "peft": "eft", "binpack": "bin
 
 
 def uses_sharing(cost: CostModel) -> bool:
-    """Whether some task of the graph needs less than a whole device (``share < 1``)."""
-    return bool(cost.n_tasks and (cost.share < 1.0 - SHARE_EPS).any())
+    """Whether some task of the graph needs less than a whole device (``share < 1``) and the
+    cluster has a device that can be shared by fraction (not only CPUs: see ``CostModel.share_on``)."""
+    return bool(cost.n_tasks and cost.shareable.any() and (cost.share < 1.0 - SHARE_EPS).any())
 
 
 def shared_lower_bound(cost: CostModel) -> float:
@@ -89,8 +90,10 @@ def shared_lower_bound(cost: CostModel) -> float:
     from .cost import area_bound, critical_path_bound
 
     view = copy.copy(cost)
-    view.class_time = cost.class_time * cost.share[:, None]
-    view.time = cost.time * cost.share[:, None]
+    on_class = np.zeros(cost.class_time.shape[1], dtype=bool)
+    on_class[cost.device_class[cost.shareable]] = True
+    view.class_time = cost.class_time * np.where(on_class[None, :], cost.share[:, None], 1.0)
+    view.time = cost.time * np.where(cost.shareable[None, :], cost.share[:, None], 1.0)
     return max(critical_path_bound(cost), area_bound(view))
 
 
@@ -236,7 +239,7 @@ def share_schedule(cost: CostModel, *, policy: str = "eft", mapper: str = "share
     check_placeable(cost, memory=memory_aware)
     T, D = cost.n_tasks, cost.n_devices
     W = cost.time
-    share = cost.share
+    share_on = cost.share_on
     limit = max_tasks(cost)
     lat, inv_bw = cost.lat, cost.inv_bw
     pp, pi, pb = cost.pred_ptr, cost.pred_idx, cost.pred_bytes
@@ -261,7 +264,7 @@ def share_schedule(cost: CostModel, *, policy: str = "eft", mapper: str = "share
         """Earliest start of t on d at or after ``r`` (FIFO, share, slot, memory), or None."""
         u = usage[d]
         t0 = max(r, float(last_start[d]))
-        s = u.earliest(t0, float(share[t]), limit)
+        s = u.earliest(t0, share_on(t, d), limit)
         prof = profiles.get(d)
         if prof is None:
             return s
@@ -302,7 +305,7 @@ def share_schedule(cost: CostModel, *, policy: str = "eft", mapper: str = "share
         last_start[d] = st
         usage[d].prune(st)
         if ft > st:
-            usage[d].add(ft, float(share[t]))
+            usage[d].add(ft, share_on(t, d))
         count[d] += 1
         prof = profiles.get(d)
         if prof is not None:
@@ -380,12 +383,12 @@ def simulate_shared(cost: CostModel, device, order, extra=None, mapper: str = "s
                 if P.size:
                     dp = device[P]
                     r = float((finish[P] + cost.lat[dp, d] + pb[pp[t]:pp[t + 1]] * cost.inv_bw[dp, d]).max())
-                s = usage[d].earliest(max(r, last_start[d]), float(cost.share[t]), limit)
+                s = usage[d].earliest(max(r, last_start[d]), cost.share_on(t, d), limit)
                 start[t], finish[t] = s, s + w[t]
                 last_start[d] = s
                 usage[d].prune(s)
                 if w[t] > 0:
-                    usage[d].add(s + w[t], float(cost.share[t]))
+                    usage[d].add(s + w[t], cost.share_on(t, d))
                 head[d] += 1
                 done += 1
                 progress = True

@@ -54,6 +54,27 @@ def test_quarter_share_kernels_run_four_at_a_time_and_the_plan_is_shorter():
     assert {t.share for t in shared.tasks if t.kernel == "rod"} == {0.25}
 
 
+def test_a_cpu_device_runs_one_task_at_a_time_whatever_the_share(tmp_path):
+    # NumPy kernels hold the GIL between calls: on a CPU, co-located tasks would take turns, so a
+    # share there is the whole device, in the estimate, the plan and the run
+    spec = cluster(gpus=1)
+    spec["nodes"][0]["devices"].append({"name": "cpu", "kind": "cpu", "memory": "64GiB",
+                                        "flops": "1 TFLOP/s", "mem_bandwidth": "100 GB/s"})
+    plan = streammap.compile(SWEEP, cluster=spec, params=SMALL, history=False, mapper="least-loaded")
+    on = {d: {t.share for t in ts if t.kernel == "rod"} for d, ts in plan.tasks_by_device().items()}
+    assert on["n0/cpu"] == {1.0} and on["n0/gpu0"] == {0.25}
+    assert peak_shares(plan)["n0/cpu"][1] == 1
+    cpu_only = {"name": "host", "nodes": [{"name": "n0", "devices": [
+        {"name": "cpu", "kind": "cpu", "memory": "64GiB", "flops": "1 TFLOP/s", "mem_bandwidth": "100 GB/s"}]}]}
+    serial = streammap.compile(SWEEP, cluster=cpu_only, params=SMALL, history=False)
+    assert all(t.share == 1.0 for t in serial.tasks) and peak_shares(serial)["n0/cpu"][1] == 1
+    path = tmp_path / "p.yaml"
+    write_plan(serial, path)
+    from streammap.runtime import run_plan
+    out = run_plan(read_plan(path), progress=False, telemetry=False)
+    assert out["result"].shape == (SMALL["JOBS"], SMALL["CELLS"])
+
+
 def test_tasks_without_share_are_placed_exactly_as_before(tmp_path):
     plan = streammap.compile(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False)
     heft = streammap.compile(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False, mapper="heft")
