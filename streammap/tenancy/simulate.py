@@ -52,7 +52,7 @@ import numpy as np
 from ..compiler import load_source_graph, resolve_cluster
 from ..errors import StreamMapError
 from ..fileio import atomic_write, atomic_write_text
-from .admission import POLICIES, Job, Scheduler
+from .admission import DEPTH, POLICIES, Job, Scheduler
 from .estimate import Estimator, graph_key
 from .jobs import JobSpec, graphs_in, load_jobs, parse_tenant_shares, poisson_jobs, write_jobs
 from .tenants import Tenants, load_tenants, tenants_from_dict
@@ -174,7 +174,7 @@ def prepare_jobs(specs: list[JobSpec], estimator: Estimator) -> list[Job]:
 
 
 def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streammap",
-             estimate_error: float = 0.0, seed: int = 0, backfill: bool = True) -> SimResult:
+             estimate_error: float = 0.0, seed: int = 0, backfill: bool = True, depth: int = DEPTH) -> SimResult:
     """Replay ``jobs`` (admission jobs with demands) under ``policy``; see the module docstring.
 
     Parameters
@@ -188,9 +188,12 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
         ``fifo``, ``drf`` or ``streammap``.
     estimate_error : float
         Sigma of the log-normal factor between a job's real and estimated duration (0: exact).
+    backfill, depth : bool, int
+        Conservative backfill and its reservation depth (``streammap`` policy; see
+        :class:`~.admission.Scheduler`).
     """
     t0 = time.perf_counter()
-    sched = Scheduler(cluster, tenants, policy=policy, backfill=backfill)
+    sched = Scheduler(cluster, tenants, policy=policy, backfill=backfill, depth=depth)
     rng = np.random.default_rng(seed)
     factor = {j.id: (float(np.exp(rng.normal(0.0, estimate_error) - estimate_error ** 2 / 2))
                      if estimate_error > 0 else 1.0) for j in jobs}
