@@ -72,7 +72,7 @@ def write_setup(folder, gpus=2):
 class Service:
     """A ``streammap serve`` process of this test."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, *options):
         self.folder = folder
         self.state = folder / "state"
         note = self.state / "server.json"
@@ -80,7 +80,7 @@ class Service:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streammap.cli", "serve", "--cluster", str(folder / "cluster.yaml"),
              "--tenants", str(folder / "tenants.yaml"), "--state", str(self.state), "--port", "0", "--emulate",
-             "--mapper", "heft"], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             "--mapper", "heft", *options], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 30
         while not note.exists():
             if self.proc.poll() is not None or time.time() > deadline:
