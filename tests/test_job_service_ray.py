@@ -48,9 +48,10 @@ nodes:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    old = {k: os.environ.get(k) for k in (*ENV, "RAY_TMPDIR")}
-    tmp = tempfile.mkdtemp(prefix="smsvc", dir="/tmp")          # short: Unix socket paths
-    os.environ.update(ENV, RAY_TMPDIR=tmp)                     # the service and its workers inherit them
+    env = pytest.MonkeyPatch()                                  # module-scoped: undone at the end
+    tmp = tempfile.mkdtemp(prefix="smsvc", dir="/tmp")        # short: Unix socket paths
+    for k, v in {**ENV, "RAY_TMPDIR": tmp}.items():
+        env.setenv(k, v)                                       # the service and its workers inherit them
     c = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "num_gpus": 0, "object_store_memory": STORE, "labels": {"streammap-node": "node0"},
         "temp_dir": os.path.join(tmp, "ray"), "include_dashboard": False})
@@ -60,11 +61,7 @@ def ray_cluster():
         yield c
     finally:
         c.shutdown()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        env.undo()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
