@@ -301,14 +301,21 @@ def test_shortest_jobs_first_beats_fifo_on_average_completion_time():
     assert res["streammap"].utilisation >= res["fifo"].utilisation - 1e-9
 
 
-def test_a_long_job_waits_for_the_fast_model_when_it_ends_sooner_there():
+def test_a_long_job_waits_for_the_fast_model_when_it_ends_sooner_there_within_the_slack():
     clus = gpu_cluster(nodes=2, per_node=1)          # one A100 (n0), one V100 at half speed (n1)
     jobs = [job("busy", "a", 0, 1, 10, models=("A100",)),
             job("long", "a", 1, 1, 100, models=("A100", "V100"))]    # 100 s on A100, 200 s on V100
-    res = {j.id: j for j in simulate(jobs, clus, tenants_from_dict(["a"]), policy="streammap").jobs}
+    tenants = tenants_from_dict(["a"])
+    # Slack 1.5: 200 s on the idle V100 is more than 1.5 x the 109 s to finish on the A100: wait.
+    res = {j.id: j for j in simulate(jobs, clus, tenants, policy="streammap", slack=1.5).jobs}
     assert res["long"].model == "A100" and res["long"].start == 10
-    fifo = {j.id: j for j in simulate(jobs, clus, tenants_from_dict(["a"]), policy="fifo").jobs}
+    # The default slack (2) keeps the idle V100 busy instead, as FIFO does.
+    res = {j.id: j for j in simulate(jobs, clus, tenants, policy="streammap").jobs}
+    assert res["long"].model == "V100" and res["long"].start == 1
+    fifo = {j.id: j for j in simulate(jobs, clus, tenants, policy="fifo").jobs}
     assert fifo["long"].model == "V100"
+    with pytest.raises(StreamMapError, match="slack must be at least 1"):
+        simulate(jobs, clus, tenants, slack=0.5)
 
 
 def test_preemption_happens_only_where_configured():
