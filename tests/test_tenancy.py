@@ -293,6 +293,19 @@ def test_every_pass_plans_reservations_that_its_starts_never_overbook():
     assert planned > 200
 
 
+def test_a_job_past_its_estimate_is_expected_to_run_to_the_next_doubling():
+    s = Scheduler(gpu_cluster(nodes=1, per_node=1), tenants_from_dict(["a"]))
+    s.submit(job("slow", "a", 0, 1, 10))
+    s.schedule(0)
+    s.submit(job("next", "a", 1, 1, 5))
+    s.schedule(5)
+    assert s.estimated_starts["next"] == (10, "A100")      # on time: its estimated end
+    s.schedule(15)
+    assert s.estimated_starts["next"] == (20, "A100")      # overran: 2 x its estimate
+    s.schedule(25)
+    assert s.estimated_starts["next"] == (40, "A100")      # and again: 4 x
+
+
 def test_shortest_jobs_first_beats_fifo_on_average_completion_time():
     jobs, tenants = contended_stream(arrivals=(1, 1))
     res = {r.policy: r for r in [simulate([Job(j.id, j.tenant, j.arrival, j.demand) for j in jobs],

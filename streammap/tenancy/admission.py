@@ -42,18 +42,20 @@ Policies
       estimate errors; at 1.75 long jobs wait for fast GPUs, which at high load cuts the p95
       JCT by a third, but at low load or with poor estimates the waiting costs more than it saves;
     * *conservative backfill* [5]_: each pass keeps an availability profile per model (free
-      devices over time, from the running jobs' estimated ends). Every job looked at in the pass
-      that cannot start now gets a **reservation**: the earliest time its gang fits for its whole
-      estimated duration around the reservations of every job looked at before it; a job starts
-      now only if it fits now around all of them. So backfilling a job never delays an earlier
-      job's estimated start (EASY backfilling protects only the first waiting job). The first
-      :data:`DEPTH` waiting jobs of a pass get reservations; jobs after them may still start
-      where they fit around those, but get none themselves (with 10,000 jobs on 1,000 GPUs the
-      queue can hold thousands, and planning them all on every event would cost many minutes;
-      the jobs past the depth are the longest, or those of tenants above their share). "Earlier" is the pass's order: fair share across tenants,
-      priority and shortest-first within one; a newly arrived job that this order puts ahead may
-      still take a slot, as in any priority backfilling. A job held back by its own tenant's
-      quota gets no reservation;
+      devices over time, from the running jobs' expected ends: the estimated end, or for a job
+      already past it the first ``start + 2^i x estimate`` still ahead). Every job looked at in
+      the pass that cannot start now gets a **reservation**: the earliest time its gang fits for
+      its whole estimated duration around the reservations of every job looked at before it; a
+      job starts now only if it fits now around all of them. So backfilling a job never delays
+      an earlier job's estimated start (EASY backfilling protects only the first waiting job).
+      The first :data:`DEPTH` waiting jobs of a pass get reservations (the service shows them as
+      estimated starts); jobs after them may still start where they fit around those, but get
+      none themselves (with 10,000 jobs on 1,000 GPUs the queue can hold thousands, and planning
+      them all on every event would cost many minutes; the jobs past the depth are the longest,
+      or those of tenants above their share). "Earlier" is the pass's order: fair share across
+      tenants, priority and shortest-first within one; a newly arrived job that this order puts
+      ahead may still take a slot, as in any priority backfilling. A job held back by its own
+      tenant's quota gets no reservation;
     * *no starvation*: a job that has waited more than :data:`STARVATION` times its own estimated
       duration goes before its tenant's shorter jobs (Tiresias' promotion; a small factor turns
       the policy back into FIFO under load, which the simulator showed);

@@ -12,8 +12,9 @@ State
     A step function over time: ``times[i]`` is where segment ``i`` begins, ``free[i]`` the devices
     free from ``times[i]`` until ``times[i + 1]`` (the last segment lasts for ever). It begins at
     ``now`` with the devices free now; each running job gives its devices back at its estimated end;
-    each reservation takes devices for ``[start, start + duration)``. A running job already past its
-    estimated end is taken to end just after ``now`` (never *at* ``now``: its devices are not free).
+    each reservation takes devices for ``[start, start + duration)``. An end at or before ``now``
+    (a job past its estimate; the admission core passes a later expected end) counts just after
+    ``now``, never *at* ``now``: its devices are not free yet.
 
 Costs: a profile of ``B`` segments answers "does a ``k``-device, ``d``-second job fit right now?"
 in ``O(log B)`` (a cached prefix minimum) and "when is the earliest fit?" in ``O(B)``; a
