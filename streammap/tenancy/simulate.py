@@ -451,6 +451,9 @@ def _simulate_cmd(args) -> int:
     for p in policies:
         if p not in POLICIES:
             raise StreamMapError(f"unknown policy {p!r}", hint=f"policies: {', '.join(POLICIES)}")
+    if not args.slack >= 1:
+        raise StreamMapError(f"--slack must be at least 1, not {args.slack:g}",
+                             hint="1 always waits for the earliest finish; 2 starts on a half-speed model with room")
     specs = load_jobs(args.jobs)
     results = compare(specs, args.cluster, tenants=tenants_arg, policies=policies, mapper=args.mapper,
                       estimate_error=args.estimate_error, seed=args.seed, slack=args.slack)
