@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from streammap.cluster import cluster_from_dict  # noqa: E402
+from streammap.tenancy.admission import SLACK  # noqa: E402
 from streammap.tenancy.jobs import graphs_in, poisson_jobs  # noqa: E402
 from streammap.tenancy.simulate import compare, plot, results_table, write_csv  # noqa: E402
 
@@ -57,6 +58,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tenants", default="a:4,b:3,c:2,d:1", help="NAME:ARRIVAL_SHARE,...")
     ap.add_argument("--estimate-error", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--slack", type=float, default=SLACK, help="the streammap policy's placement slack")
     ap.add_argument("--out", default="bench-out")
     ap.add_argument("--write-cluster", metavar="FILE", help="also write the generated cluster file (for streammap simulate)")
     args = ap.parse_args(argv)
@@ -81,9 +83,10 @@ def main(argv=None) -> int:
     rate = args.load * capacity / mean_work
     specs = poisson_jobs(graphs, rate, args.jobs, shares, seed=args.seed)
     out.print(f"{args.jobs} jobs ({len(graphs)} workflows), tenants {args.tenants}, {args.gpus} GPUs, "
-              f"load {args.load}, {rate:.4g} arrivals/s, estimate error sigma {args.estimate_error}", markup=False)
+              f"load {args.load}, {rate:.4g} arrivals/s, estimate error sigma {args.estimate_error}, "
+              f"placement slack {args.slack:g}", markup=False)
     t0 = time.perf_counter()
-    results = compare(specs, cluster, estimate_error=args.estimate_error, seed=args.seed)
+    results = compare(specs, cluster, estimate_error=args.estimate_error, seed=args.seed, slack=args.slack)
     elapsed = time.perf_counter() - t0
     out.print(results_table(results))
     folder = Path(args.out)

@@ -35,7 +35,8 @@ Driver (this process):
 
 Actor: the program (loaded once, params set), its device, and ``values``: task id → result,
 resident on the device (CuPy on a GPU), freed after the last consumer *on this actor* in the
-current segment (unless an output).
+current segment (unless an output). Under ``memory_oversubscription`` > 1 the actor also keeps
+its device within capacity by spilling held results to host memory (:mod:`.ray_spill`).
 
 Policy
 ------
@@ -84,6 +85,7 @@ from .accelerators import cupy_platform
 from .devices import Placement, node_of, raise_not_executable, to_host
 from .local import Outcome, name_outputs, user_traceback
 from .ray_sharing import actor_concurrency, plan_shares_devices, sharing_steps
+from .ray_spill import oversubscribed, spill_tables
 
 log = logging.getLogger("streammap.runtime")
 
@@ -136,11 +138,22 @@ class DeviceActor:
         #: task id -> (the allocations of its shared copies, the consumers' completion refs)
         self.shared: dict = {}
         self.gate = None                  # a ShareGate when the plan shares devices (ray_sharing.py)
+        self.spill = None                 # an ActorSpill under memory oversubscription (ray_spill.py)
 
     def prepare_sharing(self, admission: dict, uses: dict, limit) -> None:
         """Admit this segment's calls by share (see :mod:`.ray_sharing`)."""
         from .ray_sharing import ShareGate
         self.gate = ShareGate(admission, uses, limit)
+
+    def prepare_spilling(self, table: dict) -> None:
+        """Keep this device within its capacity in this segment (see :mod:`.ray_spill`)."""
+        from .ray_spill import ActorSpill
+        carried = self.spill.report() if self.spill is not None else None
+        self.spill = ActorSpill(self.device_id, self.dev, self.values, table, carried)
+
+    def spill_report(self) -> Optional[dict]:
+        """The spill figures of this device so far (``None``: it never spills)."""
+        return self.spill.report() if self.spill is not None else None
 
     def info(self) -> dict:
         import ray
@@ -213,6 +226,8 @@ class DeviceActor:
                 shared[tid] = (entry[0], pending)
             else:
                 shared.pop(tid, None)    # the allocations are freed with their last reference
+                if self.spill is not None:
+                    self.spill.drop_shared(tid)
 
     def held(self) -> list:
         return list(self.values)
@@ -221,7 +236,8 @@ class DeviceActor:
         """A host copy of a held result (for a consumer on another actor)."""
         if task_id not in self.values:
             raise InputMissing(task_id)
-        return to_host(self.values[task_id])
+        from .ray_spill import host_value
+        return to_host(host_value(self.values[task_id]))
 
     def _value(self, spec, remote):
         if "ref" in spec:
@@ -267,7 +283,11 @@ class DeviceActor:
         keep: list = []
         with dev.device:
             desc = share(dev.cupy, out, dev.ordinal, dev.stream, keep)
-        self.shared[self.steps[k][0]] = (keep, [])
+        tid = self.steps[k][0]
+        self.shared[tid] = (keep, [])
+        if self.spill is not None:        # the copy takes device memory until its consumers are done
+            from .spill import nbytes_of
+            self.spill.hold_shared(tid, nbytes_of(out))
         return desc
 
     def _receive(self, r, v):
@@ -298,11 +318,16 @@ class DeviceActor:
         if gate is not None:
             gate.enter(k)                 # same-device inputs are done from here on
         stream = None if not dev.is_gpu else dev.stream if gate is None else gate.stream(dev)
+        spill = self.spill
         ok = False
         try:
+            start = time.time()
+            if spill is not None:         # pin and restore the inputs, make room: part of the task's time
+                spill.admit(k, tid)
             a = [self._value(s, remote) for s in args]
             kw = {key: self._value(s, remote) for key, s in kwargs.items()} if kwargs else {}
-            start = time.time()
+            if spill is None:
+                start = time.time()
             while True:
                 attempts += 1
                 try:
@@ -316,19 +341,27 @@ class DeviceActor:
                 except Exception as exc:                     # noqa: BLE001 -- the kernel's error
                     if attempts > retries:
                         raise TaskFailed(tid, site, self.device_id, user_traceback(exc), attempts) from None
+            if spill is None:
+                if store:
+                    self.values[tid] = out
+            else:                         # a result only other actors read left with its host/IPC copy
+                store = store and spill.keeps(tid)
+                if store:
+                    self.values[tid] = out
+                a = kw = None
+                spill.finish(k, tid, store)
             finish = time.time()
-            if store:
-                self.values[tid] = out
             ok = True
         finally:
             if gate is not None:
                 gate.leave(k, ok)
         values = self.values
+        drop = spill.release if spill is not None else (lambda f: values.pop(f, None))
         if gate is not None:
-            gate.free(values, frees)
+            gate.free(values, frees, drop)
         else:
             for f in frees:
-                values.pop(f, None)
+                drop(f)
         return (k, start, finish, attempts), out
 
 
@@ -536,6 +569,7 @@ class RayExecutor:
             error, outputs = exc, {}
         wall = time.perf_counter() - t_perf
         telemetry = self._collect_telemetry() if self.telemetry_interval else None
+        spill = self._collect_spills() if oversubscribed(self.plan) else {}
         if error is not None:
             for a in self.actors.values():
                 try:
@@ -559,12 +593,25 @@ class RayExecutor:
                 gpu = f" (GPU {','.join(info['gpus'])})" if info.get("gpus") else ""
                 devices[d.id] = {"executor": f"{info.get('executor', 'numpy')}{gpu}{where}",
                                  "busy": busy.get(d.id, 0.0), "peak_memory": None}
+                if spill.get(d.id):
+                    devices[d.id]["spill"] = spill[d.id]
         original = {t.id: t.device for t in self.plan.tasks}
         return Outcome(outputs=outputs, error=error, wall_time=wall,
                        starts=[self.starts.get(t) for t in ids], finishes=[self.finishes.get(t) for t in ids],
                        attempts=[self.attempts.get(t, 0) for t in ids], devices=devices,
                        plan=current if current is not self.plan else None, remaps=self.remaps,
                        planned_device={t: original[t] for t in ids if final[t] != original[t]})
+
+    def _collect_spills(self) -> dict:
+        """Per device: its actor's spill figures (:mod:`.ray_spill`); a dead actor's are lost."""
+        refs = {d: a.spill_report.remote() for d, a in self.actors.items()}
+        out = {}
+        for d, r in refs.items():
+            try:
+                out[d] = self.ray.get(r, timeout=10)
+            except Exception:          # noqa: BLE001 -- a dead actor
+                continue
+        return out
 
     def _collect_telemetry(self) -> Optional[dict]:
         """The actors' device readings merged into the run record's telemetry: one series per
@@ -679,6 +726,7 @@ class RayExecutor:
             steps[d][k] = (t.id, t.kernel, t.args, t.kwargs, tuple(remote_ids), tuple(frees.get(t.id, ())),
                            store, t.retries, t.site)
             calls.append((k, t, remote_refs))
+        spilling = spill_tables(plan, todo, dev_of, self._held, outputs) if oversubscribed(plan) else {}
         if plan_shares_devices(plan):
             # Threaded actors may run calls out of submission order: set up before any call.
             admission, uses, share_frees = sharing_steps(plan, todo, dev_of, outputs, self._held)
@@ -688,10 +736,14 @@ class RayExecutor:
                 s = {k: (*v[:5], share_frees[v[0]], *v[6:]) for k, v in s.items()}
                 ready.append(self.actors[d].prepare.remote(s))
                 ready.append(self.actors[d].prepare_sharing.remote(admission.get(d, {}), uses.get(d, {}), limit))
+                if d in spilling:
+                    ready.append(self.actors[d].prepare_spilling.remote(spilling[d]))
             self.ray.get(ready)
         else:
             for d, s in steps.items():
                 self.actors[d].prepare.remote(s)
+                if d in spilling:         # a one-thread actor runs calls in submission order
+                    self.actors[d].prepare_spilling.remote(spilling[d])
         meta_of: dict[str, object] = {}
         shares: dict[str, object] = {}
         unsubmitted = {r: len(ks) for r, ks in ipc_consumers.items()}

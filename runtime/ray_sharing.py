@@ -67,14 +67,18 @@ class ShareGate:
                 self.finished.add(tid)
             self.cond.notify_all()
 
-    def free(self, values: dict, frees) -> None:
-        """Count down the local consumers of ``frees``; drop each result after its last one."""
+    def free(self, values: dict, frees, drop=None) -> None:
+        """Count down the local consumers of ``frees``; drop each result after its last one
+        (``drop(id)``, default: remove it from ``values``)."""
         with self.cond:
             for f in frees:
                 n = self.uses.get(f, 1) - 1
                 if n <= 0:
                     self.uses.pop(f, None)
-                    values.pop(f, None)
+                    if drop is None:
+                        values.pop(f, None)
+                    else:
+                        drop(f)
                 else:
                     self.uses[f] = n
 

@@ -102,8 +102,10 @@ class Spiller:
         Real capacity in bytes per plan device id (the plan's ``devices[].memory``).
     consumers, owner : dict
         Per result (task index): plan positions of its consumers, and its device id.
-    results, events : list
-        The executor's result slots and GPU events (a result is complete once its event is).
+    results, events : list or dict
+        The executor's result slots and GPU events (a result is complete once its event is);
+        ``events`` is ``None`` where every result is complete when stored (the Ray actors, whose
+        ``results`` is a dict by task id).
     devices : dict
         Executor devices by id.
     """
@@ -116,10 +118,11 @@ class Spiller:
         self.devices = devices
         self.seconds = {d: 0.0 for d in capacity}
 
-    def admit(self, k: int, dev: str, inputs, reserve: float) -> None:
-        """Before task ``k`` runs on ``dev``: pin and restore its inputs, make room for its output."""
+    def admit(self, k, dev: str, inputs, reserve: float, pos=None) -> None:
+        """Before task ``k`` (plan position ``pos``, default ``k``) runs on ``dev``: pin and
+        restore its inputs, make room for its output."""
         with self.lock:
-            restores, spills = self.book.admit(k, k, dev, inputs, reserve)
+            restores, spills = self.book.admit(k, k if pos is None else pos, dev, inputs, reserve)
             self._move(spills, restores)
 
     def finish(self, k: int, dev: str, inputs, stored: bool) -> None:
@@ -129,29 +132,43 @@ class Spiller:
             spills = self.book.finish(k, dev, inputs, out)
             self._move(spills, ())
 
+    def hold(self, key, dev: str, nbytes: float, spilled: bool = False, pinned: bool = False) -> None:
+        """Account bytes already on ``dev`` (:meth:`SpillBook.hold`), making room for them."""
+        with self.lock:
+            self._move(self.book.hold(key, dev, nbytes, spilled=spilled, pinned=pinned), ())
+
+    def unpin(self, key) -> None:
+        """Pinned bytes held with :meth:`hold` leave."""
+        with self.lock:
+            self.book.unpin(key)
+
     def release(self, i: int) -> None:
         """Result ``i`` is freed (its last consumer finished)."""
         with self.lock:
             self.book.release(i)
-            self.results[i] = None
+            if isinstance(self.results, dict):
+                self.results.pop(i, None)
+            else:
+                self.results[i] = None
 
     def _move(self, spills, restores) -> None:
         results, events = self.results, self.events
         for i, d in spills:
             t = time.perf_counter()
-            v = results[i]
+            v = results.get(i) if type(results) is dict else results[i]
             if v is not None and not isinstance(v, Spilled):
-                ev = events[i]
+                ev = events[i] if events is not None else None
                 if ev is not None:
                     ev.synchronize()
                 results[i] = Spilled(_to_host(v))
             self.seconds[d] = self.seconds.get(d, 0.0) + time.perf_counter() - t
         for i, d in restores:
             t = time.perf_counter()
-            v = results[i]
+            v = results.get(i) if type(results) is dict else results[i]
             if isinstance(v, Spilled):
                 results[i] = _to_device(v.host, self.devices[d])
-                events[i] = None
+                if events is not None:
+                    events[i] = None
             self.seconds[d] = self.seconds.get(d, 0.0) + time.perf_counter() - t
 
     def report(self) -> dict:

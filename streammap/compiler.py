@@ -132,7 +132,7 @@ def _map(cost: CostModel, mapper: str, map_fn):
     implies under oversubscription: a :class:`~streammap.spilling.SpillEstimate`."""
     from .sharing import map_shared, uses_sharing
     from .spilling import check_plan_memory, estimate_spills
-    schedule = (map_shared(cost, mapper) if uses_sharing(cost) else None) or map_fn(cost)
+    schedule = map_shared(cost, mapper, map_fn) if uses_sharing(cost) else map_fn(cost)
     check_plan_memory(cost, schedule)
     return estimate_spills(cost, schedule)
 
@@ -155,7 +155,7 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
             deps=sorted(graph.predecessors(tid), key=topo.__getitem__),
             start=float(schedule.start[i]), finish=float(schedule.finish[i]),
             site=node.get("site"), estimate=cost.source[i], retries=int(node.get("retries") or 0),
-            share=float(cost.share[i]), out=float(cost.out[i]) if cluster.oversubscription > 1 else None,
+            share=cost.share_on(i, int(schedule.device[i])), out=float(cost.out[i]) if cluster.oversubscription > 1 else None,
             stateful=bool(node.get("stateful")),
             args=node.get("args") or [], kwargs=node.get("kwargs") or {}))
     g = graph.graph

@@ -14,9 +14,12 @@ State (all read-only after construction)
 ``mem[T]``, ``out[T]``
     Bytes held while running, and bytes of the output kept after finishing while consumers remain
     (0 for a task without successors: an output nobody consumes leaves at once).
-``share[T]``
+``share[T]``, ``shareable[D]``
     The ``share`` clause: the fraction of its device's compute a task needs (1 by default);
-    :mod:`streammap.sharing` co-locates tasks whose shares fit.
+    :mod:`streammap.sharing` co-locates tasks whose shares fit, on the devices that can be shared
+    by fraction (accelerators). A CPU device runs one task at a time: its NumPy kernels hold the
+    GIL between calls, so co-located tasks would take turns, not run side by side, and a share
+    there counts as the whole device (:meth:`CostModel.share_on`).
 ``capacity[D]``
     Device memory times the cluster's ``memory_oversubscription`` (``inf`` when not given).
 ``bw[D, D]``, ``lat[D, D]``, ``inv_bw[D, D]``
@@ -247,6 +250,12 @@ class CostModel:
         self.in_bytes = in_bytes
         #: Fraction of its device's compute each task needs (``share`` clause; 1 = the whole device).
         self.share = np.array([float(self.graph.nodes[t].get("share") or 1.0) for t in self.tasks], dtype=np.float64)
+        #: Devices whose compute tasks can share by fraction (not CPUs: see the module docstring).
+        self.shareable = np.array([d.kind != "cpu" for d in self.devices], dtype=bool)
+
+    def share_on(self, t: int, d: int) -> float:
+        """The share task ``t`` takes of device ``d``: its clause on a shareable device, else 1."""
+        return float(self.share[t]) if self.shareable[d] else 1.0
 
     def _build_times(self, history):
         T, D = self.n_tasks, self.n_devices

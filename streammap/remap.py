@@ -30,7 +30,17 @@ same two pieces with what its actors report.
     4. finished tasks whose output is gone (on a lost device, or freed and needed again) are run
        again, with whatever they need in turn;
     5. the memory-aware HEFT (``streammap.mappers.get_mapper(mapper)``) maps everything, and the
-       unfinished tasks get the new device and times shifted by ``now``.
+       unfinished tasks get the new device and times shifted by ``now``. When tasks share devices
+       (``share < 1``) the share-aware scheduler does (:func:`streammap.sharing.map_shared`: HEFT's
+       order, earliest finish, co-location by share, the runtime's FIFO admission), so the
+       re-mapped estimates stay as true as the first plan's; the tasks keep their shares. Under
+       memory oversubscription the schedule is re-timed with the spills it implies
+       (:func:`streammap.spilling.estimate_spills`), as the compiler does.
+
+    Finished tasks keep their device and times, except that on a device that shares, a finished
+    task's estimated times are clipped at ``now`` (it is done by then): the plan's share check
+    (:func:`streammap.sharing.check_plan_shares`) then sees the finished tasks before ``now`` and
+    the new ones after it, never an estimate of the past overlapping the future.
 
     The result's plan lists the finished tasks first (plan order), then the rest by new start: a
     topological order, so any executor can run it with the finished results carried over.
@@ -185,7 +195,7 @@ def _graph_from_plan(plan: Plan, cluster) -> nx.DiGraph:
     for t in plan.tasks:
         add_task(g, t.id, t.kernel, site=t.site, retries=t.retries, args=t.args, kwargs=t.kwargs,
                  runtime=max(t.finish - t.start, 0.0) * speed.get(t.device, 1.0),
-                 device=kind.get(t.device, "any"), stateful=t.stateful)
+                 device=kind.get(t.device, "any"), share=t.share, out=t.out, stateful=t.stateful)
         for dep in t.deps:
             g.add_edge(dep, t.id, bytes=0.0)
     return g
@@ -335,13 +345,22 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
     cost.device_class = np.arange(D)
     cost.class_time = T
     cost.class_count = np.ones(D, dtype=np.int64)
+    from .sharing import SHARE_EPS, map_shared, uses_sharing
     try:
         # a stateful kernel's pending calls follow its finished ones (pinned where they ran)
-        schedule = colocate_stateful(cost, get_mapper(mapper))
+        def map_fn(c):
+            return map_shared(c, mapper, get_mapper(mapper)) if uses_sharing(c) else get_mapper(mapper)(c)
+        schedule = colocate_stateful(cost, map_fn)
     except MappingError as exc:
         raise RemapError(f"cannot re-map the rest of the plan: {exc.message}", hint=exc.hint) from None
+    if getattr(cluster, "oversubscription", 1.0) > 1.0:
+        from .spilling import estimate_spills      # charge the spills the new schedule implies
+        schedule = estimate_spills(cost, schedule).schedule
 
-    rows_done = [t for t in plan.tasks if t.id in done]
+    shares = {t.device for t in plan.tasks if t.share < 1.0 - SHARE_EPS}
+    rows_done = [t if t.device not in shares or t.finish <= now else
+                 t.model_copy(update={"start": min(t.start, now), "finish": now})
+                 for t in plan.tasks if t.id in done]
     new_rows = []
     moved = []
     plan_pos = {t.id: i for i, t in enumerate(plan.tasks)}
@@ -353,7 +372,7 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
             moved.append(k)
         new_rows.append(t.model_copy(update={
             "device": dev, "start": float(now + schedule.start[i]), "finish": float(now + schedule.finish[i]),
-            "estimate": cost.source[i]}))
+            "estimate": cost.source[i], "share": cost.share_on(i, int(schedule.device[i]))}))
     new_rows.sort(key=lambda t: (t.start, t.finish, plan_pos[t.id]))
     makespan = max([t.finish for t in new_rows] + [now])
     try:

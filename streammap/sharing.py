@@ -36,9 +36,13 @@ start instant is enough for the share and the count. The device is then chosen b
 ``spread`` (mappers ``spread``, ``spread-node``)
     the earliest start, then the device with the least share in use: tasks spread out.
 
-``auto`` takes the shortest of the three and of whole-device HEFT. Other mappers
-(``least-loaded``, ``fastest``, custom policies) place whole devices; the plan still
-carries the shares, and every device then runs one task at a time.
+``fixed`` (every other mapper: ``least-loaded``, ``fastest``, ``heft-plain``, custom policies)
+    the device the mapper chose (:func:`retime_shared`): the mapper decides *where*, this
+    scheduler *when*, so that co-located tasks are estimated to run at once as the runtime runs
+    them (a whole-device schedule would have them one after another and overestimate).
+
+``auto`` takes the shortest of the three and of whole-device HEFT's placement, re-timed the same
+way.
 
 :func:`simulate_shared` replays an assignment and per-device order under the same rule (the
 runtime's admission), so a schedule can be re-scored and spill costs added
@@ -73,8 +77,9 @@ POLICY_OF_MAPPER = {"auto": "eft", "heft": "eft", "peft": "eft", "binpack": "bin
 
 
 def uses_sharing(cost: CostModel) -> bool:
-    """Whether some task of the graph needs less than a whole device (``share < 1``)."""
-    return bool(cost.n_tasks and (cost.share < 1.0 - SHARE_EPS).any())
+    """Whether some task of the graph needs less than a whole device (``share < 1``) and the
+    cluster has a device that can be shared by fraction (not only CPUs: see ``CostModel.share_on``)."""
+    return bool(cost.n_tasks and cost.shareable.any() and (cost.share < 1.0 - SHARE_EPS).any())
 
 
 def shared_lower_bound(cost: CostModel) -> float:
@@ -85,8 +90,10 @@ def shared_lower_bound(cost: CostModel) -> float:
     from .cost import area_bound, critical_path_bound
 
     view = copy.copy(cost)
-    view.class_time = cost.class_time * cost.share[:, None]
-    view.time = cost.time * cost.share[:, None]
+    on_class = np.zeros(cost.class_time.shape[1], dtype=bool)
+    on_class[cost.device_class[cost.shareable]] = True
+    view.class_time = cost.class_time * np.where(on_class[None, :], cost.share[:, None], 1.0)
+    view.time = cost.time * np.where(cost.shareable[None, :], cost.share[:, None], 1.0)
     return max(critical_path_bound(cost), area_bound(view))
 
 
@@ -96,12 +103,16 @@ def max_tasks(cost: CostModel) -> float:
     return math.inf if m is None else float(m)
 
 
-def map_shared(cost: CostModel, mapper: str) -> Schedule | None:
-    """The share-aware schedule for ``mapper`` (see the module docstring), or ``None`` when the
-    mapper places whole devices (its own schedule is used)."""
+def map_shared(cost: CostModel, mapper: str, map_fn=None) -> Schedule | None:
+    """The share-aware schedule for ``mapper`` (see the module docstring).
+
+    A mapper without a share-aware policy of its own (``map_fn``: a policy, ``heft-plain``, a
+    custom one) keeps its device choice and is re-timed (:func:`retime_shared`); without
+    ``map_fn`` such a mapper gets ``None``.
+    """
     policy = POLICY_OF_MAPPER.get(mapper)
     if policy is None:
-        return None
+        return retime_shared(cost, map_fn(cost)) if map_fn is not None else None
     if mapper != "auto":
         return share_schedule(cost, policy=policy, mapper=f"{mapper}+share")
     # auto: the shortest of the three device policies and whole-device HEFT (ties: that order).
@@ -111,7 +122,7 @@ def map_shared(cost: CostModel, mapper: str) -> Schedule | None:
         s = share_schedule(cost, policy=p, mapper="auto+share")
         if best is None or s.makespan < best.makespan:
             best = s
-    whole = heft(cost)
+    whole = retime_shared(cost, heft(cost))
     if whole.makespan < best.makespan:
         whole.mapper = "auto(heft)"
         best = whole
@@ -170,21 +181,44 @@ class _Usage:
         return [t0] + [f for f in self.fin if f > t0]
 
 
+def retime_shared(cost: CostModel, schedule: Schedule) -> Schedule:
+    """``schedule``'s device choice, timed with co-location by share.
+
+    A mapper that places whole devices (a placement policy, ``heft-plain``, a custom policy)
+    schedules the tasks of a device one after another; the runtime runs tasks with
+    ``share < 1`` at once. This keeps each task on the device the mapper chose and lets
+    :func:`share_schedule` (policy ``fixed``) time it: HEFT's priority order, FIFO per device,
+    shares, slots and memory. When memory leaves that no order (the fixed devices deadlock), the
+    mapper's own per-device order is replayed under the runtime's admission rule
+    (:func:`simulate_shared`), and the plan's memory check decides. The name gets ``+share``.
+    """
+    if not uses_sharing(cost):
+        return schedule
+    name = f"{schedule.mapper}+share"
+    try:
+        return share_schedule(cost, policy="fixed", mapper=name, assign=schedule.device)
+    except MappingError:
+        timed = simulate_shared(cost, schedule.device, schedule.order(), mapper=name)
+        return timed
+
+
 def share_schedule(cost: CostModel, *, policy: str = "eft", mapper: str = "share",
-                   memory_aware: bool = True) -> Schedule:
+                   memory_aware: bool = True, assign=None) -> Schedule:
     """List-schedule a task graph with co-location by share (see the module docstring).
 
     Parameters
     ----------
     cost : CostModel
         Times, sizes, links and shares (``cost.share``) of the graph on the cluster.
-    policy : {"eft", "binpack", "spread"}
-        How a device is chosen among those where the task can start.
+    policy : {"eft", "binpack", "spread", "fixed"}
+        How a device is chosen among those where the task can start (``fixed``: ``assign``'s).
     mapper : str
         Name written in the schedule.
     memory_aware : bool
         Keep every device within ``capacity`` (memory times the oversubscription factor) at
         every instant.
+    assign : array of int, optional
+        With ``policy="fixed"``: the device position of each task.
 
     Returns
     -------
@@ -198,12 +232,14 @@ def share_schedule(cost: CostModel, *, policy: str = "eft", mapper: str = "share
     """
     from .mappers.heft import MemoryProfile, _place_rest, check_placeable, priority_order
 
-    if policy not in ("eft", "binpack", "spread"):
+    if policy not in ("eft", "binpack", "spread", "fixed"):
         raise ValueError(f"unknown sharing policy {policy!r}")
+    if (policy == "fixed") != (assign is not None):
+        raise ValueError("policy 'fixed' and assign go together")
     check_placeable(cost, memory=memory_aware)
     T, D = cost.n_tasks, cost.n_devices
     W = cost.time
-    share = cost.share
+    share_on = cost.share_on
     limit = max_tasks(cost)
     lat, inv_bw = cost.lat, cost.inv_bw
     pp, pi, pb = cost.pred_ptr, cost.pred_idx, cost.pred_bytes
@@ -228,7 +264,7 @@ def share_schedule(cost: CostModel, *, policy: str = "eft", mapper: str = "share
         """Earliest start of t on d at or after ``r`` (FIFO, share, slot, memory), or None."""
         u = usage[d]
         t0 = max(r, float(last_start[d]))
-        s = u.earliest(t0, float(share[t]), limit)
+        s = u.earliest(t0, share_on(t, d), limit)
         prof = profiles.get(d)
         if prof is None:
             return s
@@ -248,12 +284,12 @@ def share_schedule(cost: CostModel, *, policy: str = "eft", mapper: str = "share
         rel_all = [(int(dev[p]), float(last_use[p]), float(out[p])) for p in P.tolist()
                    if pending[p] == 1 and out[p] > 0]
         best, best_key, best_st = -1, None, 0.0
-        for d in np.flatnonzero(np.isfinite(W[t])).tolist():
+        for d in np.flatnonzero(np.isfinite(W[t])).tolist() if assign is None else (int(assign[t]),):
             w = float(W[t, d])
             st = fit_on(t, d, float(ready[d]), w, [(l, x) for q, l, x in rel_all if q == d])
             if st is None:
                 continue
-            if policy == "eft":
+            if policy in ("eft", "fixed"):
                 key = (st + w, d)
             else:
                 used = usage[d].used_at(st)
@@ -269,7 +305,7 @@ def share_schedule(cost: CostModel, *, policy: str = "eft", mapper: str = "share
         last_start[d] = st
         usage[d].prune(st)
         if ft > st:
-            usage[d].add(ft, float(share[t]))
+            usage[d].add(ft, share_on(t, d))
         count[d] += 1
         prof = profiles.get(d)
         if prof is not None:
@@ -347,12 +383,12 @@ def simulate_shared(cost: CostModel, device, order, extra=None, mapper: str = "s
                 if P.size:
                     dp = device[P]
                     r = float((finish[P] + cost.lat[dp, d] + pb[pp[t]:pp[t + 1]] * cost.inv_bw[dp, d]).max())
-                s = usage[d].earliest(max(r, last_start[d]), float(cost.share[t]), limit)
+                s = usage[d].earliest(max(r, last_start[d]), cost.share_on(t, d), limit)
                 start[t], finish[t] = s, s + w[t]
                 last_start[d] = s
                 usage[d].prune(s)
                 if w[t] > 0:
-                    usage[d].add(s + w[t], float(cost.share[t]))
+                    usage[d].add(s + w[t], cost.share_on(t, d))
                 head[d] += 1
                 done += 1
                 progress = True

@@ -173,6 +173,25 @@ class SpillBook:
             book.resident[k] = float(out_bytes)
         return self._make_room(dev)
 
+    def hold(self, i, dev, nbytes: float, spilled: bool = False, pinned: bool = False):
+        """``nbytes`` of ``i`` are on ``dev`` outside the task events: a result carried from an
+        earlier run segment (resident, or ``spilled`` to the host), or, ``pinned``, bytes that
+        must stay until :meth:`unpin` (a copy handed to another process). Returns the spills
+        that bring ``dev`` back within capacity."""
+        book = self.devs.get(dev)
+        if book is None:
+            return []
+        self.owner[i] = dev
+        if pinned:
+            self.pins[i] = self.pins.get(i, 0) + 1
+        (book.spilled if spilled else book.resident)[i] = float(nbytes)
+        return [] if spilled else self._make_room(dev)
+
+    def unpin(self, i) -> None:
+        """Bytes held with ``pinned`` leave (see :meth:`hold`)."""
+        self.pins.pop(i, None)
+        self.release(i)
+
     def release(self, i) -> None:
         """Result ``i`` is no longer needed: it leaves its device (or the host)."""
         book = self.devs.get(self.owner.get(i))

@@ -72,7 +72,7 @@ def write_setup(folder, gpus=2):
 class Service:
     """A ``streammap serve`` process of this test."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, *options):
         self.folder = folder
         self.state = folder / "state"
         note = self.state / "server.json"
@@ -80,7 +80,7 @@ class Service:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streammap.cli", "serve", "--cluster", str(folder / "cluster.yaml"),
              "--tenants", str(folder / "tenants.yaml"), "--state", str(self.state), "--port", "0", "--emulate",
-             "--mapper", "heft"], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             "--mapper", "heft", *options], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 30
         while not note.exists():
             if self.proc.poll() is not None or time.time() > deadline:
@@ -187,7 +187,7 @@ def test_bad_programs_and_impossible_jobs_are_refused_at_submission(service, tmp
     assert vision.queue(all_states=True) == []
 
 
-def test_a_killed_service_restarts_with_its_queue_intact(tmp_path):
+def test_a_killed_service_restarts_with_its_queue_intact(tmp_path, capsys):
     write_setup(tmp_path, gpus=1)
     svc = Service(tmp_path)
     try:
@@ -198,6 +198,16 @@ def test_a_killed_service_restarts_with_its_queue_intact(tmp_path):
         wait_for(c, first, states=("running",))
         assert [j["state"] for j in c.queue()] == ["running", "queued", "queued"]
         worker = c.status(first)
+        # Each waiting job has a reservation: after the running job's estimated end, in queue order.
+        deadline = time.time() + 10
+        while any(j["estimated_start"] is None for j in c.queue()[1:]) and time.time() < deadline:
+            time.sleep(0.1)
+        waiting = c.queue()[1:]
+        assert all(j["estimated_start"] >= worker["started"] and j["estimated_model"] == "A100" for j in waiting)
+        assert waiting[0]["estimated_start"] <= waiting[1]["estimated_start"]
+        assert worker["estimated_start"] is None
+        assert main(["status", rest[0], "--server", svc.url, "--token", VISION]) == 0
+        assert "estimated start: in " in capsys.readouterr().out
         svc.kill()                                       # SIGKILL: no chance to save anything
         svc = Service(tmp_path)
         c = svc.client(VISION)

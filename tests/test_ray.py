@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -264,6 +265,51 @@ def test_co_located_tasks_run_at_once_in_one_actor_within_a_whole_device(cluster
     naps_run = sorted((t.start, t.finish) for t in rec.tasks if t.kernel == "nap")
     overlap = max(sum(1 for s, f in naps_run if s <= a < f) for a, _ in naps_run)
     assert overlap == 2
+
+
+def test_an_oversubscribed_plan_spills_on_ray_exactly_as_locally(cluster, tmp_path):
+    import streammap
+    from test_sharing import ACTIVATIONS, MIB8, direct_activations, tiny
+
+    (tmp_path / "prog.py").write_text(textwrap.dedent(ACTIVATIONS))
+    plan = streammap.compile(tmp_path / "prog.py", cluster=tiny(10 * MIB8, F=1.5), history=False)
+    from streammap.cli import main
+    from streammap.plan import write_plan
+    write_plan(plan, tmp_path / "p.yaml")
+    run_plan(plan, emulate=True, outputs_path=tmp_path / "l.npz", progress=False, telemetry=False)
+    assert main(["run", str(tmp_path / "p.yaml"), "--emulate", "--no-progress", "--backend", "ray",
+                 "--address", cluster.address, "-o", str(tmp_path / "r.npz")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "r.npz")["result"], direct_activations())
+    local = read_run_record(tmp_path / "l.run.json").devices[0].spill
+    ray_ = read_run_record(tmp_path / "r.run.json").devices[0].spill
+    assert ray_["spilled_bytes"] > 0 and ray_["seconds"] > 0 and ray_["overflow"] == 0.0
+    for key in ("spilled_bytes", "restored_bytes", "spills", "restores"):
+        assert ray_[key] == local[key]
+    assert plan.mapper.spill_bytes == ray_["spilled_bytes"] + ray_["restored_bytes"]
+
+
+def test_results_exported_to_another_node_stay_right_when_their_device_copy_spills(cluster, tmp_path):
+    row = 64 * 8                                              # one result: N = 64 doubles
+    devices = [{"id": "node0/gpu0", "kind": "gpu", "vendor": "nvidia", "memory": 3 * row},
+               {"id": "node1/gpu0", "kind": "gpu", "vendor": "nvidia", "memory": 1e9}]
+    tasks = [{**task("src", "source", "node0/gpu0"), "out": row}]
+    # co-located (threaded actor, admission by share) and spilling at once
+    tasks += [{**task(f"s{k}", "scale", "node0/gpu0", ref("src"), k), "out": row, "share": 0.5} for k in range(6)]
+    tasks.append(task("there", "total", "node1/gpu0", *[ref(f"s{k}") for k in range(6)]))
+    chain = "s5"
+    for k in range(4, -1, -1):                                # needs them back one by one, on node0
+        tasks.append({**task(f"c{k}", "total", "node0/gpu0", ref(chain), ref(f"s{k}")), "out": row})
+        chain = f"c{k}"
+    plan = make_plan(tmp_path, FAN, tasks, devices=devices, outputs={"tuple": [ref("there"), ref(chain)]})
+    plan.cluster.spec = {"name": "test", "memory_oversubscription": 3.0}
+    out = run_plan(plan, emulate=True, backend="ray", outputs_path=tmp_path / "r.npz", progress=False,
+                   telemetry=False)
+    want = np.arange(64.0) * sum(range(1, 7))
+    np.testing.assert_array_equal(out["result_0"], want)
+    np.testing.assert_array_equal(out["result_1"], want)
+    spill = {d.id: d.spill for d in read_run_record(tmp_path / "r.run.json").devices}
+    assert spill["node0/gpu0"]["spilled_bytes"] >= row and spill["node0/gpu0"]["restored_bytes"] >= row
+    assert spill["node0/gpu0"]["overflow"] == 0.0 and spill["node1/gpu0"]["spilled_bytes"] == 0
 
 
 def test_node_loss_mid_run_recovers_and_reruns_only_what_was_lost(cluster, tmp_path):

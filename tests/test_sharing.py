@@ -54,6 +54,27 @@ def test_quarter_share_kernels_run_four_at_a_time_and_the_plan_is_shorter():
     assert {t.share for t in shared.tasks if t.kernel == "rod"} == {0.25}
 
 
+def test_a_cpu_device_runs_one_task_at_a_time_whatever_the_share(tmp_path):
+    # NumPy kernels hold the GIL between calls: on a CPU, co-located tasks would take turns, so a
+    # share there is the whole device, in the estimate, the plan and the run
+    spec = cluster(gpus=1)
+    spec["nodes"][0]["devices"].append({"name": "cpu", "kind": "cpu", "memory": "64GiB",
+                                        "flops": "1 TFLOP/s", "mem_bandwidth": "100 GB/s"})
+    plan = streammap.compile(SWEEP, cluster=spec, params=SMALL, history=False, mapper="least-loaded")
+    on = {d: {t.share for t in ts if t.kernel == "rod"} for d, ts in plan.tasks_by_device().items()}
+    assert on["n0/cpu"] == {1.0} and on["n0/gpu0"] == {0.25}
+    assert peak_shares(plan)["n0/cpu"][1] == 1
+    cpu_only = {"name": "host", "nodes": [{"name": "n0", "devices": [
+        {"name": "cpu", "kind": "cpu", "memory": "64GiB", "flops": "1 TFLOP/s", "mem_bandwidth": "100 GB/s"}]}]}
+    serial = streammap.compile(SWEEP, cluster=cpu_only, params=SMALL, history=False)
+    assert all(t.share == 1.0 for t in serial.tasks) and peak_shares(serial)["n0/cpu"][1] == 1
+    path = tmp_path / "p.yaml"
+    write_plan(serial, path)
+    from streammap.runtime import run_plan
+    out = run_plan(read_plan(path), progress=False, telemetry=False)
+    assert out["result"].shape == (SMALL["JOBS"], SMALL["CELLS"])
+
+
 def test_tasks_without_share_are_placed_exactly_as_before(tmp_path):
     plan = streammap.compile(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False)
     heft = streammap.compile(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False, mapper="heft")
@@ -86,6 +107,117 @@ def test_the_share_aware_schedule_is_what_the_runtime_admission_reproduces():
     again = simulate_shared(cost, s.device, s.order())
     np.testing.assert_array_equal(again.start, s.start)
     np.testing.assert_array_equal(again.finish, s.finish)
+
+
+class LastDevice:
+    """A custom placement policy (used by class path below): always the last feasible device."""
+
+    def choose(self, task, feasible, state):
+        return int(feasible[-1])
+
+
+@pytest.mark.parametrize("mapper", ["least-loaded", "fastest", "heft-plain", "test_sharing:LastDevice"])
+def test_whole_device_mappers_keep_their_devices_and_are_timed_as_the_runtime_co_locates(mapper):
+    from streammap.compiler import load_source_graph, resolve_cluster
+    from streammap.mappers import get_mapper
+    cost = CostModel(load_source_graph(SWEEP, SMALL), resolve_cluster(cluster()))
+    own = get_mapper(mapper)(cost)                    # its own schedule: a device's tasks one at a time
+    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False, mapper=mapper)
+    assert plan.mapper.name.endswith("+share")
+    assert {t.id: t.device for t in plan.tasks} == {cost.tasks[i]: cost.devices[int(own.device[i])].id
+                                                    for i in range(cost.n_tasks)}
+    assert max(n for _, n in peak_shares(plan).values()) == 4
+    assert plan.mapper.estimated_makespan <= 0.5 * own.makespan
+    # the runtime admits each device's tasks in plan order by share: replaying that gives the plan's times
+    pos = {d.id: j for j, d in enumerate(cost.devices)}
+    device = np.array([pos[{t.id: t.device for t in plan.tasks}[tid]] for tid in cost.tasks])
+    order = [[cost.pos[t.id] for t in plan.tasks if t.device == d.id] for d in cost.devices]
+    again = simulate_shared(cost, device, order)
+    np.testing.assert_allclose(again.start, [{t.id: t.start for t in plan.tasks}[tid] for tid in cost.tasks],
+                               rtol=1e-9, atol=1e-12)
+    assert again.makespan == pytest.approx(plan.mapper.estimated_makespan)
+
+
+@pytest.mark.parametrize("mapper, gpu_policy", [("binpack", "binpack"), ("least-loaded", "spread")])
+def test_a_sharing_plan_exported_to_kubernetes_keeps_its_policys_hami_annotation(mapper, gpu_policy):
+    from streammap.k8s.resources import device_groups
+    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False, mapper=mapper)
+    assert plan.mapper.name == f"{mapper}+share"
+    assert {g.annotations.get("hami.io/gpu-scheduler-policy") for g in device_groups(plan)} == {gpu_policy}
+
+
+def test_re_mapping_a_sharing_plan_keeps_shares_and_co_locates_the_rest(tmp_path):
+    from streammap.plan import validate_plan
+    from streammap.remap import remap_plan
+    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False)
+    first = [t for t in plan.tasks if t.kernel == "rod"][:6]
+    rod_time = first[0].finish - first[0].start
+    # the run is ahead of the plan: the finished rods' estimates reach past "now"
+    now = 0.5 * rod_time
+    res = remap_plan(plan, {t.id: t.device for t in first}, now=now, lost=["n0/gpu1"])
+    validate_plan(res.plan)                               # the share check passes
+    new = {t.id: t for t in res.plan.tasks}
+    assert {t.share for t in res.plan.tasks if t.kernel == "rod"} == {0.25}
+    kept = [t for t in first if t.id not in res.rerun]
+    assert kept and all(new[t.id].finish <= now for t in kept)     # done by now
+    assert all(t.device == "n0/gpu1" for t in first if t.id in res.rerun)
+    rest = [new[k] for k in res.unfinished]
+    assert all(t.device == "n0/gpu0" and t.start >= now for t in rest)
+    rods_left = [t for t in rest if t.kernel == "rod"]
+    assert max(n for _, _, n in share_profile((t.start, t.finish, t.share) for t in rods_left)) == 4
+    # four at a time: the rest takes a quarter of running them one by one (plus the gather)
+    serial = sum(t.finish - t.start for t in rest)
+    assert res.estimated_makespan - now <= 0.5 * serial
+    assert res.plan.mapper.name == f"{plan.mapper.name}+remap"
+
+
+def test_a_sharing_run_re_mapped_off_a_slow_device_keeps_shares_and_gives_the_same_result(tmp_path):
+    from collections import Counter
+
+    from streammap.plan import validate_plan
+    from streammap.runtime import run_plan
+    from test_remap import CLUSTER, PROGRAM
+    src = PROGRAM.replace("# @stream kernel(flops=1e10, out=32)", "# @stream kernel(flops=1e10, out=32, share=0.5)")
+    assert src != PROGRAM
+    (tmp_path / "prog.py").write_text(textwrap.dedent(src))
+    plan = streammap.compile(tmp_path / "prog.py", cluster=CLUSTER, params={"N": 64}, mapper="heft", history=False)
+    assert Counter(t.device for t in plan.tasks)["node0/gpu1"] >= 5
+    alerts = {"remap": {"enabled": True, "factor": 2.0, "window": 2, "min_task_time": 0.002}}
+    out = run_plan(plan, emulate=True, progress=False, record_path=tmp_path / "r.json", interval=0.01,
+                   alerts=alerts)
+    np.testing.assert_allclose(out["result"], np.full(4, sum(range(64))))
+    record = read_run_record(tmp_path / "r.json")
+    assert record.status == "ok" and len(record.remaps) >= 1
+    assert {t.share for t in record.tasks if t.kernel == "work"} == {0.5}
+    # the final plan's estimates (the record's) keep to the shares: two work tasks at once, never more
+    final = plan.model_copy(update={"tasks": [
+        next(p for p in plan.tasks if p.id == t.id).model_copy(update={
+            "device": t.device, "start": t.estimated_start, "finish": t.estimated_finish})
+        for t in record.tasks]})
+    validate_plan(final)
+    planned = {t.id: t.start for t in plan.tasks}
+    remapped = [t for t in final.tasks if t.kernel == "work" and t.start != planned[t.id]]
+    assert len(remapped) >= 4
+    for d in {t.device for t in remapped}:           # the re-mapped rest also runs two at a time
+        on = [t for t in remapped if t.device == d]
+        assert max(n for _, _, n in share_profile((t.start, t.finish, t.share) for t in on)) == min(2, len(on))
+
+
+def test_re_mapping_a_hand_made_sharing_plan_keeps_its_shares(tmp_path):
+    from runtime_helpers import FAN, make_plan, ref, task
+    from streammap.plan import validate_plan
+    from streammap.remap import remap_plan
+    devices = [{"id": f"node0/gpu{i}", "kind": "gpu", "vendor": "nvidia"} for i in range(2)]
+    tasks = [task("src", "source", "node0/gpu0")]
+    tasks += [{**task(f"s{k}", "scale", f"node0/gpu{k % 2}", ref("src"), k), "share": 0.5} for k in range(6)]
+    tasks.append(task("sum", "total", "node0/gpu1", *[ref(f"s{k}") for k in range(6)]))
+    plan = make_plan(tmp_path, FAN, tasks, devices=devices, outputs=ref("sum"))
+    res = remap_plan(plan, {"src": "node0/gpu0"}, now=0.0005, lost=["node0/gpu1"])
+    assert res.ir == "plan"
+    validate_plan(res.plan)
+    scales = [t for t in res.plan.tasks if t.kernel == "scale"]
+    assert {t.share for t in scales} == {0.5} and {t.device for t in scales} == {"node0/gpu0"}
+    assert max(n for _, _, n in share_profile((t.start, t.finish, t.share) for t in scales)) == 2
 
 
 def test_shares_above_one_on_a_device_are_refused_when_the_plan_is_read(tmp_path):
@@ -296,6 +428,21 @@ def test_the_estimate_charges_the_spills_on_the_host_link(tmp_path):
     tight = streammap.compile(tmp_path / "prog.py", cluster=slow, history=False)
     # at least one activation goes out and comes back: 2 x 128 KiB at 1 GB/s
     assert tight.mapper.estimated_makespan >= roomy.mapper.estimated_makespan + 2 * MIB8 / 1e9
+
+
+def test_re_mapping_an_oversubscribed_plan_still_charges_its_spills(tmp_path):
+    from streammap.plan import validate_plan
+    from streammap.remap import remap_plan
+    (tmp_path / "prog.py").write_text(textwrap.dedent(ACTIVATIONS))
+    slow = tiny(10 * MIB8, F=1.5)
+    slow["host_bandwidth"] = "0.1 GB/s"                     # spill time dominates the makespan
+    plan = streammap.compile(tmp_path / "prog.py", cluster=slow, history=False)
+    done = plan.tasks[:5]
+    res = remap_plan(plan, {t.id: t.device for t in done}, now=done[-1].finish)
+    validate_plan(res.plan)
+    # on schedule so far: the rest replays the same spills, and the estimate stays the plan's
+    assert res.estimated_makespan == pytest.approx(plan.mapper.estimated_makespan, rel=1e-6)
+    assert res.estimated_makespan - done[-1].finish >= plan.mapper.spill_bytes / 2 / 0.1e9
 
 
 def test_a_spilled_array_comes_back_bit_identical(tmp_path):

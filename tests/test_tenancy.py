@@ -12,6 +12,7 @@ from streammap.errors import StreamMapError
 from streammap.tenancy.admission import Job, Scheduler
 from streammap.tenancy.estimate import Demand, Option
 from streammap.tenancy.jobs import JobSpec, load_jobs, poisson_jobs
+from streammap.tenancy.profile import Profile
 from streammap.tenancy.simulate import compare, fair_shares, jain_index, simulate
 from streammap.tenancy.tenants import load_tenants, tenants_from_dict
 
@@ -221,6 +222,90 @@ def test_backfill_never_delays_the_reserved_job():
     assert res["late"].start >= res["wide"].finish    # would have delayed 'wide': it waited
 
 
+def test_an_availability_profile_finds_the_earliest_gap_a_gang_fits_for_its_whole_duration():
+    # 2 GPUs free now, 1 held by a job past its estimated end (free just after now, not now),
+    # 4 more free at t=10.
+    p = Profile(0.0, 2, [(10.0, 4), (-5.0, 1)])
+    assert p.fits_now(2, 100) and not p.fits_now(3, 1)
+    assert 0 < p.earliest_fit(3, 1) < 1e-6
+    p.reserve(0.0, 2, 20)                               # a job takes both free GPUs until t=20
+    assert not p.fits_now(1, 1)
+    assert p.earliest_fit(1, 5) < 1e-6                  # the overdue job's GPU
+    assert p.earliest_fit(5, 5) == 10                   # 1 + 4 free from t=10
+    assert p.earliest_fit(6, 5) == 20                   # 7 free from t=20
+    assert p.earliest_fit(5, 50) == 10                  # [10, 60) stays at 5 or more
+    assert p.earliest_fit(8, 1) == math.inf
+
+
+def test_backfill_never_delays_an_earlier_jobs_estimated_start():
+    """Conservative backfill, as a property over random job sets (exact estimates, one model, all
+    jobs queued at once): the first pass gives every job an estimated start, and no job starts
+    later than that, although many later jobs start before earlier ones."""
+    clus = gpu_cluster(nodes=2, per_node=4, models=("A100",), speeds=(1.0,))
+    tenants = tenants_from_dict(["a"])
+    jumped = 0
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        jobs = [job(f"j{i}", "a", 0, int(rng.choice([1, 2, 4, 8])), float(rng.integers(20, 60)),
+                    priority=int(rng.integers(0, 3))) for i in range(20)]
+        sched = Scheduler(clus, tenants, depth=len(jobs))
+        for j in sorted(jobs, key=lambda j: j.id):         # the simulator's order, so equal keys tie alike
+            sched.submit(Job(j.id, j.tenant, j.arrival, j.demand, j.priority))
+        order = [j.id for j in sorted(sched.queued(), key=sched._key)]
+        starts, _ = sched.schedule(0.0)
+        estimated = {s.job_id: 0.0 for s in starts} | {j: t for j, (t, _) in sched.estimated_starts.items()}
+        assert sorted(estimated) == sorted(order)          # every job is planned
+        res = {r.id: r for r in simulate([Job(j.id, j.tenant, j.arrival, j.demand, j.priority) for j in jobs], clus, tenants,
+                                         policy="streammap", depth=len(jobs)).jobs}
+        for jid in order:
+            assert res[jid].start <= estimated[jid] + 1e-9, (seed, jid)
+        jumped += sum(res[b].start < res[a].start for i, a in enumerate(order) for b in order[i + 1:])
+    assert jumped > 30                                       # backfill did happen, often
+
+
+def test_every_pass_plans_reservations_that_its_starts_never_overbook():
+    """Two tenants, two device models, jobs arriving over time: after every pass the running jobs
+    and the reservations of the waiting ones never need more devices of a model than there are,
+    at any time (a start that ignored a reservation would)."""
+    rng = np.random.default_rng(7)
+    clus = gpu_cluster(nodes=4, per_node=4)              # 8 A100, 8 V100 at half speed
+    sched = Scheduler(clus, tenants_from_dict({"tenants": [{"name": "a"}, {"name": "b", "weight": 2}]}))
+    arrivals = sorted(float(t) for t in rng.uniform(0, 400, 120))
+    jobs = [job(f"j{i}", "ab"[i % 2], t, int(rng.choice([1, 2, 4])), float(rng.integers(5, 80)),
+                models=("A100", "V100")) for i, t in enumerate(arrivals)]
+    now, planned = 0.0, 0
+    while jobs or sched.running or sched.jobs:
+        now = min([r.est_finish for r in sched.running.values()] + [j.arrival for j in jobs[:1]])
+        for r in [r for r in sched.running.values() if r.est_finish <= now]:
+            sched.finish(r.job.id)
+        while jobs and jobs[0].arrival <= now:
+            sched.submit(jobs.pop(0))
+        sched.schedule(now)
+        planned += len(sched.estimated_starts)
+        for model, size in sched.pool.size.items():
+            busy = [(r.start, r.est_finish, r.option.gpus) for r in sched.running.values() if r.option.model == model]
+            for jid, (t, m) in sched.estimated_starts.items():
+                if m == model:
+                    o = sched.jobs[jid].demand.option(m)
+                    busy.append((t, t + o.duration, o.gpus))
+            for p in {a for a, _, _ in busy}:
+                assert sum(g for a, b, g in busy if a <= p < b) <= size, (now, model, p)
+    assert planned > 200
+
+
+def test_a_job_past_its_estimate_is_expected_to_run_to_the_next_doubling():
+    s = Scheduler(gpu_cluster(nodes=1, per_node=1), tenants_from_dict(["a"]))
+    s.submit(job("slow", "a", 0, 1, 10))
+    s.schedule(0)
+    s.submit(job("next", "a", 1, 1, 5))
+    s.schedule(5)
+    assert s.estimated_starts["next"] == (10, "A100")      # on time: its estimated end
+    s.schedule(15)
+    assert s.estimated_starts["next"] == (20, "A100")      # overran: 2 x its estimate
+    s.schedule(25)
+    assert s.estimated_starts["next"] == (40, "A100")      # and again: 4 x
+
+
 def test_shortest_jobs_first_beats_fifo_on_average_completion_time():
     jobs, tenants = contended_stream(arrivals=(1, 1))
     res = {r.policy: r for r in [simulate([Job(j.id, j.tenant, j.arrival, j.demand) for j in jobs],
@@ -229,14 +314,21 @@ def test_shortest_jobs_first_beats_fifo_on_average_completion_time():
     assert res["streammap"].utilisation >= res["fifo"].utilisation - 1e-9
 
 
-def test_a_long_job_waits_for_the_fast_model_when_it_ends_sooner_there():
+def test_a_long_job_waits_for_the_fast_model_when_it_ends_sooner_there_within_the_slack():
     clus = gpu_cluster(nodes=2, per_node=1)          # one A100 (n0), one V100 at half speed (n1)
     jobs = [job("busy", "a", 0, 1, 10, models=("A100",)),
             job("long", "a", 1, 1, 100, models=("A100", "V100"))]    # 100 s on A100, 200 s on V100
-    res = {j.id: j for j in simulate(jobs, clus, tenants_from_dict(["a"]), policy="streammap").jobs}
+    tenants = tenants_from_dict(["a"])
+    # Slack 1.5: 200 s on the idle V100 is more than 1.5 x the 109 s to finish on the A100: wait.
+    res = {j.id: j for j in simulate(jobs, clus, tenants, policy="streammap", slack=1.5).jobs}
     assert res["long"].model == "A100" and res["long"].start == 10
-    fifo = {j.id: j for j in simulate(jobs, clus, tenants_from_dict(["a"]), policy="fifo").jobs}
+    # The default slack (2) keeps the idle V100 busy instead, as FIFO does.
+    res = {j.id: j for j in simulate(jobs, clus, tenants, policy="streammap").jobs}
+    assert res["long"].model == "V100" and res["long"].start == 1
+    fifo = {j.id: j for j in simulate(jobs, clus, tenants, policy="fifo").jobs}
     assert fifo["long"].model == "V100"
+    with pytest.raises(StreamMapError, match="slack must be at least 1"):
+        simulate(jobs, clus, tenants, slack=0.5)
 
 
 def test_preemption_happens_only_where_configured():
@@ -317,6 +409,13 @@ def test_compare_over_a_poisson_stream_keeps_every_job(tmp_path):
         assert sorted(j.id for j in r.jobs) == sorted(s.id for s in specs)
         assert all(j.finish > j.start >= j.arrival for j in r.jobs)
         assert 0 < r.utilisation <= 1
+
+
+def test_simulate_refuses_a_slack_below_one(tmp_path, capsys):
+    assert main(["simulate", "--jobs", str(tmp_path / "jobs.yaml"), "--cluster", str(tmp_path / "c.yaml"),
+                 "--slack", "0.5", "--out", str(tmp_path / "o")]) == 2
+    assert "--slack must be at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_job_no_model_can_run_is_reported_at_its_line_in_the_jobs_file(tmp_path, capsys):

@@ -162,7 +162,8 @@ def _fill(plan: Plan, g: DeviceGroup, shares, share_override, uuids) -> None:
         pins = [uuids[d.id] for d in devs if uuids.get(d.id)]
         if res.uuid_annotation and pins and len(pins) == len(devs):
             g.annotations[res.uuid_annotation] = ",".join(pins)
-    node_policy, gpu_policy = POLICIES.get(plan.mapper.name, (None, None))
+    # "binpack+share", "least-loaded+share+remap": the policy that placed the tasks
+    node_policy, gpu_policy = POLICIES.get(plan.mapper.name.split("+")[0], (None, None))
     if per_vendor and node_policy:
         g.annotations["hami.io/node-scheduler-policy"] = node_policy
     if per_vendor and gpu_policy:

@@ -33,14 +33,29 @@ Policies
     estimated GPU-seconds (``k x duration``: shortest job first, which the compiler's estimates
     make possible where Tiresias [2]_ must use attained service), and:
 
-    * *heterogeneity-aware placement* (after Gavel [3]_): the job starts on the fastest model with
-      room, but when only slower models have room it waits for the faster one if it is
-      estimated to **finish** sooner there (counting the wait: the running jobs' estimated ends)
-      and that model holds no reservation yet; so long jobs, which gain the most, get fast GPUs;
-    * *EASY backfill*: the first job that must wait for a model gets a reservation at the time
-      enough devices free up (the shadow time); later jobs start on that model only if they
-      end before the shadow time or use devices the reservation does not need, so backfill never
-      delays an earlier job's estimated start;
+    * *heterogeneity-aware placement* (after Gavel [3]_): the job goes on the model where it is
+      estimated to **finish** first, counting the wait for devices, except that it starts now
+      on a slower model with room when it would end there within ``slack`` (default
+      :data:`SLACK`) times its time to finish on the faster one: idle devices are capacity lost.
+      The slack is a trade the simulator measures (README): at 2 (on the benchmark's half-speed
+      V100s, "never wait when a slower model has room") the policy is robust to load and to
+      estimate errors; at 1.75 long jobs wait for fast GPUs, which at high load cuts the p95
+      JCT by a third, but at low load or with poor estimates the waiting costs more than it saves;
+    * *conservative backfill* [5]_: each pass keeps an availability profile per model (free
+      devices over time, from the running jobs' expected ends: the estimated end, or for a job
+      already past it the first ``start + 2^i x estimate`` still ahead). Every job looked at in
+      the pass that cannot start now gets a **reservation**: the earliest time its gang fits for
+      its whole estimated duration around the reservations of every job looked at before it; a
+      job starts now only if it fits now around all of them. So backfilling a job never delays
+      an earlier job's estimated start (EASY backfilling protects only the first waiting job).
+      The first :data:`DEPTH` waiting jobs of a pass get reservations (the service shows them as
+      estimated starts); jobs after them may still start where they fit around those, but get
+      none themselves (with 10,000 jobs on 1,000 GPUs the queue can hold thousands, and planning
+      them all on every event would cost many minutes; the jobs past the depth are the longest,
+      or those of tenants above their share). "Earlier" is the pass's order: fair share across
+      tenants, priority and shortest-first within one; a newly arrived job that this order puts
+      ahead may still take a slot, as in any priority backfilling. A job held back by its own
+      tenant's quota gets no reservation;
     * *no starvation*: a job that has waited more than :data:`STARVATION` times its own estimated
       duration goes before its tenant's shorter jobs (Tiresias' promotion; a small factor turns
       the policy back into FIFO under load, which the simulator showed);
@@ -58,6 +73,8 @@ References
 .. [3] D. Narayanan et al., "Heterogeneity-aware cluster scheduling policies for deep learning
    workloads" (Gavel), OSDI 2020.
 .. [4] K. Mahajan et al., "Themis: fair and efficient GPU cluster scheduling", NSDI 2020.
+.. [5] A. W. Mu'alem, D. G. Feitelson, "Utilization, predictability, workloads, and user runtime
+   estimates in scheduling the IBM SP2 with backfilling", IEEE TPDS 12(6), 2001.
 """
 
 from __future__ import annotations
@@ -69,11 +86,17 @@ from dataclasses import dataclass, field
 
 from ..errors import StreamMapError
 from .estimate import Demand, Option, accelerator_pools
+from .profile import Profile
 from .tenants import Tenants
 
 POLICIES = ("fifo", "drf", "streammap")
 #: A job waiting longer than this many times its estimated duration is promoted (streammap policy).
 STARVATION = 100.0
+#: Waiting jobs per pass that get a reservation (conservative backfill's depth; streammap policy).
+DEPTH = 32
+#: A job that would end first on a busy model starts now on a slower one with room if it ends there
+#: within this factor of its time to finish on the busy one, waiting included (see _Plan.placement).
+SLACK = 2.0
 
 
 @dataclass
@@ -188,10 +211,17 @@ class Scheduler:
     policy : str
         ``fifo``, ``drf`` or ``streammap`` (see the module docstring).
     backfill : bool
-        EASY backfill in the ``streammap`` policy (on by default).
+        Conservative backfill in the ``streammap`` policy (on by default; off, a job that must
+        wait blocks its model for every job after it).
+    depth : int
+        Reservation depth of the ``streammap`` policy: how many waiting jobs per pass get a
+        reservation (see the module docstring).
+    slack : float
+        Placement slack of the ``streammap`` policy (see the module docstring; at least 1).
     """
 
-    def __init__(self, cluster, tenants: Tenants, policy: str = "streammap", backfill: bool = True):
+    def __init__(self, cluster, tenants: Tenants, policy: str = "streammap", backfill: bool = True,
+                 depth: int = DEPTH, slack: float = SLACK):
         if policy not in POLICIES:
             raise StreamMapError(f"unknown policy {policy!r}", hint=f"policies: {', '.join(POLICIES)}")
         self.policy = policy
@@ -204,7 +234,14 @@ class Scheduler:
         self._queues: dict[str, list] = {t.name: [] for t in tenants}   # sorted (key, job id)
         self._fifo: list = []
         self._arrivals: dict[str, list] = {t.name: [] for t in tenants}   # per tenant, arrival order
-        self._ends: dict[str, list] = {}
+        self._by_model: dict[str, dict[str, Running]] = {m: {} for m in self.pool.models}
+        self.depth = depth
+        if not slack >= 1:
+            raise StreamMapError(f"placement slack must be at least 1, not {slack}",
+                                 hint="1 always waits for the earliest finish; 2 starts on a half-speed model with room")
+        self.slack = slack
+        #: The last pass's plan for queued jobs (streammap policy): job id -> (estimated start, model).
+        self.estimated_starts: dict[str, tuple[float, str]] = {}
         self.queued_gpus = 0                            # GPUs the queued jobs ask for (own widths)
         self._seq = 0
 
@@ -259,7 +296,8 @@ class Scheduler:
 
     def _grant(self, job: Job, option: Option, devices: tuple, now: float) -> Start:
         mem = sum(self.pool.memory_of[d] for d in devices)
-        self.running[job.id] = Running(job, option, devices, now, mem)
+        self.running[job.id] = r = Running(job, option, devices, now, mem)
+        self._by_model[option.model][job.id] = r
         u = self.usage[job.tenant]
         u.gpus += option.gpus
         u.memory += mem
@@ -269,6 +307,7 @@ class Scheduler:
     def finish(self, job_id: str) -> Running:
         """A running job ended (done, failed, cancelled or preempted): free its devices."""
         r = self.running.pop(job_id)
+        del self._by_model[r.option.model][job_id]
         self.pool.give(r.devices)
         u = self.usage[r.job.tenant]
         u.gpus -= r.option.gpus
@@ -347,36 +386,22 @@ class Scheduler:
             starts.append(self._start_now(job, o, now))
         return starts
 
-    def _free_at(self, model: str, k: int, now: float) -> float:
-        """The estimated time when ``k`` devices of ``model`` are free (running jobs' estimated ends)."""
-        free = self.pool.free_count[model]
-        if free >= k:
-            return now
-        ends = self._ends.get(model)
-        if ends is None:
-            ends = self._ends[model] = sorted((max(r.est_finish, now), r.option.gpus) for r in self.running.values()
-                                              if r.option.model == model)
-        for t, g in ends:
-            free += g
-            if free >= k:
-                return t
-        return math.inf
-
     def _fair_pass(self, now: float, max_scan: int) -> tuple[list[Start], list[str]]:
         smart = self.policy == "streammap"
         starts: list[Start] = []
         preempted: list[str] = []
-        # Per model: [shadow time, devices spare at the shadow time] of its one reservation.
-        reserved: dict[str, list] = {}
-        self._ends = {}                          # per model, running jobs' (end, gpus), sorted; per pass
+        plan = _Plan(self, now) if smart else None
+        if smart:
+            self.estimated_starts = {}
         last = {t: None for t, q in self._queues.items() if q}
         budget = {t: max(32, max_scan // max(1, len(last))) for t in last}
         promoted = {t: self._starving(t, now) for t in last} if smart else {}
         heap = [(self.share(t), t) for t in last]
         heapq.heapify(heap)
         while heap:
-            if not any(self.pool.free_count.values()) and not (smart and self.tenants.preemption):
-                break
+            if (not any(self.pool.free_count.values()) and not (smart and self.tenants.preemption)
+                    and not (smart and plan.depth_left > 0)):
+                break                            # nothing can start, and nothing more is planned
             _, tenant = heapq.heappop(heap)
             q = self._queues[tenant]
             job = self.jobs.get(promoted.pop(tenant, None) or "")
@@ -389,7 +414,7 @@ class Scheduler:
                 job = self.jobs[q[i][1]]
             budget[tenant] -= 1
             if smart:
-                s, p = self._place_smart(job, now, reserved)
+                s, p = self._place_smart(job, now, plan)
                 preempted += p
             else:
                 o = self._fastest_free(job)
@@ -398,9 +423,6 @@ class Scheduler:
                     continue                     # this tenant waits for this round
             if s is not None:
                 starts.append(s)
-                self._ends.pop(s.option.model, None)
-                if smart and p:
-                    self._ends.clear()           # preempted jobs freed devices
             if budget[tenant] > 0:
                 heapq.heappush(heap, (self.share(tenant), tenant))
         return starts, preempted
@@ -413,62 +435,37 @@ class Scheduler:
         job = self.jobs[q[0][1]]
         return job.id if now - job.arrival > STARVATION * max(job.demand.best.duration, 1e-9) else None
 
-    def _place_smart(self, job: Job, now: float, reserved: dict) -> tuple[Start | None, list[str]]:
-        """Start on the fastest model with room (never delaying a reservation), else preempt where
-        allowed, else reserve the model where the job is estimated to finish first."""
+    def _place_smart(self, job: Job, now: float, plan: "_Plan") -> tuple[Start | None, list[str]]:
+        """Conservative backfilling with heterogeneity-aware placement: the job goes on the model
+        where it is estimated to *finish* first, given the running jobs and the reservations of
+        every job looked at before it in this pass; it starts if that is now, else preempts where
+        allowed, else reserves that time (within the reservation depth)."""
         allowed = [o for o in job.demand.options if self.quota_allows(job.tenant, o)]
-        o = self._choose_shape(job, allowed, now, reserved)
-        if o is not None:
-            r = reserved.get(o.model)
-            if r is not None and now + o.duration > r[0]:
-                r[1] -= o.gpus                   # it uses devices the reservation does not need
-            return self._start_now(job, o, now), []
         if not allowed:
-            return None, []
+            return None, []                      # its own tenant's running jobs hold it back
+        deep = plan.depth_left > 0
+        if not deep and not any(self.pool.free_count[o.model] >= o.gpus for o in allowed):
+            return None, []                      # cannot start now, and gets no reservation
+        best, at = plan.placement(allowed)
+        if at == now and best.model not in plan.blocked:
+            plan.take(best, now)
+            return self._start_now(job, best, now), []
         if self.tenants.preemption:
             for o in allowed:
                 victims = self._victims(job, o)
                 if victims is not None:
                     for v in victims:
+                        plan.give_back(self.running[v])
                         self.preempt(v, now)
+                    plan.take(o, now)
                     return self._start_now(job, o, now), victims
-        # Wait: reserve the model where it would finish first (Gavel's heterogeneity awareness,
-        # with the wait for busy devices counted), unless that model already holds a reservation.
-        best = min(allowed, key=lambda o: (self._free_at(o.model, o.gpus, now) + o.duration, o.model))
         if not self.backfill:
-            reserved.setdefault(best.model, [now, 0])          # nothing may jump this job
-        elif best.model not in reserved:
-            t = self._free_at(best.model, best.gpus, now)
-            if math.isfinite(t):
-                reserved[best.model] = [t, self._spare_at(best.model, t, now) - best.gpus]
+            plan.blocked.add(best.model)         # nothing later may start on this model in this pass
+        elif deep and math.isfinite(at):
+            plan.take(best, at)
+            plan.depth_left -= 1
+            self.estimated_starts[job.id] = (at, best.model)
         return None, []
-
-    def _choose_shape(self, job: Job, allowed: list[Option], now: float, reserved: dict) -> Option | None:
-        """The fastest model where ``job`` can start now without delaying a reservation, or None
-        when it should wait: for nothing free, or for a faster model it would end sooner on."""
-        own = [o for o in allowed if self.pool.free_count[o.model] >= o.gpus and self._backfill_ok(o, now, reserved)]
-        if not own:
-            return None
-        best = own[0]
-        if best is not allowed[0]:
-            # Only slower models have room. Waiting for a faster one is worth it when the job is
-            # estimated to end sooner there (Gavel's point: fast devices should go where they save
-            # the most time), and nobody holds that model's reservation yet.
-            f = allowed[0]
-            if f.model not in reserved and self._free_at(f.model, f.gpus, now) + f.duration < now + best.duration:
-                return None
-        return best
-
-    def _backfill_ok(self, o: Option, now: float, reserved: dict) -> bool:
-        r = reserved.get(o.model)
-        return r is None or now + o.duration <= r[0] or o.gpus <= r[1]
-
-    def _spare_at(self, model: str, t: float, now: float) -> int:
-        free = self.pool.free_count[model]
-        for r in self.running.values():
-            if r.option.model == model and max(r.est_finish, now) <= t:
-                free += r.option.gpus
-        return free
 
     def _victims(self, job: Job, o: Option) -> list[str] | None:
         """Running jobs to preempt so that ``job`` starts on ``o.model`` now, or None."""
@@ -484,3 +481,60 @@ class Scheduler:
             chosen.append(r.job.id)
             got += r.option.gpus
         return chosen if got >= need else None
+
+
+class _Plan:
+    """One pass's plan (streammap policy): an availability profile per model, built on first use
+    from the running jobs' estimated ends, and what the pass has taken from it so far."""
+
+    def __init__(self, sched: Scheduler, now: float):
+        self.sched = sched
+        self.now = now
+        self.profiles: dict[str, Profile] = {}
+        self.depth_left = sched.depth
+        self.blocked: set[str] = set()          # models closed to later jobs (backfill off)
+
+    def profile(self, model: str) -> Profile:
+        p = self.profiles.get(model)
+        if p is None:
+            p = self.profiles[model] = Profile(
+                self.now, self.sched.pool.free_count[model],
+                ((_expected_end(r, self.now), r.option.gpus) for r in self.sched._by_model[model].values()))
+        return p
+
+    def placement(self, options: list[Option]) -> tuple[Option, float]:
+        """Where and when a job of ``options`` (fastest first) should run: the option estimated to
+        end first (ties: the faster model), unless it must wait and a slower model has room now
+        for the job to end within ``slack`` times its time to finish on the first (waiting included)."""
+        first = options[0]
+        if self.profile(first.model).fits_now(first.gpus, first.duration):
+            return first, self.now              # the fastest model, now: nothing ends sooner
+        best, best_at, best_end = first, math.inf, math.inf
+        for o in options:
+            at = self.profile(o.model).earliest_fit(o.gpus, o.duration)
+            if at + o.duration < best_end:
+                best, best_at, best_end = o, at, at + o.duration
+        if best_at > self.now:
+            for o in options:
+                if (o.model not in self.blocked and o.duration <= self.sched.slack * (best_end - self.now)
+                        and self.profile(o.model).fits_now(o.gpus, o.duration)):
+                    return o, self.now
+        return best, best_at
+
+    def take(self, o: Option, start: float) -> None:
+        self.profile(o.model).reserve(start, o.gpus, o.duration)
+
+    def give_back(self, r: Running) -> None:
+        """A running job is preempted: its devices are free from now to its estimated end."""
+        self.profile(r.option.model).add(self.now, max(r.est_finish, math.nextafter(self.now, math.inf)),
+                                         r.option.gpus)
+
+
+def _expected_end(r: Running, now: float) -> float:
+    """When a running job is expected to end: its estimated end, or for a job already past it, the
+    first ``start + 2^i x estimate`` after ``now`` (an overrun job is likely to overrun more; taking
+    it to end at once would plan reservations on devices that are not free, and leave them idle)."""
+    end, d = r.est_finish, r.option.duration
+    if end > now or d <= 0:
+        return end
+    return r.start + d * 2.0 ** math.ceil(math.log2(max((now - r.start) / d, 1.0)) + 1e-12)

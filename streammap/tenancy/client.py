@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -167,17 +168,17 @@ def _queue(args) -> int:
     from rich.console import Console
     from rich.table import Table
     import sys
-    import time
     jobs = _client(args).queue(args.all)
     table = Table(title=f"{len(jobs)} job(s)")
-    for col in ("id", "state", "priority", "gpus", "model", "waited / ran", "program"):
+    for col in ("id", "state", "priority", "gpus", "model", "waited / ran", "estimated start", "program"):
         table.add_column(col)
     now = time.time()
     for j in jobs:
         start = j["started"] or now
         span = f"{start - j['submitted']:.0f} s" + (f" / {((j['finished'] or now) - j['started']):.0f} s"
                                                     if j["started"] else "")
-        table.add_row(j["id"], j["state"], str(j["priority"]), str(j["gpus"]), j["model"] or "-", span, j["source"])
+        table.add_row(j["id"], j["state"], str(j["priority"]), str(j["gpus"]), j["model"] or "-", span,
+                      _estimated_start(j, now), j["source"])
     Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(table)
     return 0
 
@@ -189,10 +190,19 @@ def _status(args) -> int:
     if j["devices"]:
         lines.append(f"devices: {', '.join(j['devices'])} ({j['model']})")
     lines.append("estimated duration: " + ", ".join(f"{m} {t:.4g} s" for m, t in j["estimates"].items()))
+    if j.get("estimated_start") is not None:
+        lines.append(f"estimated start: {_estimated_start(j, time.time())} (if the jobs ahead take their estimates)")
     if j.get("error"):
         lines.append(j["error"])
     _print("\n".join(lines))
     return 0
+
+
+def _estimated_start(j: dict, now: float) -> str:
+    """A queued job's reservation: "in 42 s on A100", or "-" (running, or not planned yet)."""
+    if j.get("estimated_start") is None:
+        return "-"
+    return f"in {max(0.0, j['estimated_start'] - now):.0f} s on {j['estimated_model']}"
 
 
 def _cancel(args) -> int:

@@ -187,7 +187,11 @@ class JobService:
         return job_id
 
     def jobs(self, tenant: str, all_states: bool = False) -> list[dict]:
-        return [_public(r) for r in self.store.list(tenant, None if all_states else ACTIVE)]
+        return [self.public(r) for r in self.store.list(tenant, None if all_states else ACTIVE)]
+
+    def public(self, row: dict) -> dict:
+        """What a tenant may see of its job, with the last pass's estimated start if it waits."""
+        return _public(row, self.scheduler.estimated_starts.get(row["id"]) if row["state"] == "queued" else None)
 
     def job(self, tenant: str, job_id: str) -> dict:
         row = self.store.get(job_id)
@@ -205,7 +209,7 @@ class JobService:
             self.scheduler.cancel(job_id)
             self.store.update(job_id, state="cancelled", finished=time.time(), pid=None)
         self._wake.set()
-        return _public(self.store.get(job_id))
+        return self.public(self.store.get(job_id))
 
     def logs(self, tenant: str, job_id: str) -> str:
         self.job(tenant, job_id)
@@ -315,8 +319,8 @@ def _demand_dict(d: Demand) -> dict:
     return {"gpus": d.gpus, "options": [o.__dict__ for o in d.options]}
 
 
-def _public(row: dict) -> dict:
-    """What a tenant may see of its job."""
+def _public(row: dict, planned: tuple[float, str] | None = None) -> dict:
+    """What a tenant may see of its job; ``planned``: its reservation (start time, model), if any."""
     keys = ("id", "tenant", "state", "priority", "submitted", "started", "finished", "source", "params", "entry",
             "attempts", "error")
     out = {k: row[k] for k in keys}
@@ -325,6 +329,7 @@ def _public(row: dict) -> dict:
     g = row.get("grant")
     out["devices"] = g["devices"] if g else None
     out["model"] = g["model"] if g else None
+    out["estimated_start"], out["estimated_model"] = planned if planned else (None, None)
     return out
 
 
@@ -386,7 +391,7 @@ class _Handler(BaseHTTPRequestHandler):
                                     body.get("gpus"))
                 return self._json(201, {"id": job_id})
             if len(parts) == 2 and parts[0] == "jobs" and method == "GET":
-                return self._json(200, _public(svc.job(tenant, parts[1])))
+                return self._json(200, svc.public(svc.job(tenant, parts[1])))
             if len(parts) == 3 and parts[0] == "jobs" and method == "POST" and parts[2] == "cancel":
                 return self._json(200, svc.cancel(tenant, parts[1]))
             if len(parts) == 3 and parts[0] == "jobs" and method == "GET" and parts[2] == "logs":

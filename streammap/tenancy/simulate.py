@@ -52,7 +52,7 @@ import numpy as np
 from ..compiler import load_source_graph, resolve_cluster
 from ..errors import StreamMapError
 from ..fileio import atomic_write, atomic_write_text
-from .admission import POLICIES, Job, Scheduler
+from .admission import DEPTH, POLICIES, SLACK, Job, Scheduler
 from .estimate import Estimator, graph_key
 from .jobs import JobSpec, graphs_in, load_jobs, parse_tenant_shares, poisson_jobs, write_jobs
 from .tenants import Tenants, load_tenants, tenants_from_dict
@@ -174,7 +174,8 @@ def prepare_jobs(specs: list[JobSpec], estimator: Estimator) -> list[Job]:
 
 
 def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streammap",
-             estimate_error: float = 0.0, seed: int = 0, backfill: bool = True) -> SimResult:
+             estimate_error: float = 0.0, seed: int = 0, backfill: bool = True, depth: int = DEPTH,
+             slack: float = SLACK) -> SimResult:
     """Replay ``jobs`` (admission jobs with demands) under ``policy``; see the module docstring.
 
     Parameters
@@ -188,9 +189,12 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
         ``fifo``, ``drf`` or ``streammap``.
     estimate_error : float
         Sigma of the log-normal factor between a job's real and estimated duration (0: exact).
+    backfill, depth, slack : bool, int, float
+        Conservative backfill, its reservation depth, the placement slack (``streammap`` policy; see
+        :class:`~.admission.Scheduler`).
     """
     t0 = time.perf_counter()
-    sched = Scheduler(cluster, tenants, policy=policy, backfill=backfill)
+    sched = Scheduler(cluster, tenants, policy=policy, backfill=backfill, depth=depth, slack=slack)
     rng = np.random.default_rng(seed)
     factor = {j.id: (float(np.exp(rng.normal(0.0, estimate_error) - estimate_error ** 2 / 2))
                      if estimate_error > 0 else 1.0) for j in jobs}
@@ -271,7 +275,7 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
 
 
 def compare(specs: list[JobSpec], cluster, tenants=None, policies=POLICIES, mapper: str = "heft",
-            estimate_error: float = 0.0, seed: int = 0) -> list[SimResult]:
+            estimate_error: float = 0.0, seed: int = 0, slack: float = SLACK) -> list[SimResult]:
     """Replay the same job stream under each policy (the Python API of ``streammap simulate``).
 
     ``tenants`` is a :class:`Tenants`, a dict, a tenants file, or ``None`` (the jobs' tenants,
@@ -283,8 +287,8 @@ def compare(specs: list[JobSpec], cluster, tenants=None, policies=POLICIES, mapp
     if unknown:
         raise StreamMapError(f"jobs name tenant(s) not in the tenants file: {', '.join(unknown)}", path=ten.path)
     jobs = prepare_jobs(specs, Estimator(clus, mapper=mapper))
-    return [simulate([_copy(j) for j in jobs], clus, ten, policy=p, estimate_error=estimate_error, seed=seed)
-            for p in policies]
+    return [simulate([_copy(j) for j in jobs], clus, ten, policy=p, estimate_error=estimate_error, seed=seed,
+                     slack=slack) for p in policies]
 
 
 def _copy(job: Job) -> Job:
@@ -418,6 +422,9 @@ def add_simulate_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--estimate-error", type=float, default=0.0, metavar="SIGMA",
                    help="real durations are estimates x lognormal(SIGMA) (default 0: exact estimates)")
     s.add_argument("--mapper", default="heft", help="mapper that estimates job durations (default heft)")
+    s.add_argument("--slack", type=float, default=SLACK,
+                   help=f"streammap policy: start a job now on a slower model with room if it ends there within "
+                        f"SLACK x its time to finish on a faster busy one (default {SLACK:g}; 1 always waits)")
     s.add_argument("--out", default="simulate-out", help="folder for simulate.csv, simulate-jobs.csv, simulate.png")
     s.set_defaults(func=_simulate_cmd)
     return s
@@ -444,9 +451,12 @@ def _simulate_cmd(args) -> int:
     for p in policies:
         if p not in POLICIES:
             raise StreamMapError(f"unknown policy {p!r}", hint=f"policies: {', '.join(POLICIES)}")
+    if not args.slack >= 1:
+        raise StreamMapError(f"--slack must be at least 1, not {args.slack:g}",
+                             hint="1 always waits for the earliest finish; 2 starts on a half-speed model with room")
     specs = load_jobs(args.jobs)
     results = compare(specs, args.cluster, tenants=tenants_arg, policies=policies, mapper=args.mapper,
-                      estimate_error=args.estimate_error, seed=args.seed)
+                      estimate_error=args.estimate_error, seed=args.seed, slack=args.slack)
     out.print(results_table(results))
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
