@@ -1,7 +1,9 @@
 """GPU sharing and memory oversubscription: estimated and measured, against whole devices.
 
-Part 1, small kernels. A workload of CHAINS independent chains of DEPTH small kernels (each needs
-``share=0.25`` of a device: a quarter of the SMs) and one final gather is compiled for each
+Part 1, small kernels. A workload of CHAINS independent chains of DEPTH small GPU kernels (each
+needs ``share=0.25`` of a GPU: a quarter of the SMs; ``device=gpu``, since a CPU device runs one
+task at a time and ``cholesky-node``'s eight CPU cores, given no flops in the cluster file, would
+otherwise count as eight more devices as fast as its V100s) and one final gather is compiled for each
 shared cluster (``../shared/benchmarks/clusters``) twice: with the shares (the default mapper
 co-locates up to four kernels per device) and with ``-D SHARE=1`` (whole-device placement, as a
 cluster without sharing must do). Reported side by side: estimated makespan, their ratio (target
@@ -69,7 +71,7 @@ WORK = 3.9e11          # flops of one kernel
 HOLD = 0.0             # seconds a kernel sleeps when it runs (its emulated duration)
 
 
-# @stream kernel(flops=WORK, out=8*256, share=SHARE)
+# @stream kernel(flops=WORK, out=8*256, share=SHARE, device="gpu")
 def small(x, c, d):
     time.sleep(HOLD)
     return (np.zeros(256) if x is None else x) + c + d
