@@ -230,7 +230,7 @@ def share_schedule(cost: CostModel, *, policy: str = "eft", mapper: str = "share
     MappingError
         A task that fits on no device (its device constraint, or memory), or a memory deadlock.
     """
-    from .mappers.heft import MemoryProfile, _place_rest, check_placeable, priority_order
+    from .mappers.heft import MemoryProfile, _place_rest, check_placeable, priority_order, release_inputs
 
     if policy not in ("eft", "binpack", "spread", "fixed"):
         raise ValueError(f"unknown sharing policy {policy!r}")
@@ -309,16 +309,8 @@ def share_schedule(cost: CostModel, *, policy: str = "eft", mapper: str = "share
         count[d] += 1
         prof = profiles.get(d)
         if prof is not None:
-            prof.add(st, ft, float(mem[t]))
-            if out[t] > 0:
-                prof.add(ft, math.inf, float(out[t]))
-        for p in P.tolist():
-            if st > last_use[p]:
-                last_use[p] = st
-            pending[p] -= 1
-            q = int(dev[p])
-            if pending[p] == 0 and out[p] > 0 and q in profiles:
-                profiles[q].add(max(last_use[p], finish[p]), math.inf, -float(out[p]))
+            prof.add_task(st, ft, float(mem[t]), float(out[t]))
+        release_inputs(P, st, last_use, pending, dev, out, finish, profiles)
         return True
 
     order = priority_order(cost)

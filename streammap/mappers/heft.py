@@ -212,6 +212,13 @@ class MemoryProfile:
                 prof.add(finish[u], end, out[u])
         return prof
 
+    def add_task(self, start: float, finish: float, mem: float, out: float) -> None:
+        """A task placed here: ``mem`` bytes while it runs, then its output ``out`` resident from
+        its finish on (until :func:`release_inputs` sees its last consumer start)."""
+        self.add(start, finish, mem)
+        if out > 0:
+            self.add(finish, math.inf, out)
+
     def add(self, a: float, b: float, amount: float) -> None:
         """Add ``amount`` bytes over ``[a, b)`` (``b`` may be ``inf``; empty if ``b <= a``)."""
         if amount == 0.0 or not b > a:
@@ -614,22 +621,14 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
                     mem_max[d] = mem[t]
                 prof = profiles.get(d)
                 if prof is not None:
-                    prof.add(st, ft, mem[t])
-                    if out[t] > 0:
-                        prof.add(ft, math.inf, out[t])
+                    prof.add_task(st, ft, mem[t], out[t])
             if P is not None:
-                for p in P.tolist():
-                    if st > last_use[p]:
-                        last_use[p] = st
-                    pending[p] -= 1
-                    dp = int(dev[p])
-                    if pending[p] == 0 and out[p] > 0 and tracked[dp]:
-                        open_out[dp] -= out[p]
-                        prof = profiles.get(dp)
-                        if prof is not None:
-                            # The output of p now leaves at its last consumer's start.
-                            prof.add(max(last_use[p], finish[p]), math.inf, -out[p])
+                release_inputs(P, st, last_use, pending, dev, out, finish, profiles, freed_out)
         return True
+
+    def freed_out(dp, p):
+        if tracked[dp]:
+            open_out[dp] -= out[p]
 
     order = np.asarray(order, dtype=np.int64)
     k = 0
@@ -642,6 +641,27 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
 
     makespan = float(finish.max()) if T else 0.0
     return Schedule(mapper, dev, start, finish, makespan, n_devices=D, seq=seq)
+
+
+def release_inputs(P, start: float, last_use, pending, dev, out, finish, profiles: dict, freed=None) -> None:
+    """Account a task starting at ``start`` that consumes the outputs of tasks ``P``.
+
+    Each producer's last use moves to ``start`` and its count of unplaced consumers drops; an
+    output whose last consumer this is leaves its device's memory profile (if it has one) from
+    then on, and ``freed(device, producer)`` is told (the mappers' own per-device tallies).
+    The memory model is the benchmark README's: an output stays resident until its last consumer
+    starts. Shared by HEFT, the placement policies and the share-aware scheduler."""
+    for p in P.tolist():
+        if start > last_use[p]:
+            last_use[p] = start
+        pending[p] -= 1
+        if pending[p] == 0 and out[p] > 0:
+            dp = int(dev[p])
+            if freed is not None:
+                freed(dp, p)
+            prof = profiles.get(dp)
+            if prof is not None:
+                prof.add(max(last_use[p], finish[p]), math.inf, -out[p])
 
 
 def is_topological(cost: CostModel, order: np.ndarray) -> bool:

@@ -95,7 +95,7 @@ import numpy as np
 from ..cost import CostModel
 from ..errors import MappingError, StreamMapError
 from ..schedule import MEM_RTOL, Schedule, simulate
-from .heft import MemoryProfile, check_placeable, priority_order
+from .heft import MemoryProfile, check_placeable, priority_order, release_inputs
 
 __all__ = ["Policy", "PlacementState", "list_schedule", "PolicyMapper", "LeastLoaded", "Spread", "Binpack",
            "BinpackNode", "SpreadNode", "Fastest", "POLICIES", "POLICY_MAPPERS", "ENTRY_POINT_GROUP",
@@ -417,21 +417,13 @@ def list_schedule(cost: CostModel, policy, name: str | None = None) -> Schedule:
             mem_max[d] = max(mem_max[d], mem[t])
             prof = profiles.get(d)
             if prof is not None:
-                prof.add(s, f, mem[t])
-                if out[t] > 0:
-                    prof.add(f, math.inf, out[t])
+                prof.add_task(s, f, mem[t], out[t])
         if P is not None:
-            for p in P.tolist():
-                if s > last_use[p]:
-                    last_use[p] = s
-                pending[p] -= 1
-                if pending[p] == 0 and out[p] > 0:
-                    dq = int(dev[p])
-                    state.mem_used[dq] -= out[p]
-                    prof = profiles.get(dq)
-                    if prof is not None:
-                        prof.add(max(last_use[p], finish[p]), math.inf, -out[p])
+            release_inputs(P, s, last_use, pending, dev, out, finish, profiles, freed_out)
         return True
+
+    def freed_out(dq, p):
+        state.mem_used[dq] -= out[p]
 
     seq_on: list[list[int]] = [[] for _ in range(D)]
     # Ready list by priority; the static priority order when nothing is ever put aside.
