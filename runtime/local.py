@@ -70,7 +70,7 @@ from typing import Any, Optional
 import numpy
 
 from streammap.errors import KernelError, PlanError
-from streammap.ir import spec_refs
+from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan
 
 from .context import set_current_device
@@ -573,18 +573,8 @@ class LocalExecutor:
         return name_outputs(value)
 
     def _spec_value(self, spec):
-        if "ref" in spec:
-            v = self.results[self.index[spec["ref"]]]
-            return v[spec["index"]] if "index" in spec else v
-        if "value" in spec:
-            return spec["value"]
-        if "list" in spec:
-            return [self._spec_value(s) for s in spec["list"]]
-        if "tuple" in spec:
-            return tuple(self._spec_value(s) for s in spec["tuple"])
-        if "dict" in spec:
-            return {key: self._spec_value(s) for key, s in spec["dict"].items()}
-        raise PlanError(f"unknown output spec {spec!r}")
+        results, index = self.results, self.index
+        return resolve_spec(spec, lambda tid, i: item(results[index[tid]], i))
 
 
 def name_outputs(value) -> dict[str, numpy.ndarray]:

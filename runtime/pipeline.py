@@ -50,7 +50,7 @@ import time
 from typing import Optional
 
 from streammap.errors import KernelError, PlanError
-from streammap.ir import spec_refs
+from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan
 
 from .context import set_current_device
@@ -249,24 +249,14 @@ class PipelineExecutor:
 
     def _value(self, spec, dev):
         """An argument's value on ``dev`` (moved from its producer's device when needed)."""
-        if "ref" in spec:
-            k = self.index[spec["ref"]]
-            v = self.results[k]
-            if "index" in spec:
-                v = v[spec["index"]]
+        def ref(tid, i):
+            k = self.index[tid]
+            v = item(self.results[k], i)
             producer = self.devices[self.replica_of[k][1]]
             if producer is dev or not (producer.is_gpu or dev.is_gpu):
                 return v
             return dev.bring(v, producer) if dev.is_gpu else to_host(v)
-        if "value" in spec:
-            return spec["value"]
-        if "list" in spec:
-            return [self._value(s, dev) for s in spec["list"]]
-        if "tuple" in spec:
-            return tuple(self._value(s, dev) for s in spec["tuple"])
-        if "dict" in spec:
-            return {key: self._value(s, dev) for key, s in spec["dict"].items()}
-        raise PlanError(f"unknown argument spec {spec!r}")
+        return resolve_spec(spec, ref)
 
     def _fail(self, k: Optional[int], exc: BaseException) -> None:
         with self.lock:
@@ -280,19 +270,7 @@ class PipelineExecutor:
             self.stopped = True
 
     def _outputs(self) -> dict:
-        def value(spec):
-            if "ref" in spec:
-                v = self.results[self.index[spec["ref"]]]
-                return v[spec["index"]] if "index" in spec else v
-            if "value" in spec:
-                return spec["value"]
-            if "list" in spec:
-                return [value(s) for s in spec["list"]]
-            if "tuple" in spec:
-                return tuple(value(s) for s in spec["tuple"])
-            if "dict" in spec:
-                return {key: value(s) for key, s in spec["dict"].items()}
-            raise PlanError(f"unknown output spec {spec!r}")
         if self.plan.outputs is None:
             return {}
-        return name_outputs(value(self.plan.outputs))
+        results, index = self.results, self.index
+        return name_outputs(resolve_spec(self.plan.outputs, lambda tid, i: item(results[index[tid]], i)))

@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Optional
 
 from streammap.errors import KernelError, StreamMapError
-from streammap.ir import spec_refs
+from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan, read_plan
 from streammap.runrecord import run_record_path
 
@@ -240,25 +240,17 @@ class DeviceActor:
         return to_host(host_value(self.values[task_id]))
 
     def _value(self, spec, remote):
-        if "ref" in spec:
-            r = spec["ref"]
+        values = self.values
+
+        def ref(r, i):
             if r in remote:
-                v = remote[r]
-            else:
-                try:
-                    v = self.values[r]
-                except KeyError:
-                    raise InputMissing(r) from None
-            return v[spec["index"]] if "index" in spec else v
-        if "value" in spec:
-            return spec["value"]
-        if "list" in spec:
-            return [self._value(s, remote) for s in spec["list"]]
-        if "tuple" in spec:
-            return tuple(self._value(s, remote) for s in spec["tuple"])
-        if "dict" in spec:
-            return {k: self._value(s, remote) for k, s in spec["dict"].items()}
-        raise ValueError(f"unknown argument spec {spec!r}")
+                return item(remote[r], i)
+            try:
+                v = values[r]
+            except KeyError:
+                raise InputMissing(r) from None
+            return item(v, i)
+        return resolve_spec(spec, ref)
 
     def run(self, k: int, releases, *refs):
         return self._run(k, releases, refs)[0]
@@ -919,20 +911,7 @@ class RayExecutor:
                 for tid in ids}
         values = dict(zip(refs, self.ray.get(list(refs.values()))))
 
-        def val(s):
-            if "ref" in s:
-                v = values[s["ref"]]
-                return v[s["index"]] if "index" in s else v
-            if "value" in s:
-                return s["value"]
-            if "list" in s:
-                return [val(x) for x in s["list"]]
-            if "tuple" in s:
-                return tuple(val(x) for x in s["tuple"])
-            if "dict" in s:
-                return {key: val(x) for key, x in s["dict"].items()}
-            raise StreamMapError(f"unknown output spec {s!r}")
-        return name_outputs(val(spec))
+        return name_outputs(resolve_spec(spec, lambda tid, i: item(values[tid], i)))
 
 
 __all__ = ["run_plan_ray", "RayExecutor", "DeviceActor", "TaskFailed", "InputMissing", "DEFAULT_MAX_RECOVERIES"]

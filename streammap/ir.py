@@ -80,6 +80,32 @@ def add_task(g: nx.DiGraph, task_id: str, kernel: str, **attrs) -> None:
     g.add_node(task_id, **data)
 
 
+def resolve_spec(spec, ref):
+    """The value an arg (or outputs) spec denotes.
+
+    ``ref(task_id, index)`` gives a referenced task's result (``index`` is ``None``, or the item
+    of a tuple/list result to take): each executor looks results up, and moves them, its own way.
+    """
+    if "ref" in spec:
+        return ref(spec["ref"], spec.get("index"))
+    if "value" in spec:
+        return spec["value"]
+    if "list" in spec:
+        return [resolve_spec(s, ref) for s in spec["list"]]
+    if "tuple" in spec:
+        return tuple(resolve_spec(s, ref) for s in spec["tuple"])
+    if "dict" in spec:
+        return {key: resolve_spec(s, ref) for key, s in spec["dict"].items()}
+    from .errors import PlanError
+    raise PlanError(f"unknown argument spec {spec!r}",
+                    hint="an argument is one of ref (with index), value, list, tuple, dict")
+
+
+def item(value, index):
+    """``value[index]``, or ``value`` itself when ``index`` is ``None`` (a ref spec's index)."""
+    return value if index is None else value[index]
+
+
 def spec_refs(spec) -> list[str]:
     """Task ids an arg spec refers to, in order of appearance."""
     out: list[str] = []
