@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -27,12 +26,12 @@ import numpy
 
 from streammap.errors import KernelError, StreamMapError
 from streammap.fileio import atomic_write
-from streammap.plan import Plan, read_plan
+from streammap.plan import Plan
 from streammap.runrecord import DeviceRun, RunRecord, TaskRun, run_record_path, write_run_record
 
 from .context import array_module, current_device
 from .devices import check_devices, make_devices
-from .loader import load_program, refuse_workflow
+from .loader import load_program, runnable_plan
 from .local import LocalExecutor, Outcome
 
 __all__ = ["run_plan", "array_module", "current_device", "LocalExecutor", "Outcome", "build_run_record"]
@@ -111,13 +110,7 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
                             telemetry=telemetry, interval=interval, metrics=metrics, alerts=alerts)
     if backend != "local":
         raise StreamMapError(f"unknown backend {backend!r}", hint="use 'local' or 'ray'")
-    if isinstance(plan, (str, os.PathLike)):
-        plan_path = plan_path or plan
-        plan = read_plan(plan)
-    if not isinstance(plan, Plan):
-        raise TypeError(f"run_plan needs a Plan or a plan file, not {type(plan).__name__}")
-    refuse_workflow(plan)
-    plan.check_source()
+    plan, plan_path, _ = runnable_plan(plan, plan_path)
     placements = check_devices(plan, emulate=emulate)        # refuses before anything runs
     if record_path is None and outputs_path is not None:
         record_path = run_record_path(outputs_path)

@@ -49,6 +49,22 @@ def refuse_workflow(plan: Plan) -> None:
             hint="run plans compiled from a Python program with '# @stream' directives")
 
 
+def runnable_plan(plan, plan_path=None):
+    """``(plan, plan_path, source)`` for a plan or a plan file that can run: read (the path then
+    names the plan), not an imported workflow, and its source file unchanged since compiling
+    (``source``: that file's path). What every executor checks before anything runs."""
+    import os
+
+    from streammap.plan import read_plan
+    if isinstance(plan, (str, os.PathLike)):
+        plan_path = plan_path or plan
+        plan = read_plan(plan)
+    if not isinstance(plan, Plan):
+        raise TypeError(f"run_plan needs a Plan or a plan file, not {type(plan).__name__}")
+    refuse_workflow(plan)
+    return plan, plan_path, plan.check_source()
+
+
 def load_program(plan: Plan) -> Program:
     """Import the plan's program and look up its kernels.
 

@@ -78,7 +78,7 @@ from typing import Optional
 
 from streammap.errors import KernelError, StreamMapError
 from streammap.ir import item, resolve_spec, spec_refs
-from streammap.plan import Plan, read_plan
+from streammap.plan import Plan
 from streammap.runrecord import run_record_path
 
 from .accelerators import cupy_platform
@@ -405,15 +405,9 @@ def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=
     from streammap.telemetry import DEFAULT_INTERVAL
 
     from . import finish_run
-    from .loader import refuse_workflow
+    from .loader import runnable_plan
 
-    if isinstance(plan, (str, os.PathLike)):
-        plan_path = plan_path or plan
-        plan = read_plan(plan)
-    if not isinstance(plan, Plan):
-        raise TypeError(f"run_plan needs a Plan or a plan file, not {type(plan).__name__}")
-    refuse_workflow(plan)
-    source = plan.check_source()
+    plan, plan_path, source = runnable_plan(plan, plan_path)
     if max_recoveries < 0:
         raise StreamMapError("--max-recoveries must be 0 or more")
     if any(v is not None for v in monitoring.values()):
