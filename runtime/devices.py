@@ -251,18 +251,14 @@ class CupyDevice:
 
     def _bring(self, v, src):
         cp = self.cupy
-        if isinstance(v, numpy.ndarray):
-            return cp.asarray(v)
-        if isinstance(v, cp.ndarray):
-            if v.data.device_id == self.ordinal:
-                return v
-            return self._copy_peer(v, src)
-        t = type(v)
-        if t is tuple or t is list:
-            return t(self._bring(x, src) for x in v)
-        if t is dict:
-            return {k: self._bring(x, src) for k, x in v.items()}
-        return v
+
+        def one(a):
+            if isinstance(a, numpy.ndarray):
+                return cp.asarray(a)
+            if isinstance(a, cp.ndarray) and a.data.device_id != self.ordinal:
+                return self._copy_peer(a, src)
+            return a
+        return map_leaves(v, one)
 
     def _copy_peer(self, a, src):
         """Copy CuPy array ``a`` from another GPU to this one, on this device's stream.
@@ -301,14 +297,32 @@ def to_host(value, event=None):
 
 
 def _host(v, nd):
-    if isinstance(v, nd):
-        return v.get()
-    t = type(v)
+    return map_leaves(v, lambda a: a.get() if isinstance(a, nd) else a)
+
+
+def map_leaves(value, fn):
+    """``value`` with ``fn`` applied to each leaf: the items of tuples and lists and the values
+    of dicts are walked (a kernel's result is such a structure of arrays), anything else is a
+    leaf. Every move of a result (upload, peer copy, download, spill, CUDA IPC) goes through it."""
+    t = type(value)
     if t is tuple or t is list:
-        return t(_host(x, nd) for x in v)
+        return t(map_leaves(x, fn) for x in value)
     if t is dict:
-        return {k: _host(x, nd) for k, x in v.items()}
-    return v
+        return {k: map_leaves(x, fn) for k, x in value.items()}
+    return fn(value)
+
+
+def leaves(value):
+    """The leaves of ``value`` (see :func:`map_leaves`), in order."""
+    t = type(value)
+    if t is tuple or t is list:
+        for x in value:
+            yield from leaves(x)
+    elif t is dict:
+        for x in value.values():
+            yield from leaves(x)
+    else:
+        yield value
 
 
 def make_devices(placements: dict[str, Placement]) -> dict[str, object]:

@@ -32,6 +32,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .devices import leaves, map_leaves
+
 #: The environment variable that stops Ray from narrowing ``CUDA_VISIBLE_DEVICES`` per actor.
 NOSET_VISIBLE = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 
@@ -86,7 +88,7 @@ def share(cp, value, ordinal: int, stream, keep: list):
         keep.append(mem)
         return SharedArray(bytes(rt.ipcGetMemHandle(mem.ptr)), tuple(a.shape), str(a.dtype), nbytes, ordinal)
 
-    return _map_leaves(value, cp.ndarray, one)
+    return map_leaves(value, lambda v: one(v) if isinstance(v, cp.ndarray) else v)
 
 
 def receive(cp, value, ordinal: int, stream):
@@ -112,28 +114,9 @@ def receive(cp, value, ordinal: int, stream):
             rt.ipcCloseMemHandle(ptr)
         return out
 
-    return _map_leaves(value, SharedArray, one)
-
-
-def _map_leaves(v, kind, fn):
-    """``v`` with ``fn`` applied to its leaves of type ``kind`` (in tuples, lists, dict values)."""
-    if isinstance(v, kind):
-        return fn(v)
-    t = type(v)
-    if t is tuple or t is list:
-        return t(_map_leaves(x, kind, fn) for x in v)
-    if t is dict:
-        return {k: _map_leaves(x, kind, fn) for k, x in v.items()}
-    return v
+    return map_leaves(value, lambda v: one(v) if isinstance(v, SharedArray) else v)
 
 
 def has_shared(value) -> bool:
     """Whether ``value`` holds a :class:`SharedArray` (in tuples, lists, dict values)."""
-    if isinstance(value, SharedArray):
-        return True
-    t = type(value)
-    if t is tuple or t is list:
-        return any(has_shared(x) for x in value)
-    if t is dict:
-        return any(has_shared(x) for x in value.values())
-    return False
+    return any(isinstance(x, SharedArray) for x in leaves(value))

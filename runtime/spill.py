@@ -27,6 +27,8 @@ import numpy
 
 from streammap.spilling import SpillBook
 
+from .devices import leaves, map_leaves
+
 
 class Spilled:
     """A result moved to host memory (``host``: the same structure with NumPy arrays)."""
@@ -39,28 +41,20 @@ class Spilled:
 
 def nbytes_of(value) -> float:
     """Bytes of the arrays in ``value`` (walks tuples, lists and dict values)."""
-    n = getattr(value, "nbytes", None)
-    if n is not None and hasattr(value, "shape"):
-        return float(n)
-    t = type(value)
-    if t is tuple or t is list:
-        return float(sum(nbytes_of(x) for x in value))
-    if t is dict:
-        return float(sum(nbytes_of(x) for x in value.values()))
-    return 0.0
+    return float(sum(float(x.nbytes) for x in leaves(value)
+                     if getattr(x, "nbytes", None) is not None and hasattr(x, "shape")))
 
 
-def _to_host(v):
+def _leaf_to_host(v):
     if isinstance(v, numpy.ndarray):
         return v.copy()
     if hasattr(v, "get") and hasattr(v, "shape") and hasattr(v, "data"):   # a CuPy array
         return v.get()
-    t = type(v)
-    if t is tuple or t is list:
-        return t(_to_host(x) for x in v)
-    if t is dict:
-        return {k: _to_host(x) for k, x in v.items()}
     return v
+
+
+def _to_host(v):
+    return map_leaves(v, _leaf_to_host)
 
 
 def _to_device(v, dev):
@@ -69,14 +63,7 @@ def _to_device(v, dev):
             out = dev._bring(v, None)
             dev.stream.synchronize()
         return out
-    if isinstance(v, numpy.ndarray):
-        return v.copy()
-    t = type(v)
-    if t is tuple or t is list:
-        return t(_to_device(x, dev) for x in v)
-    if t is dict:
-        return {k: _to_device(x, dev) for k, x in v.items()}
-    return v
+    return map_leaves(v, lambda a: a.copy() if isinstance(a, numpy.ndarray) else a)
 
 
 class HostView:
