@@ -411,12 +411,7 @@ class LocalExecutor:
         """Record the first error (a :class:`KernelError` for task ``k``) and stop the run."""
         with self._error_lock:
             if self.error is None:
-                if k is not None:
-                    t = self.plan.tasks[k]
-                    self.error = KernelError(t.id, t.site, t.device, user_traceback(exc), cause=exc)
-                    self.error.__cause__ = exc
-                else:
-                    self.error = exc
+                self.error = task_error(self.plan, k, exc)
             self.stop[0] = True
 
     def _release_remaining(self, d: str) -> None:
@@ -575,6 +570,18 @@ class LocalExecutor:
     def _spec_value(self, spec):
         results, index = self.results, self.index
         return resolve_spec(spec, lambda tid, i: item(results[index[tid]], i))
+
+
+def task_error(plan, k: Optional[int], exc: BaseException) -> BaseException:
+    """What a run reports for ``exc``: a :class:`KernelError` naming task ``k`` (its call site,
+    device and the kernel's own traceback), or ``exc`` itself when no task raised it (a bug of
+    ours in an executor thread)."""
+    if k is None:
+        return exc
+    t = plan.tasks[k]
+    err = KernelError(t.id, t.site, t.device, user_traceback(exc), cause=exc)
+    err.__cause__ = exc
+    return err
 
 
 def name_outputs(value) -> dict[str, numpy.ndarray]:

@@ -49,13 +49,13 @@ import threading
 import time
 from typing import Optional
 
-from streammap.errors import KernelError, PlanError
+from streammap.errors import PlanError
 from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan
 
 from .context import set_current_device
 from .devices import to_host
-from .local import Outcome, name_outputs, user_traceback
+from .local import Outcome, name_outputs, task_error
 
 _STOP = -1
 
@@ -261,12 +261,7 @@ class PipelineExecutor:
     def _fail(self, k: Optional[int], exc: BaseException) -> None:
         with self.lock:
             if self.error is None:
-                if k is not None:
-                    t = self.plan.tasks[k]
-                    self.error = KernelError(t.id, t.site, t.device, user_traceback(exc), cause=exc)
-                    self.error.__cause__ = exc
-                else:
-                    self.error = exc
+                self.error = task_error(self.plan, k, exc)
             self.stopped = True
 
     def _outputs(self) -> dict:
