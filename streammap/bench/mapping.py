@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import math
 import sys
 import time
@@ -45,6 +46,7 @@ import numpy as np
 
 from ..cost import CostModel, fork_join_bound, lower_bound
 from ..errors import MappingError, StreamMapError
+from ..fileio import atomic_write_text
 from ..schedule import evaluate
 from .cases import (Case, ccr, find_shared, random_cases, random_cluster, random_dag, scale_cluster_for_ccr,
                     shared_cases)
@@ -410,26 +412,26 @@ def _csv_value(v):
     return v
 
 
-def write_csv(result: BenchResult, path) -> None:
-    """One row per case and mapper, columns :data:`CSV_COLUMNS`."""
+def _write_table(path, columns: list[str], rows) -> None:
+    """``rows`` (dicts) as CSV with ``columns``, written whole or not at all."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(CSV_COLUMNS)
-        for r in result.rows:
-            w.writerow([_csv_value(r.get(k)) for k in CSV_COLUMNS])
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(columns)
+    for r in rows:
+        w.writerow([_csv_value(r.get(k)) for k in columns])
+    atomic_write_text(path, buf.getvalue(), what="CSV")
+
+
+def write_csv(result: BenchResult, path) -> None:
+    """One row per case and mapper, columns :data:`CSV_COLUMNS`."""
+    _write_table(path, CSV_COLUMNS, result.rows)
 
 
 def write_summary_csv(result: BenchResult, path) -> None:
     """One row per group, CCR (empty: all) and mapper, columns :data:`SUMMARY_COLUMNS`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(SUMMARY_COLUMNS)
-        for s in summarize(result):
-            w.writerow([_csv_value(s.get(k)) for k in SUMMARY_COLUMNS])
+    _write_table(path, SUMMARY_COLUMNS, summarize(result))
 
 
 def plot(result: BenchResult, path) -> None:
