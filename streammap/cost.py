@@ -526,7 +526,7 @@ def area_bound(cost: CostModel, iterations: int | None = None, weights: bool = F
     return best
 
 
-def fork_join_bound(cost: CostModel, candidates: int = 64, weights: np.ndarray | None = None) -> float:
+def fork_join_bound(cost: CostModel, candidates: int = 64, area: tuple | None = None) -> float:
     """A lower bound for graphs that fan out from, or fan in to, one long task.
 
     For every task ``v``, all of ``v``'s descendants run after ``v`` finishes, which is no sooner
@@ -551,8 +551,9 @@ def fork_join_bound(cost: CostModel, candidates: int = 64, weights: np.ndarray |
         Tasks ``v`` tried in each direction (the longest tasks, the widest forks and joins, the
         deepest ``top + tmin``); each costs O(edges). Every value is a valid bound, so fewer
         candidates only weaken it.
-    weights : ndarray, optional
-        Per device-class dual weights (from ``area_bound(cost, weights=True)``).
+    area : tuple, optional
+        ``area_bound(cost, weights=True)`` when the caller has it already: the whole graph's
+        area bound and its per device-class dual weights.
 
     Returns
     -------
@@ -569,11 +570,7 @@ def fork_join_bound(cost: CostModel, candidates: int = 64, weights: np.ndarray |
     T = cost.n_tasks
     if T == 0 or cost.n_devices == 0:
         return lower_bound(cost)
-    if weights is None:
-        area, weights = area_bound(cost, weights=True)
-    else:
-        area = area_bound(cost)
-    best = max(critical_path_bound(cost), area)
+    area, weights = area_bound(cost, weights=True) if area is None else area
     p, n = cost.class_time, cost.class_count.astype(np.float64)
     tmin = cost.min_time()
     with np.errstate(invalid="ignore"):
@@ -588,6 +585,7 @@ def fork_join_bound(cost: CostModel, candidates: int = 64, weights: np.ndarray |
         e = concat_ranges(cost.succ_ptr[lev], cost.succ_ptr[lev + 1])
         dst = cost.succ_idx[e]
         bottom[lev] = segment_max(bottom[dst] + tmin[dst], cost.succ_ptr, lev)
+    best = max(float((top + tmin).max()), area)          # lower_bound: critical path, area
 
     def subset_area(mask):
         a = float(m_global[mask].sum())
@@ -631,10 +629,11 @@ def fork_join_bound(cost: CostModel, candidates: int = 64, weights: np.ndarray |
     return float(best)
 
 
-def lower_bound(cost: CostModel) -> float:
+def lower_bound(cost: CostModel, area: float | None = None) -> float:
     """The lower bound mappers are reported against (``design.md``, benchmark README).
 
     ``max(critical_path_bound(cost), area_bound(cost))``: no schedule of the graph on the cluster
-    (ignoring memory, and with free transfers) can finish sooner.
+    (ignoring memory, and with free transfers) can finish sooner. ``area``: the area bound, when
+    the caller has computed it already.
     """
-    return max(critical_path_bound(cost), area_bound(cost))
+    return max(critical_path_bound(cost), area_bound(cost) if area is None else area)

@@ -44,7 +44,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..cost import CostModel, fork_join_bound, lower_bound
+from ..cost import CostModel, area_bound, fork_join_bound, lower_bound
 from ..errors import MappingError, StreamMapError
 from ..fileio import atomic_write_text
 from ..schedule import evaluate
@@ -138,8 +138,9 @@ def _case_rows(case: Case, mappers: dict, baseline: str) -> list[dict]:
         cost = CostModel(graph, cluster)
     except StreamMapError as exc:
         return [dict(base, mapper=m, status="error", message=f"case: {exc.message}") for m in mappers]
-    lb = lower_bound(cost)
-    fj = fork_join_bound(cost)
+    area = area_bound(cost, weights=True)            # once, for both bounds
+    lb = lower_bound(cost, area=area[0])
+    fj = fork_join_bound(cost, area=area)
     base.update(ccr=ccr(cost), tasks=cost.n_tasks, edges=cost.n_edges, devices=cost.n_devices, lower_bound=lb,
                 fork_join_bound=fj)
     rows = []
