@@ -554,7 +554,7 @@ class RayExecutor:
         except Exception as exc:       # noqa: BLE001 -- a Ray failure we do not handle: report it
             error, outputs = exc, {}
         wall = time.perf_counter() - t_perf
-        telemetry = self._collect_telemetry() if self.telemetry_interval else None
+        self.telemetry = self._collect_telemetry() if self.telemetry_interval else None
         spill = self._collect_spills() if oversubscribed(self.plan) else {}
         if error is not None:
             for a in self.actors.values():
@@ -562,7 +562,6 @@ class RayExecutor:
                     ray.kill(a)
                 except Exception:      # noqa: BLE001
                     pass
-        self.telemetry = telemetry
         ids = [t.id for t in self.plan.tasks]
         final = {t.id: t.device for t in current.tasks}
         busy: dict[str, float] = {}
