@@ -230,7 +230,7 @@ def share_schedule(cost: CostModel, *, policy: str = "eft", mapper: str = "share
     MappingError
         A task that fits on no device (its device constraint, or memory), or a memory deadlock.
     """
-    from .mappers.heft import MemoryProfile, _place_rest, check_placeable, priority_order, release_inputs
+    from .mappers.heft import MemoryProfile, check_placeable, place_in_order, priority_order, release_inputs
 
     if policy not in ("eft", "binpack", "spread", "fixed"):
         raise ValueError(f"unknown sharing policy {policy!r}")
@@ -313,13 +313,7 @@ def share_schedule(cost: CostModel, *, policy: str = "eft", mapper: str = "share
         release_inputs(P, st, last_use, pending, dev, out, finish, profiles)
         return True
 
-    order = priority_order(cost)
-    k = 0
-    order_list = order.tolist()
-    while k < T and place(order_list[k], k):
-        k += 1
-    if k < T:
-        _place_rest(cost, order, k, dev, place)
+    place_in_order(cost, priority_order(cost), dev, place)
     makespan = float(finish.max()) if T else 0.0
     return Schedule(mapper, dev, start, finish, makespan, n_devices=D, seq=seq)
 

@@ -630,15 +630,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
         if tracked[dp]:
             open_out[dp] -= out[p]
 
-    order = np.asarray(order, dtype=np.int64)
-    k = 0
-    if is_topological(cost, order):
-        order_list = order.tolist()
-        while k < T and place(order_list[k], k):
-            k += 1
-    if k < T:
-        _place_rest(cost, order, k, dev, place)
-
+    place_in_order(cost, order, dev, place)
     makespan = float(finish.max()) if T else 0.0
     return Schedule(mapper, dev, start, finish, makespan, n_devices=D, seq=seq)
 
@@ -671,6 +663,20 @@ def is_topological(cost: CostModel, order: np.ndarray) -> bool:
     place = np.empty(cost.n_tasks, dtype=np.int64)
     place[order] = np.arange(order.size)
     return bool((place[cost.pred_idx] < place[cost.pred_dst]).all())
+
+
+def place_in_order(cost: CostModel, order, dev: np.ndarray, place) -> None:
+    """Call ``place(t, k)`` for the tasks in ``order`` (the k-th placed gets ``k``) while each
+    finds a device; from the first that does not (memory), or when ``order`` is not topological,
+    go on by readiness (:func:`_place_rest`). ``place`` records each task's device in ``dev``."""
+    order = np.asarray(order, dtype=np.int64)
+    T, k = cost.n_tasks, 0
+    if is_topological(cost, order):
+        order_list = order.tolist()
+        while k < T and place(order_list[k], k):
+            k += 1
+    if k < T:
+        _place_rest(cost, order, k, dev, place)
 
 
 def _place_rest(cost: CostModel, order: np.ndarray, k: int, dev: np.ndarray, place) -> None:
