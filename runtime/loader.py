@@ -35,9 +35,17 @@ class Program:
     kernels: dict[str, Callable] = field(default_factory=dict)
 
     def unload(self) -> None:
-        """Forget the module (it stays usable through references already taken)."""
+        """Forget the module and empty its namespace, once the run is over.
+
+        A module's functions refer to its namespace (``__globals__``) and the namespace to them:
+        a reference cycle that reference counting never frees. Left to the cyclic garbage
+        collector, every run's program would add to its next pass, which then lands inside a
+        later run (and in a long-lived process, such as the job service's workers, those passes
+        grow). Emptying the namespace, as the interpreter does to modules at exit, frees it at
+        once. So kernels and values of the module must not be used after the run."""
         if sys.modules.get(self.module.__name__) is self.module:
             del sys.modules[self.module.__name__]
+        self.module.__dict__.clear()
 
 
 def refuse_workflow(plan: Plan) -> None:

@@ -109,19 +109,22 @@ def item(value, index):
 def spec_refs(spec) -> list[str]:
     """Task ids an arg spec refers to, in order of appearance."""
     out: list[str] = []
-
-    def walk(s):
-        if "ref" in s:
-            out.append(s["ref"])
-        elif "list" in s or "tuple" in s:
-            for item in s.get("list", s.get("tuple")):
-                walk(item)
-        elif "dict" in s:
-            for item in s["dict"].values():
-                walk(item)
     if spec is not None:
-        walk(spec)
+        _collect_refs(spec, out)
     return out
+
+
+def _collect_refs(spec, out: list) -> None:
+    # a module-level function, not a closure that calls itself: such a closure is a reference
+    # cycle, left for the garbage collector once per kernel call the runtime resolves
+    if "ref" in spec:
+        out.append(spec["ref"])
+    elif "list" in spec or "tuple" in spec:
+        for s in spec.get("list", spec.get("tuple")):
+            _collect_refs(s, out)
+    elif "dict" in spec:
+        for s in spec["dict"].values():
+            _collect_refs(s, out)
 
 
 def to_node_link(g: nx.DiGraph) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 
@@ -390,6 +391,27 @@ def test_each_run_gets_a_fresh_module(tmp_path):
                      devices=cpu_devices(), outputs=ref("l"))
     assert [str(v) for v in run_plan(plan, progress=False).values()] == ["a"]
     assert [str(v) for v in run_plan(plan, progress=False).values()] == ["a"]
+
+
+@pytest.mark.parametrize("telemetry", [False, True], ids=["unmonitored", "monitored"])
+def test_a_run_leaves_nothing_for_the_garbage_collector(tmp_path, telemetry):
+    """Everything a run allocates, its program's module included, is freed by reference counting
+    when it ends: a long-lived process (the job service's workers, a notebook) does not pile up
+    reference cycles whose collection would then land inside later runs."""
+    plan = fan_plan(tmp_path)
+    record = tmp_path / "run.json"
+    run_plan(plan, emulate=True, progress=False, telemetry=telemetry, record_path=record)   # imports, caches
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)                 # what a collection finds stays in gc.garbage
+    try:
+        out = run_plan(plan, emulate=True, progress=False, telemetry=telemetry, record_path=record)
+        gc.collect()
+        left = sorted({type(o).__name__ for o in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    np.testing.assert_allclose(out["result"], fan_expected())
+    assert left == []
 
 
 def test_array_module_of_arrays():
