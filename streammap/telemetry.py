@@ -383,17 +383,18 @@ class CpuSampler(Sampler):
 
     source = "cpu"
 
-    _static: dict = {}               # (proc, sys_root) -> (model, memory total, temperature path, rapl)
+    _static: dict = {}       # (proc, sys_root) -> (model, memory total, temperature path, rapl, CPUs)
 
     def __init__(self, proc: str = "/proc", sys_root: str = "/sys"):
         self.proc = proc
         self._stat = os.path.join(proc, "stat")
         self._meminfo = os.path.join(proc, "meminfo")
         self._uptime = os.path.join(proc, "uptime")
-        self._ncpu = os.cpu_count() or 1
-        self._prev: Optional[tuple[float, float]] = self._cpu_time()
         static = CpuSampler._static.get((proc, sys_root))
-        if static is None:                 # what does not change is read once per process
+        # what does not change is read once per process; even os.cpu_count() reads a /sys file
+        self._ncpu = static[4] if static is not None else os.cpu_count() or 1
+        self._prev: Optional[tuple[float, float]] = self._cpu_time()
+        if static is None:
             model = None
             text = _read(os.path.join(proc, "cpuinfo")) or ""
             for line in text.splitlines():
@@ -402,10 +403,10 @@ class CpuSampler(Sampler):
                     break
             rapl = os.path.join(sys_root, "class/powercap/intel-rapl:0/energy_uj")
             static = (model, self._memory()[1], self._find_temperature(sys_root),
-                      rapl if _read(rapl) is not None else None)
+                      rapl if _read(rapl) is not None else None, self._ncpu)
             if proc == "/proc":
                 CpuSampler._static[(proc, sys_root)] = static
-        model, total, self._temp_path, self._rapl = static
+        model, total, self._temp_path, self._rapl, _ = static
         self._energy_prev = self._energy()
         self._info = DeviceInfo(id="cpu", kind="cpu", source="cpu", model=model, memory_total=total)
 
