@@ -523,7 +523,7 @@ class GraphBuilder(Evaluator):
         task_id = self._task_id(kernel.name, node)
         args_spec = [spec(a) for a in args]
         kwargs_spec = {name: spec(v) for name, v, _ in kwargs}
-        add_task(self.g, task_id, kernel.name, site=f"{self.file}:{node.lineno}",
+        add_task(self.g, task_id, kernel.name, site=f"{self.file}:{node.lineno}", code=kernel.code,
                  args=args_spec, kwargs=kwargs_spec, **attrs)
         for producer in spec_refs({"list": args_spec}) + spec_refs({"dict": kwargs_spec}):
             if not self.g.has_edge(producer, task_id):

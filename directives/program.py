@@ -21,6 +21,8 @@ at their positions.
 from __future__ import annotations
 
 import ast
+import copy
+import hashlib
 import math
 from dataclasses import dataclass, field
 
@@ -131,6 +133,7 @@ class Kernel:
     signature: Signature
     node: ast.FunctionDef
     site: str                       # ``file.py:LINE`` of the def
+    code: str                       # :func:`code_fingerprint` of the def
 
     dynamic: tuple[str, ...] = ()   # clauses that use the kernel's arguments: one value per call
 
@@ -325,7 +328,25 @@ def _read_kernel(prog: Program, d: Directive) -> None:
     clauses = {c.name: c for c in d.clauses}
     prog.kernels[fn.name] = Kernel(fn.name, fn.lineno, fn.col_offset + 1, d.line, clauses, {},
                                    Signature.of(fn), fn,
-                                   f"{basename(prog.path)}:{fn.lineno}")
+                                   f"{basename(prog.path)}:{fn.lineno}", code_fingerprint(fn))
+
+
+def code_fingerprint(fn: ast.FunctionDef) -> str:
+    """A short hash of what a kernel's ``def`` does, which the performance history keys its
+    measurements by (a kernel's old times say nothing of its new code).
+
+    Taken over the function's syntax tree written back as source (``ast.unparse``), without its
+    docstring: moving the function, reformatting it, or editing its comments, docstring or
+    directive clauses keeps the fingerprint; a change to its body, arguments, defaults or
+    decorators changes it. Helpers the kernel calls are not part of it.
+    """
+    bare = copy.copy(fn)                    # shallow: the program's own tree is left as it is
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        bare.body = body[1:] or [ast.Pass()]
+    text = ast.unparse(bare)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _read_graph(prog: Program, d: Directive) -> None:

@@ -156,9 +156,13 @@ def _compile(args) -> int:
     source = Path(args.source)
     output = Path(args.output) if args.output else Path(source.stem + ".plan.yaml")
     t0 = time.perf_counter()
+    from .history import History, history_dir
+    history = None
+    if not args.no_history and history_dir(args.history).is_dir():
+        history = History.load(args.history)       # kept, to say which measurements went unused
     plan = compile_plan(source, args.cluster, params=parse_defines(args.defines), mapper=args.mapper,
                         entry=args.entry, emit_graph=args.emit_graph,
-                        history=False if args.no_history else args.history, strategy=args.strategy)
+                        history=history if history is not None else False, strategy=args.strategy)
     elapsed = time.perf_counter() - t0
     write_plan(plan, output)
     m = plan.mapper
@@ -169,6 +173,9 @@ def _compile(args) -> int:
         f"mapper {m.name}, compiled in {format_time(elapsed)}", markup=False)
     from .history import estimate_sources_summary
     _console().print(estimate_sources_summary(plan), markup=False)
+    stale = history.stale_line() if history is not None else None
+    if stale:
+        _console().print(stale, markup=False)
     from .strategies.explain import strategy_sentence
     if plan.strategy is not None:
         _console().print(strategy_sentence(plan), markup=False)

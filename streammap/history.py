@@ -21,12 +21,16 @@ One file per (program, kernel): ``<folder>/<program stem>/<kernel>.jsonl``, e.g.
 ``.py`` (``_`` when a task has no call site). Each line is one JSON object, one measurement, keys
 in this order::
 
-    {"kernel": "bandpass", "source": "fm_radio", "device_model": "Intel(R) Xeon(R) Processor",
+    {"kernel": "bandpass", "source": "fm_radio", "code": "3c269605d0335d50",
+     "device_model": "Intel(R) Xeon(R) Processor",
      "device_kind": "cpu", "size_key": "arg1=3;bytes=98304;flops=245760;out=32768;refs=1",
      "sizes": {"arg1": 3, "bytes": 98304.0, "flops": 245760.0, "out": 32768.0, "refs": 1},
      "seconds": 0.000213, "repeats": 3, "origin": "profile", "when": "2025-01-01T12:00:00+00:00",
      "host": "vm", "path": "/home/me/samples/fm_radio.py", "params": {"N": 4096, "BANDS": 8}}
 
+``code`` is the kernel's code fingerprint (:func:`streammap.directives.program.code_fingerprint`:
+a hash of its ``def`` without comments, docstring or layout), absent for kernels that have none
+(the strategies' built-in scatter and gather) and in lines written before fingerprints existed.
 ``device_model`` is what the cost model looks up: the device's ``model``, or its kind when it has
 none (``streammap.cost``). ``sizes`` (:func:`task_sizes`) describes one call: its scalar
 arguments (``arg<i>`` for positional, ``kw:<name>`` for keyword constants), the number of task
@@ -46,7 +50,11 @@ locking, and concurrent writers may interleave.
 
 Lookup (:meth:`History.estimate`)
 ---------------------------------
-For (kernel, device model, task) the history answers, in this order:
+For (kernel, device model, task) the history uses the measurements of the kernel's current code
+(the task's ``code``); where that device model has none, those without a fingerprint. Measurements
+of another version of the code are never used: the kernel changed, so they say nothing of it. The
+(program, kernel, device model) that had only those are collected in :attr:`History.stale`, and
+``streammap compile`` names them. From those measurements it answers, in this order:
 
 1. **exact size**: the median of the latest :data:`WINDOW` measurements with the task's size key;
 2. **same clause sizes**: the median of the latest measurements whose clause values (``flops``,
@@ -60,8 +68,9 @@ For (kernel, device model, task) the history answers, in this order:
    measured range;
 4. otherwise ``None`` (the cost model falls back on the clauses).
 
-Measurements of one kernel on different device models never mix. Answers are cached per
-(program, kernel, device model, size key), so the cost model's calls cost a dict lookup or two.
+Measurements of one kernel on different device models, or of different code, never mix. Answers are
+cached per (program, kernel, code, device model, size key), so the cost model's calls cost a dict
+lookup or two.
 
 Recording runs (:func:`record_run`)
 -----------------------------------
@@ -111,7 +120,7 @@ COMPACT_BYTES = 1 << 20
 #: Clause attributes that are part of a task's size, in the order regression prefers them.
 CLAUSE_SIZES = ("flops", "bytes", "out", "mem")
 #: Order of keys in a record line.
-RECORD_KEYS = ("kernel", "source", "device_model", "device_kind", "size_key", "sizes", "seconds",
+RECORD_KEYS = ("kernel", "source", "code", "device_model", "device_kind", "size_key", "sizes", "seconds",
                "repeats", "origin", "when", "host", "path", "params")
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -225,6 +234,8 @@ def make_record(kernel: str, stem: str, device_model: str, device_kind: str | No
     sizes = {k: sizes[k] for k in sorted(sizes)}
     rec = {"kernel": kernel, "source": stem, "device_model": device_model, "device_kind": device_kind,
            "size_key": size_key(sizes), "sizes": sizes, "seconds": float(seconds)}
+    if attrs.get("code"):
+        rec["code"] = attrs["code"]
     rec.update(extra)
     rec.setdefault("when", _now())
     rec.setdefault("host", socket.gethostname())
@@ -261,7 +272,7 @@ def append_records(records: Iterable[Mapping], history=None) -> int:
 
 
 def _compact_locked(path: Path, keep: int = WINDOW) -> None:
-    """Rewrite ``path`` in place keeping the latest ``keep`` records per (model, size key).
+    """Rewrite ``path`` in place keeping the latest ``keep`` records per (model, code, size key).
 
     The caller holds the exclusive lock. In place (not a rename), so writers waiting on the lock
     of this very file append after the rewrite instead of to an unlinked file.
@@ -273,7 +284,7 @@ def _compact_locked(path: Path, keep: int = WINDOW) -> None:
         for ln in reversed(lines):
             try:
                 rec = json.loads(ln)
-                key = (rec["device_model"], rec["size_key"])
+                key = (rec["device_model"], rec.get("code"), rec["size_key"])
             except (ValueError, KeyError, TypeError):
                 continue
             seen[key] += 1
@@ -473,6 +484,10 @@ class KernelModel:
         return ans
 
 
+_ANY = object()           # kernel_models without a code: every record
+_MISSING = object()
+
+
 class History:
     """The measurements of a history folder, loaded per (program, kernel) file on first use.
 
@@ -482,30 +497,65 @@ class History:
 
     def __init__(self, folder):
         self.folder = Path(folder)
-        # (stem, kernel) -> {device_model: KernelModel}; {} when the file is absent
-        self._kernels: dict[tuple[str, str], dict[str, KernelModel]] = {}
+        self._files: dict[tuple[str, str], list[dict]] = {}      # (stem, kernel) -> its records
+        # (stem, kernel, code) -> {device_model: KernelModel}; {} when the file is absent
+        self._kernels: dict[tuple, dict[str, KernelModel]] = {}
+        self._outdated: dict[tuple, set] = {}    # (stem, kernel, code) -> models with other code only
         self._last_attrs = None
-        self._last_key: tuple = ("_", None, None)
+        self._last_key: tuple = ("_", None, None, None)
         #: How each answered lookup was made: counts of ``exact``, ``clauses``, ``regression``, ``none``.
         self.lookups: Counter = Counter()
+        #: ``(program, kernel, device model)`` looked up whose measurements are all of another
+        #: version of the kernel's code (so the clauses were used instead).
+        self.stale: set[tuple[str, str, str]] = set()
 
     @classmethod
     def load(cls, path=None) -> "History":
         """The history at ``path`` (default: :func:`history_dir`). Files are read lazily."""
         return cls(history_dir(path))
 
-    def kernel_models(self, stem: str, kernel: str) -> dict[str, KernelModel]:
-        """``{device_model: KernelModel}`` of one kernel of one program (read on first use)."""
-        k = (stem, kernel)
+    def _records(self, stem: str, kernel: str) -> list[dict]:
+        key = (stem, kernel)
+        recs = self._files.get(key)
+        if recs is None:
+            recs = self._files[key] = read_records(history_file(self.folder, stem, kernel))
+        return recs
+
+    def kernel_models(self, stem: str, kernel: str, code: str | None = None) -> dict[str, KernelModel]:
+        """``{device_model: KernelModel}`` of one kernel of one program (read on first use).
+
+        With ``code`` (the kernel's fingerprint), each device model's model holds the measurements
+        of that code, else those without a fingerprint; device models with measurements of other
+        code only have no model (see the module docstring). Without ``code``, every measurement.
+        """
+        k = (stem, kernel, code)
         models = self._kernels.get(k)
-        if models is None:
-            models = {}
-            for rec in read_records(history_file(self.folder, stem, kernel)):
-                m = models.get(rec["device_model"])
-                if m is None:
-                    m = models[rec["device_model"]] = KernelModel(kernel, stem, rec["device_model"])
-                m.add(rec)
-            self._kernels[k] = models
+        if models is not None:
+            return models
+        records = self._records(stem, kernel)
+        wanted: dict[str, object] = {}           # device model -> the code its records must have
+        if code is None:
+            wanted = dict.fromkeys((r["device_model"] for r in records), _ANY)
+        else:
+            versions: dict[str, set] = {}
+            for r in records:
+                versions.setdefault(r["device_model"], set()).add(r.get("code"))
+            for device_model, codes in versions.items():
+                if code in codes:
+                    wanted[device_model] = code
+                elif None in codes:
+                    wanted[device_model] = None
+            self._outdated[k] = set(versions) - set(wanted)
+        models = {}
+        for rec in records:                      # in file order: the latest measurements last
+            want = wanted.get(rec["device_model"], _MISSING)
+            if want is _MISSING or (want is not _ANY and rec.get("code") != want):
+                continue
+            m = models.get(rec["device_model"])
+            if m is None:
+                m = models[rec["device_model"]] = KernelModel(kernel, stem, rec["device_model"])
+            m.add(rec)
+        self._kernels[k] = models
         return models
 
     def all_models(self) -> list[KernelModel]:
@@ -520,23 +570,37 @@ class History:
         """:meth:`estimate` with how it was found: ``exact``, ``clauses``, ``regression`` or ``none``."""
         # The cost model asks for every device model of one task in a row: remember the last task.
         if task_attrs is self._last_attrs:
-            stem, key, sizes = self._last_key
+            stem, code, key, sizes = self._last_key
         else:
-            stem, key, sizes = source_stem(task_attrs.get("site")), None, None
-            self._last_attrs, self._last_key = task_attrs, (stem, None, None)
-        models = self._kernels.get((stem, kernel))
+            stem, code, key, sizes = source_stem(task_attrs.get("site")), task_attrs.get("code"), None, None
+            self._last_attrs, self._last_key = task_attrs, (stem, code, None, None)
+        models = self._kernels.get((stem, kernel, code))
         if models is None:
-            models = self.kernel_models(stem, kernel)
+            models = self.kernel_models(stem, kernel, code)
         m = models.get(device_model)
         if m is None:
+            if device_model in self._outdated.get((stem, kernel, code), ()):
+                self.stale.add((stem, kernel, device_model))
             return None, "none"
         if key is None:
             sizes = task_sizes(task_attrs)
             key = size_key(sizes)
-            self._last_key = (stem, key, sizes)
+            self._last_key = (stem, code, key, sizes)
         ans = m.lookup(key, lambda: sizes)
         self.lookups[ans[1]] += 1
         return ans
+
+    def stale_line(self) -> str | None:
+        """One line naming the kernels whose measurements went unused because their code changed
+        since (:attr:`stale`), for ``streammap compile`` to print; ``None`` when there are none."""
+        if not self.stale:
+            return None
+        names = sorted({f"{stem}.{kernel}" for stem, kernel, _ in self.stale})
+        one = len(names) == 1
+        it, was, its, runs, them = ("it", "was", "its", "runs", "it") if one else ("they", "were", "their", "run", "them")
+        return (f"history: not used for {', '.join(names)}, whose code changed since {it} {was} measured: "
+                f"{its} estimates come from the clauses until {it} {runs} again or `streammap profile` "
+                f"measures {them}")
 
     def estimate(self, kernel: str, device_model: str, task_attrs: Mapping) -> float | None:
         """Seconds of one call of ``kernel`` on ``device_model`` with the task's sizes, or ``None``."""

@@ -18,6 +18,8 @@ Node attributes (one node per task; the node key is the task id)
 ----------------------------------------------------------------
 ``kernel``    kernel name (``str``).
 ``site``      call site ``"file.py:LINE"`` (programs) or ``None``.
+``code``      fingerprint of the kernel's code (programs: ``directives.program.code_fingerprint``,
+              what the performance history keys measurements by) or ``None``.
 ``flops``     operations per call, ``float`` or ``None`` when unknown.
 ``bytes``     device-memory traffic per call, ``float`` or ``None``.
 ``mem``       peak device memory while running, ``float`` or ``None`` (cost model then uses
@@ -55,7 +57,7 @@ from .fileio import atomic_write_text
 
 #: Node attributes with their defaults; importers and the front end fill every one of them.
 NODE_DEFAULTS = {
-    "kernel": None, "site": None, "flops": None, "bytes": None, "mem": None, "out": None,
+    "kernel": None, "site": None, "code": None, "flops": None, "bytes": None, "mem": None, "out": None,
     "device": "any", "split": None, "share": 1.0, "stateful": False, "retries": 0,
     "runtime": None, "times": None, "args": [], "kwargs": {},
 }

@@ -68,7 +68,8 @@ def test_fan_out_fan_in_ir(tmp_path):
         [f"bandpass[{k}]@fm_radio.py:23" for k in range(4)] + ["combine@fm_radio.py:24"]
 
     band = g.nodes["bandpass[3]@fm_radio.py:23"]
-    assert band == {**NODE_DEFAULTS, "kernel": "bandpass", "site": "fm_radio.py:23",
+    assert len(band["code"]) == 16                            # the kernel's code fingerprint
+    assert band == {**NODE_DEFAULTS, "kernel": "bandpass", "site": "fm_radio.py:23", "code": band["code"],
                     "flops": 16 * 1024.0, "bytes": 8 * 1024.0, "out": 4 * 1024.0,
                     "args": [{"ref": "source@fm_radio.py:22"}, {"value": 3}], "kwargs": {}}
     combine = g.nodes["combine@fm_radio.py:24"]
@@ -81,6 +82,39 @@ def test_fan_out_fan_in_ir(tmp_path):
         [(f"bandpass[{k}]@fm_radio.py:23", "combine@fm_radio.py:24") for k in range(4)]
     assert all(d["bytes"] == 4096.0 for _, _, d in g.edges(data=True))
     assert nx.is_directed_acyclic_graph(g)
+
+
+SCALE = """
+# @stream kernel(flops=N)
+def scale(x, k=2):
+    \"\"\"Multiply.\"\"\"
+    return x * k
+"""
+#: Edits of the kernel above, and whether they keep its code fingerprint.
+SCALE_EDITS = {
+    "original": (SCALE, True),
+    "moved down the file": ("\n\n" + SCALE, True),
+    "layout, comments, docstring and clauses edited": (
+        SCALE.replace("flops=N", "flops=2 * N").replace("x, k=2", "x,   k=2")
+             .replace('\"\"\"Multiply.\"\"\"', "# a comment").replace("x * k", "(x * k)   # the same code"), True),
+    "body changed": (SCALE.replace("x * k", "x * k + 0"), False),
+    "default changed": (SCALE.replace("k=2", "k=3"), False),
+}
+
+
+def test_a_kernels_code_fingerprint_follows_its_code_not_its_layout(tmp_path):
+    """The performance history keys measurements by the kernel's code: edits that cannot change
+    its times keep the fingerprint; edits of what it computes change it."""
+    codes = {}
+    for what, (kernel, _) in SCALE_EDITS.items():
+        assert (kernel == SCALE) == (what == "original")       # every edit edits something
+        path = tmp_path / "prog.py"
+        path.write_text("# @stream param\nN = 8\n" + kernel + "\n# @stream graph\ndef main():\n    return scale(1.0)\n",
+                        encoding="utf-8")
+        (node,) = parse_program(path).nodes.values()
+        codes[what] = node["code"]
+    assert {w for w, c in codes.items() if c == codes["original"]} == {w for w, (_, kept) in SCALE_EDITS.items() if kept}
+    assert len(set(codes.values())) == 3
 
 
 def test_every_node_has_every_ir_attribute_with_the_right_types(tmp_path):

@@ -22,8 +22,8 @@ CPU = "Test CPU 9000"
 GPU = "H200"
 
 
-def attrs(flops=1e6, bytes=None, out=8e3, args=(), site="prog.py:3", **kw):
-    a = {"kernel": "k", "site": site, "flops": flops, "bytes": bytes, "out": out, "mem": None,
+def attrs(flops=1e6, bytes=None, out=8e3, args=(), site="prog.py:3", code=None, **kw):
+    a = {"kernel": "k", "site": site, "code": code, "flops": flops, "bytes": bytes, "out": out, "mem": None,
          "args": list(args), "kwargs": kw}
     return a
 
@@ -138,6 +138,42 @@ def test_none_when_unknown(tmp_path):
     assert h.estimate("k", CPU, attrs(site="elsewhere.py:1")) is None   # another program
     assert h.estimate("k", CPU, attrs(flops=2e6)) is None       # unseen size, too few sizes to fit
     assert History.load(tmp_path / "missing").estimate("k", CPU, attrs()) is None
+
+
+def test_measurements_of_other_code_are_not_used(tmp_path):
+    """A kernel's estimates come from measurements of its current code: after an edit, the old
+    times say nothing of it, and compile is told which kernels lost their history."""
+    append_records([rec(code="c0de01d", seconds=1e-3), rec(model=GPU, kind="gpu", code="c0de01d", seconds=1e-5)],
+                   tmp_path)
+    append_records([rec(code="c0de2ew", seconds=4e-3)], tmp_path)
+    line = json.loads(history_file(tmp_path, "prog", "k").read_text().splitlines()[-1])
+    assert list(line)[:3] == ["kernel", "source", "code"] and line["code"] == "c0de2ew"
+
+    h = History.load(tmp_path)
+    assert h.estimate("k", CPU, attrs(code="c0de2ew")) == pytest.approx(4e-3)      # the new code's only
+    assert h.estimate("k", GPU, attrs(code="c0de2ew")) is None                     # the GPU has the old only
+    assert h.stale == {("prog", "k", GPU)}
+    assert h.stale_line().startswith("history: not used for prog.k, whose code changed since it was measured")
+    assert h.estimate("k", CPU, attrs(code="c0de01d")) == pytest.approx(1e-3)      # the old code checked out
+    assert h.estimate("k", GPU, attrs(code="c0de01d")) == pytest.approx(1e-5)
+    assert History.load(tmp_path).stale_line() is None
+
+
+def test_measurements_without_a_fingerprint_are_used_until_the_code_has_its_own(tmp_path):
+    append_records([rec(seconds=2e-3)], tmp_path)                # written before fingerprints existed
+    assert History.load(tmp_path).estimate("k", CPU, attrs(code="abc")) == pytest.approx(2e-3)
+    append_records([rec(code="abc", seconds=5e-3)], tmp_path)
+    h = History.load(tmp_path)
+    assert h.estimate("k", CPU, attrs(code="abc")) == pytest.approx(5e-3)
+    assert h.stale == set()
+
+
+def test_compaction_keeps_each_version_of_the_code_apart(tmp_path, monkeypatch):
+    monkeypatch.setattr(H, "COMPACT_BYTES", 0)                  # compact after every append
+    append_records([rec(code="a", seconds=1e-3)] * 3, tmp_path)
+    append_records([rec(code="b", seconds=2e-3)] * (H.WINDOW + 5), tmp_path)
+    lines = [json.loads(x) for x in history_file(tmp_path, "prog", "k").read_text().splitlines()]
+    assert sum(r["code"] == "a" for r in lines) == 3 and sum(r["code"] == "b" for r in lines) == H.WINDOW
 
 
 def test_same_clauses_other_scalar_args(tmp_path):

@@ -123,3 +123,35 @@ def test_profile_command_prints_a_table(tmp_path, program, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "smooth" in out and "clause estimate" in out and "recorded 8 measurement(s)" in out
     assert History.load(tmp_path / "h").kernel_models("tiny", "smooth")[CPU].by_size
+
+
+CPU_PROGRAM = PROGRAM.replace(', device="gpu"', "")
+
+
+def test_compile_names_kernels_whose_code_changed_since_they_were_measured(tmp_path, capsys):
+    from streammap.cli import main
+    from streammap.plan import read_plan
+    program, hist = tmp_path / "tiny.py", tmp_path / "hist"
+    program.write_text(CPU_PROGRAM)
+    profile(program, params={"N": 64}, repeats=1, history_dir=hist, spec=machine())
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(f"name: c\nnodes:\n  - name: box\n    devices:\n      - {{name: cpu, kind: cpu, model: {CPU}}}\n")
+
+    def compile_it():
+        code = main(["compile", str(program), "--cluster", str(cluster), "-D", "N=64", "--history", str(hist),
+                     "-o", str(tmp_path / "plan.yaml")])
+        assert code == 0
+        plan = read_plan(tmp_path / "plan.yaml")
+        return capsys.readouterr().out, {t.kernel: t.estimate for t in plan.tasks}
+
+    out, sources = compile_it()
+    assert set(sources.values()) == {"history"} and "not used" not in out
+
+    program.write_text(CPU_PROGRAM.replace('mode="same")', 'mode="same") * 1.0'))    # smooth's code changes
+    out, sources = compile_it()
+    assert sources == {"make": "history", "smooth": "clauses", "gpu_only": "history", "add": "history"}
+    assert "history: not used for tiny.smooth, whose code changed since it was measured" in out
+
+    profile(program, params={"N": 64}, repeats=1, history_dir=hist, spec=machine())   # measured again
+    out, sources = compile_it()
+    assert set(sources.values()) == {"history"} and "not used" not in out
