@@ -40,7 +40,7 @@ bench: venv
 	$(BIN)/python benchmarks/heft_scaling.py
 	$(BIN)/python benchmarks/mapping.py --scale --out bench-out
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/estimate_accuracy.py
-	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/monitoring_overhead.py --reps 40
+	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/monitoring_overhead.py
 	$(BIN)/python benchmarks/ray_overhead.py
 	$(BIN)/python benchmarks/doctor_time.py
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/sharing.py

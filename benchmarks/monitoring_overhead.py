@@ -23,7 +23,7 @@ depend on other load. The target (<= 2 %) is checked on the median over samples 
 and of the accounted one with ``--accounted``.
 ``--server-per-run`` also counts starting and stopping the metrics server inside every run.
 
-    python benchmarks/monitoring_overhead.py [--reps 15] [--scale default|large] [--check]
+    python benchmarks/monitoring_overhead.py [--reps 60] [--scale default|large] [--check]
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def measure(name: str, reps: int, scale: str, interval: float, server_per_run: b
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--reps", type=int, default=60,
+                    help="runs per mode and sample (default 60; the machine's noise needs many)")
     ap.add_argument("--scale", choices=["default", "large"], default="default",
                     help="the samples' own params, or larger ones (runs of ~0.1-1 s)")
     ap.add_argument("--interval", type=float, default=0.2, help="telemetry interval (default 0.2 s)")

@@ -40,9 +40,9 @@ class Program:
         A module's functions refer to its namespace (``__globals__``) and the namespace to them:
         a reference cycle that reference counting never frees. Left to the cyclic garbage
         collector, every run's program would add to its next pass, which then lands inside a
-        later run (and in a long-lived process, such as the job service's workers, those passes
-        grow). Emptying the namespace, as the interpreter does to modules at exit, frees it at
-        once. So kernels and values of the module must not be used after the run."""
+        later run of a process that runs plan after plan. Emptying the namespace, as the
+        interpreter does to modules at exit, frees it at once. So kernels and values of the
+        module must not be used after the run."""
         if sys.modules.get(self.module.__name__) is self.module:
             del sys.modules[self.module.__name__]
         self.module.__dict__.clear()

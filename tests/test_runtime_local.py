@@ -396,7 +396,7 @@ def test_each_run_gets_a_fresh_module(tmp_path):
 @pytest.mark.parametrize("telemetry", [False, True], ids=["unmonitored", "monitored"])
 def test_a_run_leaves_nothing_for_the_garbage_collector(tmp_path, telemetry):
     """Everything a run allocates, its program's module included, is freed by reference counting
-    when it ends: a long-lived process (the job service's workers, a notebook) does not pile up
+    when it ends: a long-lived process (a notebook, a benchmark) does not pile up
     reference cycles whose collection would then land inside later runs."""
     plan = fan_plan(tmp_path)
     record = tmp_path / "run.json"
