@@ -78,7 +78,8 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
         Telemetry samplers to use instead of this machine's (tests).
     backend : str
         ``"local"`` (default: this process) or ``"ray"`` (:mod:`.ray_executor`: one actor per plan
-        device on a Ray cluster; needs ``pip install 'streammap[cluster]'``).
+        device on a Ray cluster; needs ``pip install 'streammap[cluster]'``). Monitoring works alike
+        on both (:mod:`.ray_monitor`), except that Ray does not re-map a slow device.
     address : str, optional
         With ``backend="ray"``: the Ray cluster (``auto``, ``host:port``); default: the cluster
         this process is connected to, else ``RAY_ADDRESS``, else a new local Ray.
@@ -107,7 +108,8 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
         return run_plan_ray(plan, emulate=emulate, outputs_path=outputs_path, record_path=record_path,
                             progress=progress, plan_path=plan_path, address=address,
                             max_recoveries=DEFAULT_MAX_RECOVERIES if max_recoveries is None else max_recoveries,
-                            telemetry=telemetry, interval=interval, metrics=metrics, alerts=alerts)
+                            telemetry=telemetry, interval=interval, metrics=metrics, alerts=alerts,
+                            dcgm_names=dcgm_names, metrics_addr=metrics_addr)
     if backend != "local":
         raise StreamMapError(f"unknown backend {backend!r}", hint="use 'local' or 'ray'")
     plan, plan_path, _ = runnable_plan(plan, plan_path)
@@ -118,12 +120,9 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
     from streammap.alerts import AlertManager, alert_config
 
     config = alert_config(alerts)
-    own_metrics = None
-    if isinstance(metrics, int) and not isinstance(metrics, bool):
-        from streammap.metrics import RunMetrics
-        port = metrics
-        own_metrics = metrics = RunMetrics(dcgm_names=dcgm_names)
-        metrics.serve(port, addr=metrics_addr)         # raises StreamMapError when the port is taken
+    from streammap.metrics import open_metrics
+    metrics, own = open_metrics(metrics, dcgm_names=dcgm_names, addr=metrics_addr)
+    own_metrics = metrics if own else None
     try:
         program = load_program(plan)
     except BaseException:

@@ -165,9 +165,11 @@ class DeviceActor:
         return True
 
     # -- telemetry: this actor's device, sampled by the process's ticker thread ----------------
-    def start_telemetry(self, t0: float, interval: float) -> None:
+    def start_telemetry(self, t0: float, interval: float, board=None) -> list:
         """Sample this actor's device every ``interval`` s (its GPU through NVML, else the node's
-        CPU), with times relative to the driver's ``t0`` (``time.time()``; clocks in sync)."""
+        CPU), with times relative to the driver's ``t0`` (``time.time()``; clocks in sync), and
+        hand each tick's readings to the run's ``board`` (:mod:`.ray_monitor`) when there is one.
+        Returns the devices it samples (:class:`~streammap.telemetry.DeviceInfo`)."""
         from streammap.telemetry import TICKER, CpuSampler, NvmlSampler, TelemetryRecorder
 
         from .supervisor import nvml_index
@@ -179,11 +181,15 @@ class DeviceActor:
         if not samplers:
             samplers.append(CpuSampler())
         rec = self._telemetry = TelemetryRecorder(samplers, interval)
+        device = self.device_id
 
         def tick():
-            rec.sample(time.time() - t0)
+            readings, events = rec.sample(time.time() - t0)
+            if board is not None:            # not waited for: the driver reads the board
+                board.push.remote(device, readings, events)
         tick()
         self._ticker = TICKER.add(tick, interval)
+        return [i for s in samplers for i in s.devices()]
 
     def stop_telemetry(self, t0: float) -> Optional[dict]:
         """The readings so far (a last one now), in the run record's form; sampling stops."""
@@ -393,39 +399,72 @@ def _own_cuda_ordinal() -> int:
 
 def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=None, progress: bool = True,
                  plan_path=None, address: Optional[str] = None, max_recoveries: int = DEFAULT_MAX_RECOVERIES,
-                 telemetry: bool = True, interval: Optional[float] = None, **monitoring) -> dict:
+                 telemetry: bool = True, interval: Optional[float] = None, metrics=None, alerts=None,
+                 dcgm_names: bool = False, metrics_addr: str = "127.0.0.1") -> dict:
     """:func:`streammap.runtime.run_plan` with ``backend="ray"`` (same outputs, record, errors).
 
     ``address``: the Ray cluster (``auto``, ``host:port``, ``ray://...``); default: the cluster
     this process is connected to, else ``RAY_ADDRESS``, else a new local Ray. Every actor samples
     its device (NVML for its GPU, else its node's CPU) every ``interval`` s into the run record's
-    telemetry; Prometheus metrics and alerts are not served on Ray yet (ignored, with a warning).
+    telemetry. The driver evaluates the alert rules and feeds the Prometheus metrics as a local
+    run does (:mod:`.ray_monitor`), except re-mapping a slow device.
     """
+    from streammap.alerts import AlertManager, alert_config
     from streammap.discover_ray import connect
+    from streammap.metrics import open_metrics
     from streammap.telemetry import DEFAULT_INTERVAL
 
     from . import finish_run
     from .loader import runnable_plan
+    from .supervisor import RunSupervisor
 
     plan, plan_path, source = runnable_plan(plan, plan_path)
     if max_recoveries < 0:
         raise StreamMapError("--max-recoveries must be 0 or more")
-    if any(v is not None for v in monitoring.values()):
-        log.warning("streammap: metrics and alerts are not available with the Ray backend yet; ignored")
     if record_path is None and outputs_path is not None:
         record_path = run_record_path(outputs_path)
-    ray, own = connect(address)
-    started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    config = alert_config(alerts)
+    interval = interval or DEFAULT_INTERVAL
+    metrics, own_metrics = open_metrics(metrics, dcgm_names=dcgm_names, addr=metrics_addr)
     try:
+        ray, own = connect(address)
+    except BaseException:
+        if own_metrics:
+            metrics.close()
+        raise
+    started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    supervisor = board = None
+    alert_list: list = []
+    try:
+        if telemetry:
+            from .ray_monitor import BoardSampler, start_board
+            board = start_board(ray)
         executor = RayExecutor(plan, source.read_bytes(), emulate=emulate, progress=progress,
-                               max_recoveries=max_recoveries,
-                               telemetry_interval=(interval or DEFAULT_INTERVAL) if telemetry else None)
+                               max_recoveries=max_recoveries, telemetry_interval=interval if telemetry else None,
+                               board=board)
+        manager = AlertManager(config, metrics=metrics, context={
+            "plan": str(plan_path) if plan_path is not None else None, "source": plan.source.path})
+        samplers = [BoardSampler(ray, board, executor.node_name, timeout=interval)] if board is not None else []
+        supervisor = executor.supervisor = RunSupervisor(plan, {}, telemetry=bool(samplers), metrics=metrics,
+                                                         alerts=manager, interval=interval, samplers=samplers,
+                                                         plan_devices={})
         outcome = executor.run()
     finally:
+        if supervisor is not None:
+            supervisor.stop()                # a last sample: the board is still up
+            alert_list = supervisor.alert_list()
+        if board is not None:
+            try:
+                ray.kill(board)
+            except Exception:      # noqa: BLE001
+                pass
         if own:
             ray.shutdown()
+        if own_metrics:
+            metrics.close()
     return finish_run(plan, outcome, outputs_path=outputs_path, record_path=record_path, emulate=emulate,
-                      started=started, plan_path=plan_path, backend="ray", telemetry=executor.telemetry)
+                      started=started, plan_path=plan_path, backend="ray", telemetry=executor.telemetry,
+                      alerts=alert_list)
 
 
 class _Lost(Exception):
@@ -436,10 +475,15 @@ class RayExecutor:
     """Runs ``plan`` on the connected Ray cluster (see the module docstring)."""
 
     def __init__(self, plan: Plan, source_text: bytes, *, emulate: bool = False, progress: bool = False,
-                 max_recoveries: int = DEFAULT_MAX_RECOVERIES, telemetry_interval: Optional[float] = None):
+                 max_recoveries: int = DEFAULT_MAX_RECOVERIES, telemetry_interval: Optional[float] = None,
+                 supervisor=None, board=None):
         import ray
         self.ray = ray
         self.telemetry_interval = telemetry_interval
+        #: the driver's monitoring (:mod:`.ray_monitor`): a RunSupervisor, and the readings board
+        self.supervisor, self.board = supervisor, board
+        self.node_name: dict[str, str] = {}        # plan device -> Ray node name of its actor
+        self._state = None
         self.telemetry: Optional[dict] = None
         self.t0 = time.time()
         self.plan = plan
@@ -533,6 +577,8 @@ class RayExecutor:
         ray = self.ray
         self.t0 = time.time()
         t_perf = self.t_perf = time.perf_counter()
+        if self.supervisor is not None:
+            self.supervisor.start(t_perf)
         current = self.plan
         error = None
         recoveries = 0
@@ -629,9 +675,10 @@ class RayExecutor:
         from streammap.discover_ray import ray_node_names
         new = [d for d in devices if d not in self.actors]
         refs = {d: self._actor(d).info.remote() for d in new}
+        sampled = {}
         if self.telemetry_interval:
             for d in new:
-                self.actors[d].start_telemetry.remote(self.t0, self.telemetry_interval)
+                sampled[d] = self.actors[d].start_telemetry.remote(self.t0, self.telemetry_interval, self.board)
         names = ray_node_names(self.ray.nodes())
         for d, r in refs.items():
             try:
@@ -641,6 +688,19 @@ class RayExecutor:
                 raise StreamMapError(f"cannot start the actor of {d}: {cause}") from None
             info["node"] = names.get(info["node_id"], info["node_id"][:12])
             self.actor_info[d] = info
+            self.node_name[d] = info["node"]
+        if self.supervisor is not None and sampled:
+            from .ray_monitor import observed_devices
+            infos, plan_devices = [], {}
+            for d, r in sampled.items():
+                try:
+                    seen = observed_devices(self.node_name[d], self.ray.get(r))
+                except self.ray.exceptions.RayError:
+                    continue                 # its loss shows in the run itself
+                infos += [i for i in seen if i.id not in plan_devices]
+                for i in seen:
+                    plan_devices.setdefault(i.id, []).append(d)
+            self.supervisor.observe_devices(infos, plan_devices)
 
     def _segment(self, plan: Plan) -> Optional[float]:
         """Submit and collect the unfinished tasks of ``plan``; the time a loss was seen, or None."""
@@ -758,7 +818,16 @@ class RayExecutor:
                 unsubmitted[r] -= 1
                 if unsubmitted[r] == 0:
                     releases.setdefault(dev_of[r], []).append((r, [meta_of[tasks[c].id] for c in ipc_consumers[r]]))
-        return self._collect(plan, pending)
+        if self.supervisor is None:
+            return self._collect(plan, pending)
+        from .ray_monitor import SegmentState
+        self._state = SegmentState(plan, set(where))        # where: the tasks earlier segments finished
+        self.supervisor.attach(self._state)
+        try:
+            return self._collect(plan, pending)
+        finally:
+            self.supervisor.detach()
+            self._state = None
 
     def _peers(self, producer: str, consumer: str) -> bool:
         """Whether a result moves from ``producer`` to ``consumer`` GPU to GPU (:mod:`.ipc`): both
@@ -784,6 +853,7 @@ class RayExecutor:
             bar_task = bar.add_task(f"{plan.source.entry or os.path.basename(plan.source.path)} on Ray",
                                     total=len(self.plan.tasks))
         t0 = self.t0
+        state = self._state
         done = 0
         try:
             refs = list(pending)
@@ -821,6 +891,8 @@ class RayExecutor:
                     self.finishes[t.id] = f - t0
                     self.attempts[t.id] = self.attempts.get(t.id, 0) + att
                     self.where[t.id] = t.device
+                    if state is not None:
+                        state.finish(k, s - t0, f - t0, att)
                     done += 1
                 if bar is not None:
                     bar.update(bar_task, completed=len(self.where))

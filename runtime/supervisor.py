@@ -118,11 +118,15 @@ class RunSupervisor:
     remap : streammap.alerts.RemapConfig, optional
         When given and active, slow or lost devices trigger a drain.
     samplers : list, optional
-        Samplers to use instead of this machine's (tests).
+        Samplers to use instead of this machine's (tests; the Ray driver's, which read what the
+        actors sampled).
+    plan_devices : dict, optional
+        Observed device → the plan devices it runs, instead of what ``placements`` implies (the
+        Ray driver: ``NODE/gpu0``, ``NODE/cpu``).
     """
 
     def __init__(self, plan, placements: dict, *, telemetry: bool = True, interval: float = DEFAULT_INTERVAL,
-                 metrics=None, alerts=None, remap=None, samplers=None, nvml=None):
+                 metrics=None, alerts=None, remap=None, samplers=None, nvml=None, plan_devices=None):
         c0 = time.perf_counter()
         #: What monitoring cost: seconds on the run's own thread (set-up, hand-overs, the final
         #: harvest and sample) and CPU seconds of the monitoring thread's ticks.
@@ -137,6 +141,8 @@ class RunSupervisor:
         self.plan_devices: dict[str, list[str]] = {}
         for d, p in placements.items():
             self.plan_devices.setdefault(local_device_of(p), []).append(d)
+        if plan_devices is not None:
+            self.plan_devices = {k: list(v) for k, v in plan_devices.items()}
         if samplers is None and telemetry:
             samplers = []
             gpus = sorted({int(k[3:]) for k in self.plan_devices if k.startswith("gpu")})
@@ -234,6 +240,18 @@ class RunSupervisor:
         m = self.metrics
         m.observe_tasks_from(finished_durations, len(ex.done), state)
         m.set_tasks_from(task_counts, state)
+
+    def observe_devices(self, infos: list, plan_devices: dict) -> None:
+        """Devices known only once the run started (the Ray driver's, as its actors come up):
+        ``infos`` (:class:`~streammap.telemetry.DeviceInfo`) and observed device → plan devices."""
+        with self._lock:
+            for dev, pds in plan_devices.items():
+                known = self.plan_devices.setdefault(dev, [])
+                known += [d for d in pds if d not in known]
+            self._wheres.clear()
+            if self.metrics is not None:
+                for info in infos:
+                    self.metrics.set_device_info(info, self.plan_devices.get(info.id, []))
 
     def take_trigger(self) -> Optional[Trigger]:
         with self._lock:

@@ -370,3 +370,16 @@ class RunMetrics:
 
     def remapped(self) -> None:
         self.remaps.inc()
+
+
+def open_metrics(metrics, *, dcgm_names: bool = False, addr: str = "127.0.0.1") -> tuple:
+    """``(metrics, own)`` for a run's ``metrics=`` argument: a port (0 picks a free one) gets a new
+    :class:`RunMetrics` served on ``addr`` that the run owns (``own``: it closes it); a
+    :class:`RunMetrics` (or ``None``) is the caller's. Raises :class:`StreamMapError` when the
+    port is taken."""
+    if isinstance(metrics, int) and not isinstance(metrics, bool):
+        port = metrics
+        metrics = RunMetrics(dcgm_names=dcgm_names)
+        metrics.serve(port, addr=addr)
+        return metrics, True
+    return metrics, False

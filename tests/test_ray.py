@@ -115,6 +115,32 @@ def test_fan_plan_matches_local_executor_and_writes_record(cluster, tmp_path):
     assert all(len(d.t) >= 2 and d.memory_used is not None for d in series.values())
 
 
+def test_a_ray_run_feeds_metrics_and_alerts_as_a_local_run_does(cluster, tmp_path):
+    """The driver follows the actors' calls and their devices' readings: task durations and
+    states, device gauges named by Ray node, and the alert rules, in the metrics and the record."""
+    from streammap.metrics import RunMetrics
+    plan = fan(tmp_path)
+    # estimates of 0.1 us: every task is "slow" by the model
+    plan = plan.model_copy(update={"tasks": [t.model_copy(update={"finish": t.start + 1e-7}) for t in plan.tasks]})
+    metrics = RunMetrics()
+    alerts = {"slow_task": {"factor": 1.5, "baseline": "model", "min_time": 0}, "cooldown": 0}
+    run_plan(plan, emulate=True, backend="ray", record_path=tmp_path / "r.run.json", progress=False,
+             metrics=metrics, alerts=alerts, interval=0.05)
+    text = metrics.render()
+    n = len(plan.tasks)
+    assert f'streammap_tasks{{state="done"}} {float(n)}' in text
+    counts = [float(line.split()[-1]) for line in text.splitlines()
+              if line.startswith("streammap_task_duration_seconds_count")]
+    assert sum(counts) == n
+    for node in ("node0", "node1"):          # readings the actors sent by way of the run's board
+        assert f'streammap_device_memory_used_bytes{{device="{node}/cpu"}}' in text
+        assert f'streammap_device_info{{device="{node}/cpu"' in text
+    rec = read_run_record(tmp_path / "r.run.json")
+    slow = [a for a in rec.alerts if a.kind == "slow_task"]
+    assert {a.task for a in slow} == {t.id for t in plan.tasks}
+    assert all(a.device in {d["id"] for d in devices2x2()} for a in slow)
+
+
 def test_kernel_error_after_retries_names_task_and_traceback(cluster, tmp_path):
     devs = [d["id"] for d in devices2x2()]
     tasks = [task("src", "source", devs[0]), task("ok", "flaky", devs[2], ref("src"), retries=2),

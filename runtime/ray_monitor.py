@@ -1,0 +1,126 @@
+"""Monitoring a Ray run from the driver: the alerts and Prometheus metrics of a local run.
+
+The driver runs the same :class:`~streammap.runtime.supervisor.RunSupervisor` as a local run, on
+its own ticker thread. Two things feed it:
+
+Tasks
+    Each segment of the run (the first, and one after each recovery) is followed through a
+    :class:`SegmentState`: the lists the supervisor reads from a local executor (``done``,
+    ``starts``/``finishes`` and ``attempts`` by task index, ``order`` per device), which the
+    driver's collect loop fills in as the actors' calls complete. So task durations, tasks by
+    state and the slow-task rule work as they do locally. Re-mapping a slow device does not (the
+    Ray executor re-maps lost nodes, by its own recovery).
+Devices
+    Every actor samples its own device on its process's ticker (NVML for its GPU, else its node's
+    CPU: :meth:`DeviceActor.start_telemetry`) for the run record. It also hands its latest
+    readings to a :class:`ReadingsBoard`, one small actor per run, by a call it does not wait
+    for: an actor runs its kernel calls one after another, so the driver could not ask it for
+    readings without waiting behind them. :class:`BoardSampler`, the driver's sampler, takes
+    what the board holds at every tick and names the devices ``NODE/gpuN`` or ``NODE/cpu``, as
+    the run record does. Memory, temperature, ECC and Xid rules, and the device gauges, follow.
+
+The record's telemetry still comes from the actors' own series (every reading, not only the
+latest per tick); the supervisor gives the record its alerts.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from streammap.telemetry import DeviceInfo, Sampler, XidEvent
+
+
+class ReadingsBoard:
+    """A Ray actor holding the latest readings each device actor sent, until the driver takes them."""
+
+    def __init__(self):
+        self.latest: dict = {}               # plan device -> its actor's latest readings
+        self.events: list = []
+
+    def push(self, device: str, readings: list, events: list) -> None:
+        self.latest[device] = readings
+        self.events.extend((device, e) for e in events)
+
+    def take(self) -> tuple[dict, list]:
+        events, self.events = self.events, []
+        return self.latest, events
+
+
+def start_board(ray):
+    """A :class:`ReadingsBoard` actor (no CPU reserved: it only stores a few readings)."""
+    return ray.remote(num_cpus=0, max_restarts=0)(ReadingsBoard).remote()
+
+
+class BoardSampler(Sampler):
+    """The driver's sampler of a Ray run: what the actors last sent to the board.
+
+    ``node_of`` maps a plan device to the Ray node name its actor runs on; the driver fills it in
+    as actors start (readings of a device not yet there are skipped).
+    """
+
+    source = "ray"
+
+    def __init__(self, ray, board, node_of: dict, timeout: float = 1.0):
+        self.ray, self.board, self.node_of, self.timeout = ray, board, node_of, timeout
+        self._events: list[XidEvent] = []
+
+    def sample(self) -> list:
+        try:
+            latest, events = self.ray.get(self.board.take.remote(), timeout=self.timeout)
+        except Exception:          # noqa: BLE001 -- a slow or dead board: no readings this tick
+            return []
+        out, seen = [], set()
+        for device, readings in latest.items():
+            node = self.node_of.get(device)
+            if node is None:
+                continue
+            for r in readings:
+                r.device = f"{node}/{r.device}"
+                if r.device not in seen:          # emulated devices of one node share its CPU
+                    seen.add(r.device)
+                    out.append(r)
+        self._events = [XidEvent(device=f"{self.node_of.get(d, '?')}/{e.device}", xid=e.xid)
+                        for d, e in events]
+        return out
+
+    def events(self) -> list[XidEvent]:
+        events, self._events = self._events, []
+        return events
+
+
+def observed_devices(node: str, infos: list) -> list[DeviceInfo]:
+    """An actor's sampled devices (``cpu``, ``gpu0``) as the driver names them (``NODE/cpu``)."""
+    return [DeviceInfo(**{**vars(i), "id": f"{node}/{i.id}"}) for i in infos]
+
+
+class SegmentState:
+    """What the supervisor reads of one segment of a Ray run (see the module docstring).
+
+    ``finished``: the tasks of ``plan`` done in earlier segments (done from the start, with no
+    times: they were counted then).
+    """
+
+    def __init__(self, plan, finished):
+        tasks = plan.tasks
+        n = len(tasks)
+        self.plan = plan
+        self.order: dict[str, list[int]] = {}
+        for k, t in enumerate(tasks):
+            self.order.setdefault(t.device, []).append(k)
+        self.done = [t.id in finished for t in tasks]
+        self.starts: list = [None] * n
+        self.finishes: list = [None] * n
+        self.attempts = [0] * n
+        self.gpu_events = [None] * n
+        self.error: Optional[BaseException] = None
+        self.draining = False
+
+    def finish(self, k: int, start: float, finish: float, attempts: int) -> None:
+        """Task ``k`` completed: its times first, ``done`` last (the supervisor reads ``done`` first)."""
+        self.attempts[k] = attempts
+        self.starts[k] = start
+        self.finishes[k] = finish
+        self.done[k] = True
+
+    def request_drain(self) -> None:
+        """Nothing to drain: a Ray run re-maps only lost nodes, by its own recovery."""
