@@ -690,11 +690,11 @@ class RayExecutor:
             self.actor_info[d] = info
             self.node_name[d] = info["node"]
         if self.supervisor is not None and sampled:
-            from .ray_monitor import observed_devices
+            from streammap.telemetry import on_node
             infos, plan_devices = [], {}
             for d, r in sampled.items():
                 try:
-                    seen = observed_devices(self.node_name[d], self.ray.get(r))
+                    seen = on_node(self.node_name[d], self.ray.get(r))
                 except self.ray.exceptions.RayError:
                     continue                 # its loss shows in the run itself
                 infos += [i for i in seen if i.id not in plan_devices]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from streammap.telemetry import DeviceInfo, Sampler, XidEvent
+from streammap.telemetry import Sampler, XidEvent, on_node
 
 
 class ReadingsBoard:
@@ -74,8 +74,7 @@ class BoardSampler(Sampler):
             node = self.node_of.get(device)
             if node is None:
                 continue
-            for r in readings:
-                r.device = f"{node}/{r.device}"
+            for r in on_node(node, readings):
                 if r.device not in seen:          # emulated devices of one node share its CPU
                     seen.add(r.device)
                     out.append(r)
@@ -86,11 +85,6 @@ class BoardSampler(Sampler):
     def events(self) -> list[XidEvent]:
         events, self._events = self._events, []
         return events
-
-
-def observed_devices(node: str, infos: list) -> list[DeviceInfo]:
-    """An actor's sampled devices (``cpu``, ``gpu0``) as the driver names them (``NODE/cpu``)."""
-    return [DeviceInfo(**{**vars(i), "id": f"{node}/{i.id}"}) for i in infos]
 
 
 class SegmentState:

@@ -7,8 +7,10 @@ samplers a run uses (:mod:`streammap.telemetry`: NVML for NVIDIA GPUs, ``/proc``
 ``--cluster FILE`` lists every device of the cluster file and says, for each, whether it is on
 this machine (its node is this host: the node name equals ``--node``, default the host name as
 ``streammap discover`` writes it, or the cluster has a single node) and whether it is observable
-here (a GPU whose index NVML sees, or the CPU). Devices of other nodes are listed as remote; a
-Ray-based monitor can fill them in later through the same table function.
+here (a GPU whose index NVML sees, or the CPU). Devices of other nodes are listed as remote.
+
+``--ray [ADDRESS]`` shows every device of every node of a Ray cluster instead, sampled on each
+node by a small actor (:mod:`streammap.monitor_ray`), named ``node/device``.
 
 ``--metrics-port PORT`` also serves the device gauges of :mod:`streammap.metrics` while it runs
 (a small exporter for machines without dcgm-exporter; ``--dcgm-names`` as for ``run``).
@@ -56,7 +58,8 @@ def _local_node(spec, node: Optional[str]) -> Optional[str]:
 class DeviceMonitor:
     """Samplers of this machine and, optionally, a cluster whose devices to list."""
 
-    def __init__(self, cluster=None, node: Optional[str] = None, nvml=None, samplers=None):
+    def __init__(self, cluster=None, node: Optional[str] = None, nvml=None, samplers=None,
+                 where: str = "local", title: Optional[str] = None):
         if samplers is None:
             samplers = []
             s = NvmlSampler(nvml)
@@ -68,6 +71,7 @@ class DeviceMonitor:
         self.cluster = cluster
         self.spec = getattr(cluster, "spec", cluster)
         self.local_node = _local_node(self.spec, node) if self.spec is not None else None
+        self.where, self.title = where, title
 
     def sample(self) -> dict[str, Reading]:
         out = {}
@@ -82,7 +86,7 @@ class DeviceMonitor:
     def rows(self, readings: dict[str, Reading]) -> list[dict]:
         """One dict per listed device: id, kind, model, where, observed (local id or None), reading."""
         if self.spec is None:
-            return [{"id": i, "kind": info.kind, "model": info.model, "where": "local", "observed": i,
+            return [{"id": i, "kind": info.kind, "model": info.model, "where": self.where, "observed": i,
                      "reading": readings.get(i)} for i, info in self.infos.items()]
         rows = []
         for node in self.spec.nodes:
@@ -104,8 +108,8 @@ class DeviceMonitor:
 
     def table(self, readings: dict[str, Reading] | None = None) -> Table:
         readings = self.sample() if readings is None else readings
-        title = "devices of this machine" if self.spec is None else \
-            f"cluster {self.spec.name}: this machine is {self.local_node or 'not in the file'}"
+        title = self.title or ("devices of this machine" if self.spec is None else
+                               f"cluster {self.spec.name}: this machine is {self.local_node or 'not in the file'}")
         table = Table(title=f"{title}  ({time.strftime('%H:%M:%S')})", title_justify="left")
         for name, just in (("device", "left"), ("kind", "left"), ("model", "left"), ("where", "left"),
                            ("utilisation", "left"), ("memory", "right"), ("power", "right"), ("temp.", "right"),
@@ -135,10 +139,10 @@ class DeviceMonitor:
 
 def monitor(cluster=None, node: Optional[str] = None, interval: float = 1.0, once: bool = False,
             count: Optional[int] = None, console: Optional[Console] = None, nvml=None, samplers=None,
-            metrics=None) -> int:
+            metrics=None, where: str = "local", title: Optional[str] = None) -> int:
     """Show the devices live (see the module docstring); return the exit status."""
     console = console or Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-    mon = DeviceMonitor(cluster, node=node, nvml=nvml, samplers=samplers)
+    mon = DeviceMonitor(cluster, node=node, nvml=nvml, samplers=samplers, where=where, title=title)
     if metrics is not None:
         for info in mon.infos.values():
             metrics.set_device_info(info)
@@ -174,6 +178,8 @@ def add_monitor_parser(subparsers):
     """Add ``streammap monitor`` to an ``argparse`` subparsers object; returns the parser."""
     m = subparsers.add_parser("monitor", help="show the devices of this machine or of a cluster live")
     m.add_argument("--cluster", metavar="FILE", help="list this cluster file's devices, marking the local ones")
+    m.add_argument("--ray", metavar="ADDRESS", nargs="?", const="auto",
+                   help="show every node of the Ray cluster at ADDRESS (default auto), sampled on each node")
     m.add_argument("--node", help="which node of the cluster file this machine is (default: the host name)")
     m.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     m.add_argument("--once", action="store_true", help="print one table and exit")
@@ -187,21 +193,37 @@ def add_monitor_parser(subparsers):
 
 def monitor_command(args) -> int:
     from .cluster import load_cluster
+    from .errors import StreamMapError
 
+    if args.ray and args.cluster:
+        raise StreamMapError("--ray and --cluster both say which devices to show", hint="give one of them")
     cluster = load_cluster(args.cluster) if args.cluster else None
+    ray = own = sampler = None
+    if args.ray:
+        from .discover_ray import connect
+        from .monitor_ray import RayClusterSampler
+        ray, own = connect(None if args.ray == "auto" else args.ray)
     metrics = None
-    if args.metrics_port is not None:
-        from .metrics import RunMetrics
-        metrics = RunMetrics(dcgm_names=args.dcgm_names)
-        port = metrics.serve(args.metrics_port, addr=args.metrics_addr)
-        Console(stderr=True, highlight=False).print(
-            f"serving metrics on http://{args.metrics_addr}:{port}/metrics", markup=False)
     try:
+        kw = {}
+        if ray is not None:
+            sampler = RayClusterSampler(ray, timeout=min(args.interval, 5.0))
+            kw = {"samplers": [sampler], "where": "Ray node", "title": f"devices of the Ray cluster at {args.ray}"}
+        if args.metrics_port is not None:
+            from .metrics import RunMetrics
+            metrics = RunMetrics(dcgm_names=args.dcgm_names)
+            port = metrics.serve(args.metrics_port, addr=args.metrics_addr)
+            Console(stderr=True, highlight=False).print(
+                f"serving metrics on http://{args.metrics_addr}:{port}/metrics", markup=False)
         return monitor(cluster, node=args.node, interval=args.interval, once=args.once, count=args.count,
-                       metrics=metrics)
+                       metrics=metrics, **kw)
     finally:
         if metrics is not None:
             metrics.close()
+        if sampler is not None:
+            sampler.close()
+        if own:
+            ray.shutdown()
 
 
 def add_run_monitoring_arguments(parser) -> None:

@@ -36,6 +36,7 @@ starting a thread, or even waking it when it already sleeps until an earlier tim
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import threading
@@ -525,6 +526,14 @@ class CpuSampler(Sampler):
             r.power = (e[1] - self._energy_prev[1]) / (e[0] - self._energy_prev[0])
         self._energy_prev = e
         return [r]
+
+
+def on_node(node: str, items: list) -> list:
+    """Devices (:class:`DeviceInfo`) or readings (:class:`Reading`) of another machine, named by
+    its node: ``cpu`` → ``node1/cpu`` (copies; the names a Ray run and its record use)."""
+    return [dataclasses.replace(x, **{"id" if isinstance(x, DeviceInfo) else "device":
+                                      f"{node}/{x.id if isinstance(x, DeviceInfo) else x.device}"})
+            for x in items]
 
 
 def local_samplers(nvml=None, cpu: bool = True, gpu: bool = True) -> list[Sampler]:

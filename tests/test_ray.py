@@ -338,6 +338,18 @@ def test_results_exported_to_another_node_stay_right_when_their_device_copy_spil
     assert spill["node0/gpu0"]["overflow"] == 0.0 and spill["node1/gpu0"]["spilled_bytes"] == 0
 
 
+def test_monitor_shows_every_node_of_the_ray_cluster(cluster, capsys):
+    """``streammap monitor --ray``: each node's devices, sampled there, named by node."""
+    from streammap.cli import main
+    assert main(["monitor", "--ray", "--once", "--interval", "0.1"]) == 0
+    out = capsys.readouterr().out
+    assert "devices of the Ray cluster at auto" in out
+    rows = {line.split()[1]: line for line in out.splitlines() if "/cpu" in line}
+    assert set(rows) == {"node0/cpu", "node1/cpu"}
+    assert all("Ray node" in r and "ok" in r for r in rows.values())
+    assert main(["monitor", "--ray", "--cluster", "c.yaml", "--once"]) == 2      # one or the other
+
+
 def test_node_loss_mid_run_recovers_and_reruns_only_what_was_lost(cluster, tmp_path):
     """Runs last: removes node1 (a node the fixture started) while its tasks run."""
     log_file = tmp_path / "calls.log"
@@ -400,4 +412,3 @@ def _chain(k):
     for s in range(6):
         x = x * 2 + (k * 10 + s)
     return x
-
