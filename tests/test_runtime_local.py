@@ -386,6 +386,42 @@ def test_params_are_module_globals_before_kernels_run(tmp_path):
     assert array_module() is np                           # outside a run
 
 
+DERIVED = """
+import numpy as np
+
+# @stream param
+N = 3
+# a comment between the directive and the code
+# @stream param
+# (and another)
+SCALE: float = 1.5
+M = 2 * N                          # computed from a param when the module is imported
+TABLE = np.arange(N) * SCALE
+N = N                              # not the param's assignment: left alone
+
+def read():
+    return M, TABLE
+
+def boom():
+    raise ValueError("line numbers stay the file's")
+"""
+
+
+def test_module_level_values_computed_from_params_use_the_plans_values(tmp_path):
+    """The program runs as if its file had been written with the plan's params."""
+    plan = make_plan(tmp_path, DERIVED, [task("r", "read", "node0/cpu")], devices=cpu_devices(),
+                     params={"N": 5, "SCALE": 2.0}, outputs=ref("r"))
+    out = run_plan(plan, progress=False)
+    assert int(out["result_0"]) == 10
+    np.testing.assert_array_equal(out["result_1"], np.arange(5) * 2.0)
+    failing = make_plan(tmp_path, DERIVED, [task("b", "boom", "node0/cpu")], devices=cpu_devices(),
+                        params={"N": 5, "SCALE": 2.0}, outputs=ref("b"))
+    with pytest.raises(KernelError) as err:
+        run_plan(failing, progress=False)
+    line = DERIVED.splitlines().index('    raise ValueError("line numbers stay the file\'s")') + 1
+    assert f"line {line}, in boom" in err.value.format()
+
+
 def test_each_run_gets_a_fresh_module(tmp_path):
     plan = make_plan(tmp_path, ORDER, [task("a", "note", "node0/cpu", "a"), task("l", "collect", "node0/cpu", ref("a"))],
                      devices=cpu_devices(), outputs=ref("l"))
