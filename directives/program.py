@@ -337,8 +337,10 @@ def code_fingerprint(fn: ast.FunctionDef) -> str:
 
     Taken over the function's syntax tree written back as source (``ast.unparse``), without its
     docstring: moving the function, reformatting it, or editing its comments, docstring or
-    directive clauses keeps the fingerprint; a change to its body, arguments, defaults or
-    decorators changes it. Helpers the kernel calls are not part of it.
+    directive clauses keeps the fingerprint; a change to its body, arguments, defaults,
+    decorators or annotations changes it. Helpers the kernel calls are not part of it, and a
+    Python version that writes some construct back differently changes it too (the measurements
+    are then taken again, as after an edit).
     """
     bare = copy.copy(fn)                    # shallow: the program's own tree is left as it is
     body = fn.body

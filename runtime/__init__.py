@@ -102,6 +102,13 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
     KernelError
         A kernel raised (after its retries); carries the task id, call site, device and the
         kernel's own traceback text.
+
+    Notes
+    -----
+    The program is loaded as a fresh module for the run and its namespace is emptied when the run
+    ends (:meth:`~streammap.runtime.loader.Program.unload`, so that the run leaves no reference
+    cycles behind): what the program leaves running past the run (a thread it started, an object
+    whose methods read its globals) must not rely on its module-level names.
     """
     if backend == "ray":
         from .ray_executor import DEFAULT_MAX_RECOVERIES, run_plan_ray

@@ -444,7 +444,7 @@ def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=
                                board=board)
         manager = AlertManager(config, metrics=metrics, context={
             "plan": str(plan_path) if plan_path is not None else None, "source": plan.source.path})
-        samplers = [BoardSampler(ray, board, executor.node_name, timeout=interval)] if board is not None else []
+        samplers = [BoardSampler(ray, board, executor.node_name)] if board is not None else []
         supervisor = executor.supervisor = RunSupervisor(plan, {}, telemetry=bool(samplers), metrics=metrics,
                                                          alerts=manager, interval=interval, samplers=samplers,
                                                          plan_devices={})
@@ -694,9 +694,9 @@ class RayExecutor:
             infos, plan_devices = [], {}
             for d, r in sampled.items():
                 try:
-                    seen = on_node(self.node_name[d], self.ray.get(r))
-                except self.ray.exceptions.RayError:
-                    continue                 # its loss shows in the run itself
+                    seen = on_node(self.node_name[d], self.ray.get(r, timeout=30))
+                except Exception:        # noqa: BLE001 -- a lost actor shows in the run itself
+                    continue
                 infos += [i for i in seen if i.id not in plan_devices]
                 for i in seen:
                     plan_devices.setdefault(i.id, []).append(d)
@@ -904,6 +904,8 @@ class RayExecutor:
         return lost_at
 
     def _fail(self, err):
+        if self._state is not None:          # the monitoring counts the failed task
+            self._state.error = err
         raise err
 
     def _recover(self, plan: Plan, lost_at: float) -> Plan:

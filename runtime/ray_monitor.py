@@ -7,17 +7,20 @@ Tasks
     Each segment of the run (the first, and one after each recovery) is followed through a
     :class:`SegmentState`: the lists the supervisor reads from a local executor (``done``,
     ``starts``/``finishes`` and ``attempts`` by task index, ``order`` per device), which the
-    driver's collect loop fills in as the actors' calls complete. So task durations, tasks by
-    state and the slow-task rule work as they do locally. Re-mapping a slow device does not (the
-    Ray executor re-maps lost nodes, by its own recovery).
+    driver's collect loop fills in as the actors' calls complete. So task durations, tasks done,
+    pending and failed, and the slow-task rule on finished tasks work as they do locally. The
+    driver learns of a task only when it ends, so no task counts as running and a task still
+    running is never judged slow; and a slow device is not re-mapped (the Ray executor re-maps
+    lost nodes, by its own recovery).
 Devices
     Every actor samples its own device on its process's ticker (NVML for its GPU, else its node's
     CPU: :meth:`DeviceActor.start_telemetry`) for the run record. It also hands its latest
-    readings to a :class:`ReadingsBoard`, one small actor per run, by a call it does not wait
-    for: an actor runs its kernel calls one after another, so the driver could not ask it for
-    readings without waiting behind them. :class:`BoardSampler`, the driver's sampler, takes
-    what the board holds at every tick and names the devices ``NODE/gpuN`` or ``NODE/cpu``, as
-    the run record does. Memory, temperature, ECC and Xid rules, and the device gauges, follow.
+    readings to a :class:`ReadingsBoard`, one small actor per run (placed on the driver's node
+    when it can be), by a call it does not wait for: an actor runs its kernel calls one after
+    another, so the driver could not ask it for readings without waiting behind them.
+    :class:`BoardSampler`, the driver's sampler, takes what the board holds at every tick and
+    names the devices ``NODE/gpuN`` or ``NODE/cpu``, as the run record does. Memory,
+    temperature, ECC and Xid rules, and the device gauges, follow.
 
 The record's telemetry still comes from the actors' own series (every reading, not only the
 latest per tick); the supervisor gives the record its alerts.
@@ -42,32 +45,53 @@ class ReadingsBoard:
         self.events.extend((device, e) for e in events)
 
     def take(self) -> tuple[dict, list]:
+        """What was sent since the last take (a device that sent nothing since has no readings:
+        the driver does not judge a lost device on its last ones again and again)."""
+        latest, self.latest = self.latest, {}
         events, self.events = self.events, []
-        return self.latest, events
+        return latest, events
 
 
 def start_board(ray):
-    """A :class:`ReadingsBoard` actor (no CPU reserved: it only stores a few readings)."""
-    return ray.remote(num_cpus=0, max_restarts=0)(ReadingsBoard).remote()
+    """A :class:`ReadingsBoard` actor (no CPU reserved: it only stores a few readings), on the
+    driver's node when Ray can place it there, so that it lives as long as the run."""
+    options: dict = {"num_cpus": 0, "max_restarts": 0}
+    try:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=True)
+    except Exception:              # noqa: BLE001 -- a client-mode driver has no node of its own
+        pass
+    return ray.remote(**options)(ReadingsBoard).remote()
 
 
 class BoardSampler(Sampler):
-    """The driver's sampler of a Ray run: what the actors last sent to the board.
+    """The driver's sampler of a Ray run: what the actors sent to the board since the last tick.
 
     ``node_of`` maps a plan device to the Ray node name its actor runs on; the driver fills it in
-    as actors start (readings of a device not yet there are skipped).
+    as actors start (readings of a device not yet there are skipped). A tick waits at most
+    ``wait`` seconds for the board (the supervisor holds its lock meanwhile); a take that has not
+    answered by then is read at the next tick, so no Xid event is lost and calls do not pile up.
     """
 
     source = "ray"
 
-    def __init__(self, ray, board, node_of: dict, timeout: float = 1.0):
-        self.ray, self.board, self.node_of, self.timeout = ray, board, node_of, timeout
+    def __init__(self, ray, board, node_of: dict, wait: float = 0.05):
+        self.ray, self.board, self.node_of, self.wait = ray, board, node_of, wait
         self._events: list[XidEvent] = []
+        self._pending = None
 
     def sample(self) -> list:
+        if self._pending is None:
+            self._pending = self.board.take.remote()
         try:
-            latest, events = self.ray.get(self.board.take.remote(), timeout=self.timeout)
-        except Exception:          # noqa: BLE001 -- a slow or dead board: no readings this tick
+            ready, _ = self.ray.wait([self._pending], timeout=self.wait)
+            if not ready:
+                return []
+            ref, self._pending = self._pending, None
+            latest, events = self.ray.get(ref)
+        except Exception:          # noqa: BLE001 -- a dead board: no readings from now on
+            self._pending = None
             return []
         out, seen = [], set()
         for device, readings in latest.items():

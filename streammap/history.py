@@ -51,10 +51,12 @@ locking, and concurrent writers may interleave.
 Lookup (:meth:`History.estimate`)
 ---------------------------------
 For (kernel, device model, task) the history uses the measurements of the kernel's current code
-(the task's ``code``); where that device model has none, those without a fingerprint. Measurements
-of another version of the code are never used: the kernel changed, so they say nothing of it. The
-(program, kernel, device model) that had only those are collected in :attr:`History.stale`, and
-``streammap compile`` names them. From those measurements it answers, in this order:
+(the task's ``code``); where that device model has none and no fingerprinted line at all (a
+history older than fingerprints), those without one. Measurements of another version of the code
+are never used: the kernel changed, so they say nothing of it (nor do unfingerprinted lines once
+fingerprinted ones show a change). The (program, kernel, device model) left without measurements
+that way are collected in :attr:`History.stale`, and ``streammap compile`` names them. From the
+measurements it uses it answers, in this order:
 
 1. **exact size**: the median of the latest :data:`WINDOW` measurements with the task's size key;
 2. **same clause sizes**: the median of the latest measurements whose clause values (``flops``,
@@ -232,10 +234,11 @@ def make_record(kernel: str, stem: str, device_model: str, device_kind: str | No
     """One history record (a dict in :data:`RECORD_KEYS` order) for a call of ``kernel``."""
     sizes = task_sizes(attrs)
     sizes = {k: sizes[k] for k in sorted(sizes)}
-    rec = {"kernel": kernel, "source": stem, "device_model": device_model, "device_kind": device_kind,
-           "size_key": size_key(sizes), "sizes": sizes, "seconds": float(seconds)}
+    rec = {"kernel": kernel, "source": stem}
     if attrs.get("code"):
         rec["code"] = attrs["code"]
+    rec.update(device_model=device_model, device_kind=device_kind, size_key=size_key(sizes), sizes=sizes,
+               seconds=float(seconds))
     rec.update(extra)
     rec.setdefault("when", _now())
     rec.setdefault("host", socket.gethostname())
@@ -525,8 +528,9 @@ class History:
         """``{device_model: KernelModel}`` of one kernel of one program (read on first use).
 
         With ``code`` (the kernel's fingerprint), each device model's model holds the measurements
-        of that code, else those without a fingerprint; device models with measurements of other
-        code only have no model (see the module docstring). Without ``code``, every measurement.
+        of that code, else, when it has no fingerprinted ones at all, those without a fingerprint;
+        other device models have no model (see the module docstring). Without ``code``, every
+        measurement.
         """
         k = (stem, kernel, code)
         models = self._kernels.get(k)
@@ -543,7 +547,7 @@ class History:
             for device_model, codes in versions.items():
                 if code in codes:
                     wanted[device_model] = code
-                elif None in codes:
+                elif codes == {None}:            # only lines from before fingerprints: cannot tell
                     wanted[device_model] = None
             self._outdated[k] = set(versions) - set(wanted)
         models = {}
@@ -597,10 +601,9 @@ class History:
             return None
         names = sorted({f"{stem}.{kernel}" for stem, kernel, _ in self.stale})
         one = len(names) == 1
-        it, was, its, runs, them = ("it", "was", "its", "runs", "it") if one else ("they", "were", "their", "run", "them")
-        return (f"history: not used for {', '.join(names)}, whose code changed since {it} {was} measured: "
-                f"{its} estimates come from the clauses until {it} {runs} again or `streammap profile` "
-                f"measures {them}")
+        it, was, its, runs = ("it", "was", "its", "runs") if one else ("they", "were", "their", "run")
+        return (f"history: not used for {', '.join(names)}, whose code changed since {it} {was} measured "
+                f"({its} times are measured again when {it} {runs}, or by `streammap profile`)")
 
     def estimate(self, kernel: str, device_model: str, task_attrs: Mapping) -> float | None:
         """Seconds of one call of ``kernel`` on ``device_model`` with the task's sizes, or ``None``."""

@@ -195,19 +195,20 @@ def monitor_command(args) -> int:
     from .cluster import load_cluster
     from .errors import StreamMapError
 
-    if args.ray and args.cluster:
-        raise StreamMapError("--ray and --cluster both say which devices to show", hint="give one of them")
+    if args.ray and (args.cluster or args.node):
+        raise StreamMapError(f"--ray and {'--cluster' if args.cluster else '--node'} both say which devices to show",
+                             hint="--ray shows every node of the Ray cluster; --cluster and --node a cluster file's")
     cluster = load_cluster(args.cluster) if args.cluster else None
     ray = own = sampler = None
     if args.ray:
         from .discover_ray import connect
         from .monitor_ray import RayClusterSampler
-        ray, own = connect(None if args.ray == "auto" else args.ray)
+        ray, own = connect(args.ray)              # "auto": a running cluster, never a new one
     metrics = None
     try:
         kw = {}
         if ray is not None:
-            sampler = RayClusterSampler(ray, timeout=min(args.interval, 5.0))
+            sampler = RayClusterSampler(ray, timeout=min(max(args.interval, 0.2), 5.0))
             kw = {"samplers": [sampler], "where": "Ray node", "title": f"devices of the Ray cluster at {args.ray}"}
         if args.metrics_port is not None:
             from .metrics import RunMetrics

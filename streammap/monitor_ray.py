@@ -5,8 +5,9 @@ One small actor per alive node, pinned there and reserving no CPU or GPU (as dis
 (:func:`streammap.telemetry.local_samplers`: NVML for all its GPUs, ``/proc`` for its CPU).
 :class:`RayClusterSampler` asks them all at once every refresh and names each device by its node
 (``node1/gpu0``, the names of the Ray executor and its run records). A node that has not answered
-within the refresh interval shows "no reading" for that refresh; nodes that join later are not
-added (start the monitor again).
+within ``timeout`` shows "no reading" for that refresh, and is not asked again until it answers
+(so calls to a slow node never pile up); nodes that join later are not added (start the monitor
+again).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class RayClusterSampler(Sampler):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray, self.timeout = ray, timeout
+        self._pending: dict = {}             # node -> its sample call not answered yet
         names = ray_node_names(ray.nodes())
         if not names:
             raise StreamMapError("the Ray cluster has no alive node")
@@ -72,12 +74,17 @@ class RayClusterSampler(Sampler):
         return list(self._devices)
 
     def sample(self) -> list[Reading]:
-        refs = {a.sample.remote(): node for node, a in self.actors.items()}
+        for node, a in self.actors.items():
+            if node not in self._pending:
+                self._pending[node] = a.sample.remote()
+        refs = {r: node for node, r in self._pending.items()}
         ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=self.timeout)
         out: list[Reading] = []
         for r in ready:
+            node = refs[r]
+            del self._pending[node]
             try:
-                out += on_node(refs[r], self.ray.get(r))
+                out += on_node(node, self.ray.get(r))
             except Exception:      # noqa: BLE001 -- a node lost since: no reading for it
                 continue
         return out

@@ -159,13 +159,15 @@ def test_measurements_of_other_code_are_not_used(tmp_path):
     assert History.load(tmp_path).stale_line() is None
 
 
-def test_measurements_without_a_fingerprint_are_used_until_the_code_has_its_own(tmp_path):
+def test_measurements_without_a_fingerprint_are_used_until_fingerprinted_ones_exist(tmp_path):
     append_records([rec(seconds=2e-3)], tmp_path)                # written before fingerprints existed
     assert History.load(tmp_path).estimate("k", CPU, attrs(code="abc")) == pytest.approx(2e-3)
     append_records([rec(code="abc", seconds=5e-3)], tmp_path)
     h = History.load(tmp_path)
     assert h.estimate("k", CPU, attrs(code="abc")) == pytest.approx(5e-3)
     assert h.stale == set()
+    # once fingerprinted lines exist, a new version's code cannot be the old lines' either
+    assert h.estimate("k", CPU, attrs(code="def")) is None and h.stale == {("prog", "k", CPU)}
 
 
 def test_compaction_keeps_each_version_of_the_code_apart(tmp_path, monkeypatch):

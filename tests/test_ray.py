@@ -148,8 +148,12 @@ def test_kernel_error_after_retries_names_task_and_traceback(cluster, tmp_path):
              task("after", "scale", devs[1], ref("bad"), 2)]
     plan = make_plan(tmp_path, PROG, tasks, devices=devices2x2(), outputs=ref("after"))
     out = tmp_path / "o.npz"
+    from streammap.metrics import RunMetrics
+    metrics = RunMetrics()
     with pytest.raises(KernelError) as ei:
-        run_plan(plan, emulate=True, backend="ray", outputs_path=out, progress=False)
+        run_plan(plan, emulate=True, backend="ray", outputs_path=out, progress=False, metrics=metrics)
+    assert 'streammap_tasks{state="failed"} 1.0' in metrics.render()
+    assert 'streammap_tasks{state="done"} 2.0' in metrics.render()
     err = ei.value
     assert err.task_id == "bad" and err.site == "prog.py:42" and err.device == "node1/gpu1"
     assert "kernel says no" in err.traceback_text and "in broken" in err.traceback_text

@@ -69,6 +69,7 @@ def test_a_split_kernel_becomes_scatter_shards_and_a_gather_with_the_same_id():
     assert s.nodes[esc]["kernel"] == GATHER and s.nodes[f"{esc}~scatter"]["kernel"] == SCATTER
     shards = [f"{esc}~shard{i}" for i in range(3)]
     assert all(s.nodes[x]["kernel"] == "escape" for x in shards)
+    assert all(s.nodes[x]["code"] == g.nodes[esc]["code"] is not None for x in shards)   # history: same code
     assert s.nodes[shards[0]]["flops"] == pytest.approx(g.nodes[esc]["flops"] / 3)
     assert set(s.predecessors(esc)) == set(shards)
     assert list(s.successors(esc)) == list(g.successors(esc))       # consumers unchanged
