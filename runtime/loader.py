@@ -83,6 +83,9 @@ def cached_program_code(path: str, sha256: str, params: tuple):
 
 
 def _param_directive_above(lines: list[str], node: ast.stmt) -> bool:
+    # The front end's own reader (streammap.directives.read_program) knows the param lines too,
+    # but the runtime reads plans, not directives (and it costs ~30 ms a file): the file is the
+    # one the plan was compiled from (sha256 checked), so the attached comment is all there is.
     k = node.lineno - 2                    # the line above, 0-based
     while k >= 0 and lines[k].lstrip().startswith("#"):
         if _PARAM.match(lines[k].lstrip()):

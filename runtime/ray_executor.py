@@ -444,10 +444,9 @@ def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=
                                board=board)
         manager = AlertManager(config, metrics=metrics, context={
             "plan": str(plan_path) if plan_path is not None else None, "source": plan.source.path})
-        samplers = [BoardSampler(ray, board, executor.node_name)] if board is not None else []
+        samplers = [BoardSampler(ray, board, executor.actor_info)] if board is not None else []
         supervisor = executor.supervisor = RunSupervisor(plan, {}, telemetry=bool(samplers), metrics=metrics,
-                                                         alerts=manager, interval=interval, samplers=samplers,
-                                                         plan_devices={})
+                                                         alerts=manager, interval=interval, samplers=samplers)
         outcome = executor.run()
     finally:
         if supervisor is not None:
@@ -476,13 +475,13 @@ class RayExecutor:
 
     def __init__(self, plan: Plan, source_text: bytes, *, emulate: bool = False, progress: bool = False,
                  max_recoveries: int = DEFAULT_MAX_RECOVERIES, telemetry_interval: Optional[float] = None,
-                 supervisor=None, board=None):
+                 board=None):
         import ray
         self.ray = ray
         self.telemetry_interval = telemetry_interval
-        #: the driver's monitoring (:mod:`.ray_monitor`): a RunSupervisor, and the readings board
-        self.supervisor, self.board = supervisor, board
-        self.node_name: dict[str, str] = {}        # plan device -> Ray node name of its actor
+        #: the driver's monitoring (:mod:`.ray_monitor`): the readings board, and the RunSupervisor
+        #: that run_plan_ray sets once the board's sampler can read this executor's actor_info
+        self.board, self.supervisor = board, None
         self._state = None
         self.telemetry: Optional[dict] = None
         self.t0 = time.time()
@@ -688,13 +687,12 @@ class RayExecutor:
                 raise StreamMapError(f"cannot start the actor of {d}: {cause}") from None
             info["node"] = names.get(info["node_id"], info["node_id"][:12])
             self.actor_info[d] = info
-            self.node_name[d] = info["node"]
         if self.supervisor is not None and sampled:
             from streammap.telemetry import on_node
             infos, plan_devices = [], {}
             for d, r in sampled.items():
                 try:
-                    seen = on_node(self.node_name[d], self.ray.get(r, timeout=30))
+                    seen = on_node(self.actor_info[d]["node"], self.ray.get(r, timeout=30))
                 except Exception:        # noqa: BLE001 -- a lost actor shows in the run itself
                     continue
                 infos += [i for i in seen if i.id not in plan_devices]

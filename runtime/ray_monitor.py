@@ -68,16 +68,16 @@ def start_board(ray):
 class BoardSampler(Sampler):
     """The driver's sampler of a Ray run: what the actors sent to the board since the last tick.
 
-    ``node_of`` maps a plan device to the Ray node name its actor runs on; the driver fills it in
-    as actors start (readings of a device not yet there are skipped). A tick waits at most
+    ``actor_info`` is the executor's (plan device → its actor's info, with ``node``, the Ray node
+    name), filled in as actors start (readings of a device not yet there are skipped). A tick waits at most
     ``wait`` seconds for the board (the supervisor holds its lock meanwhile); a take that has not
     answered by then is read at the next tick, so no Xid event is lost and calls do not pile up.
     """
 
     source = "ray"
 
-    def __init__(self, ray, board, node_of: dict, wait: float = 0.05):
-        self.ray, self.board, self.node_of, self.wait = ray, board, node_of, wait
+    def __init__(self, ray, board, actor_info: dict, wait: float = 0.05):
+        self.ray, self.board, self.actor_info, self.wait = ray, board, actor_info, wait
         self._events: list[XidEvent] = []
         self._pending = None
 
@@ -93,16 +93,17 @@ class BoardSampler(Sampler):
         except Exception:          # noqa: BLE001 -- a dead board: no readings from now on
             self._pending = None
             return []
+        node_of = {d: info.get("node") for d, info in self.actor_info.items()}
         out, seen = [], set()
         for device, readings in latest.items():
-            node = self.node_of.get(device)
+            node = node_of.get(device)
             if node is None:
                 continue
             for r in on_node(node, readings):
                 if r.device not in seen:          # emulated devices of one node share its CPU
                     seen.add(r.device)
                     out.append(r)
-        self._events = [XidEvent(device=f"{self.node_of.get(d, '?')}/{e.device}", xid=e.xid)
+        self._events = [XidEvent(device=f"{node_of.get(d) or '?'}/{e.device}", xid=e.xid)
                         for d, e in events]
         return out
 

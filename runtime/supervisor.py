@@ -119,14 +119,11 @@ class RunSupervisor:
         When given and active, slow or lost devices trigger a drain.
     samplers : list, optional
         Samplers to use instead of this machine's (tests; the Ray driver's, which read what the
-        actors sampled).
-    plan_devices : dict, optional
-        Observed device → the plan devices it runs, instead of what ``placements`` implies (the
-        Ray driver: ``NODE/gpu0``, ``NODE/cpu``).
+        actors sampled, with its devices told by :meth:`observe_devices`).
     """
 
     def __init__(self, plan, placements: dict, *, telemetry: bool = True, interval: float = DEFAULT_INTERVAL,
-                 metrics=None, alerts=None, remap=None, samplers=None, nvml=None, plan_devices=None):
+                 metrics=None, alerts=None, remap=None, samplers=None, nvml=None):
         c0 = time.perf_counter()
         #: What monitoring cost: seconds on the run's own thread (set-up, hand-overs, the final
         #: harvest and sample) and CPU seconds of the monitoring thread's ticks.
@@ -141,8 +138,6 @@ class RunSupervisor:
         self.plan_devices: dict[str, list[str]] = {}
         for d, p in placements.items():
             self.plan_devices.setdefault(local_device_of(p), []).append(d)
-        if plan_devices is not None:
-            self.plan_devices = {k: list(v) for k, v in plan_devices.items()}
         if samplers is None and telemetry:
             samplers = []
             gpus = sorted({int(k[3:]) for k in self.plan_devices if k.startswith("gpu")})

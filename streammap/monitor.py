@@ -211,11 +211,7 @@ def monitor_command(args) -> int:
             sampler = RayClusterSampler(ray, timeout=min(max(args.interval, 0.2), 5.0))
             kw = {"samplers": [sampler], "where": "Ray node", "title": f"devices of the Ray cluster at {args.ray}"}
         if args.metrics_port is not None:
-            from .metrics import RunMetrics
-            metrics = RunMetrics(dcgm_names=args.dcgm_names)
-            port = metrics.serve(args.metrics_port, addr=args.metrics_addr)
-            Console(stderr=True, highlight=False).print(
-                f"serving metrics on http://{args.metrics_addr}:{port}/metrics", markup=False)
+            metrics = serve_metrics(args)
         return monitor(cluster, node=args.node, interval=args.interval, once=args.once, count=args.count,
                        metrics=metrics, **kw)
     finally:
@@ -252,10 +248,17 @@ def run_monitoring_kwargs(args) -> dict:
     if getattr(args, "alerts", None):
         kw["alerts"] = load_alert_config(args.alerts)
     if getattr(args, "metrics_port", None) is not None:
-        from .metrics import RunMetrics
-        metrics = RunMetrics(dcgm_names=getattr(args, "dcgm_names", False))
-        port = metrics.serve(args.metrics_port, addr=getattr(args, "metrics_addr", "127.0.0.1"))
-        Console(stderr=True, highlight=False).print(
-            f"serving metrics on http://{metrics.addr}:{port}/metrics", markup=False)
-        kw["metrics"] = metrics
+        kw["metrics"] = serve_metrics(args)
     return kw
+
+
+def serve_metrics(args):
+    """The :class:`~streammap.metrics.RunMetrics` that ``--metrics-port`` (with ``--metrics-addr``
+    and ``--dcgm-names``) asks for, served, with a line on stderr saying where; the caller closes it."""
+    from .metrics import open_metrics
+
+    metrics, _ = open_metrics(args.metrics_port, dcgm_names=getattr(args, "dcgm_names", False),
+                              addr=getattr(args, "metrics_addr", "127.0.0.1"))
+    Console(stderr=True, highlight=False).print(
+        f"serving metrics on http://{metrics.addr}:{metrics.port}/metrics", markup=False)
+    return metrics

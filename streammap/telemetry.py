@@ -531,9 +531,11 @@ class CpuSampler(Sampler):
 def on_node(node: str, items: list) -> list:
     """Devices (:class:`DeviceInfo`) or readings (:class:`Reading`) of another machine, named by
     its node: ``cpu`` → ``node1/cpu`` (copies; the names a Ray run and its record use)."""
-    return [dataclasses.replace(x, **{"id" if isinstance(x, DeviceInfo) else "device":
-                                      f"{node}/{x.id if isinstance(x, DeviceInfo) else x.device}"})
-            for x in items]
+    out = []
+    for x in items:
+        name = "id" if isinstance(x, DeviceInfo) else "device"
+        out.append(dataclasses.replace(x, **{name: f"{node}/{getattr(x, name)}"}))
+    return out
 
 
 def local_samplers(nvml=None, cpu: bool = True, gpu: bool = True) -> list[Sampler]:
