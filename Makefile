@@ -30,7 +30,9 @@ demo: venv
 	$(BIN)/streammap show $(DEMO)/out.run.json --gantt $(DEMO)/run.png --limit 12
 	$(BIN)/python samples/fm_radio.py
 
+# Lint first (ruff, configured in pyproject.toml), so CI fails on it; then the whole suite.
 test: venv
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 # Every measurement behind a target, each printed beside its baseline (history kept out of the way).

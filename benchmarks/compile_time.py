@@ -19,7 +19,7 @@ from pathlib import Path
 import libcst
 
 from streammap.compiler import build_plan, load_source_graph, resolve_cluster
-from streammap.cost import CostModel, lower_bound
+from streammap.cost.model import CostModel, lower_bound
 from streammap.mappers import get_mapper
 from streammap.plan import write_plan
 

@@ -5,7 +5,7 @@ For each sample (fm_radio, tiled_cholesky, mlp_batches, at modest sizes) on this
 
 1. compile without history (roofline estimates from the clauses), run the plan ``--runs`` times
    after a warm-up run, and take each task's median measured duration;
-2. profile the program once into a temporary history folder (``streammap.profile.profile``,
+2. profile the program once into a temporary history folder (``streammap.cost.calibrate.profile``,
    the same params), compile again with that history, run it the same way.
 
 The error of a task is ``|estimate − measured| / measured``, where the estimate is the plan's
@@ -27,20 +27,20 @@ target.
 from __future__ import annotations
 
 import argparse
-import logging
 import inspect
+import logging
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from streammap.cluster import Cluster, ClusterSpec, Node
+from streammap.cluster.discover import discover_local
+from streammap.cluster.model import Cluster, ClusterSpec, Node
 from streammap.compiler import build_plan, load_source_graph
-from streammap.cost import CostModel, lower_bound
-from streammap.discover import discover_local
-from streammap.history import History, estimate_sources_summary
+from streammap.cost.calibrate import profile
+from streammap.cost.history import History, estimate_sources_summary
+from streammap.cost.model import CostModel, lower_bound
 from streammap.mappers import get_mapper
-from streammap.profile import profile
 from streammap.runrecord import read_run_record
 from streammap.runtime import run_plan
 

@@ -34,9 +34,9 @@ import sys
 import time
 from pathlib import Path
 
-from streammap.cluster import cluster_from_dict, load_cluster
+from streammap.cluster.model import cluster_from_dict, load_cluster
 from streammap.compiler import build_plan, load_source_graph
-from streammap.cost import CostModel, lower_bound
+from streammap.cost.model import CostModel, lower_bound
 from streammap.mappers import get_mapper
 from streammap.strategies.fission import _pins, shard_costs, shard_plans, split_graph
 

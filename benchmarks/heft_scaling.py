@@ -4,7 +4,7 @@ Generates seeded random layered DAGs in the style of the HEFT paper's random gra
 (Topcuoglu, Hariri, Wu, IEEE TPDS 2002, section 5.1: number of tasks ``v``, shape ``alpha``
 setting the height ``sqrt(v) / alpha``, out-degree, communication-to-computation ratio CCR) and
 heterogeneous clusters (nodes of different speeds, NVLink-class links inside a node and a slower
-network between nodes), then times the construction of the :class:`~streammap.cost.CostModel`
+network between nodes), then times the construction of the :class:`~streammap.cost.model.CostModel`
 and the HEFT mapping separately, and prints a table. Ends with the HEFT paper's worked example
 (``shared/benchmarks/classic/topcuoglu-10.json``, makespan 80) when the shared benchmarks are
 present.
@@ -30,13 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-from streammap.cluster import cluster_from_dict, load_cluster
-from streammap.cost import CostModel, lower_bound
+from streammap.cluster.model import cluster_from_dict, load_cluster
+from streammap.cost.model import CostModel, lower_bound
 from streammap.errors import MappingError
 from streammap.ir import add_task, new_graph
 from streammap.mappers import get_mapper
 from streammap.mappers.heft import heft
-from streammap.schedule import evaluate
+from streammap.mappers.schedule import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "benchmarks"
@@ -171,7 +171,7 @@ def main(argv=None):
 
     ex = SHARED / "classic" / "topcuoglu-10.json"
     if ex.exists():
-        from streammap.importers import load_graph
+        from streammap.io.importers import load_graph
         cost = CostModel(load_graph(ex), load_cluster(SHARED / "clusters" / "topcuoglu-3p.yaml"))
         s = heft(cost)
         print(f"\nTopcuoglu et al. 2002, Fig. 2: HEFT makespan {s.makespan:g} (paper: 80), "

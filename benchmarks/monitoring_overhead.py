@@ -8,7 +8,7 @@ configurations alternating so that drift in the machine's load hits both alike:
 
   off   ``telemetry=False`` and no metrics: nothing watches the run (the executor alone)
   on    telemetry every ``--interval`` s (NVML where there are GPUs, the CPU), the default alert
-        rules, and Prometheus metrics fed into a :class:`~streammap.metrics.RunMetrics` whose HTTP
+        rules, and Prometheus metrics fed into a :class:`~streammap.monitoring.metrics.RunMetrics` whose HTTP
         server is up during the run (started once, as ``streammap run --metrics-port`` does before
         the run; a scrape every tick would cost the scraper, not the run)
 
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import streammap
 from streammap.errors import StreamMapError
-from streammap.metrics import RunMetrics
+from streammap.monitoring.metrics import RunMetrics
 from streammap.runtime import run_plan
 
 TARGET = 0.02

@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from streammap.cluster import load_cluster
+from streammap.cluster.model import load_cluster
 from streammap.compiler import load_source_graph
-from streammap.cost import CostModel
+from streammap.cost.model import CostModel
 from streammap.ir import add_task, new_graph
 from streammap.mappers import get_mapper
 from streammap.strategies.pipeline import period_floor, pipeline_schedule, stage_problem

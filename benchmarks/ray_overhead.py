@@ -108,7 +108,7 @@ def recovery(ray, cluster, tmp):
     import numpy as np
     from runtime_helpers import make_plan, ref, task
 
-    from streammap.runtime.ray_executor import RayExecutor
+    from streammap.runtime.ray.executor import RayExecutor
     victim = cluster.add_node(num_cpus=2, num_gpus=2, object_store_memory=80 * 2**20,
                               labels={"streammap-node": "node2"})
     cluster.wait_for_nodes()
@@ -157,7 +157,7 @@ def main(argv=None):
     import ray
     from ray.cluster_utils import Cluster
 
-    from streammap.runtime.ray_executor import RayExecutor
+    from streammap.runtime.ray.executor import RayExecutor
     c = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "num_gpus": 0, "object_store_memory": 80 * 2**20, "labels": {"streammap-node": "node0"},
         "temp_dir": os.path.join(tmp, "ray"), "include_dashboard": False})

@@ -33,7 +33,6 @@ the bytes it spills, against the local run and the estimate.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tempfile
 import textwrap

@@ -26,7 +26,7 @@ from rich.console import Console
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from streammap.cluster import cluster_from_dict  # noqa: E402
+from streammap.cluster.model import cluster_from_dict  # noqa: E402
 from streammap.tenancy.admission import SLACK  # noqa: E402
 from streammap.tenancy.jobs import graphs_in, poisson_jobs  # noqa: E402
 from streammap.tenancy.simulate import compare, plot, results_table, write_csv  # noqa: E402
@@ -64,13 +64,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     out = Console(highlight=False, width=200)
 
-    from streammap.tenancy.jobs import parse_tenant_shares
     from streammap.tenancy.estimate import Estimator
+    from streammap.tenancy.jobs import parse_tenant_shares
     from streammap.tenancy.simulate import prepare_jobs
     shares = parse_tenant_shares(args.tenants)
     cluster = cluster_from_dict(generated_cluster(args.gpus))
     if args.write_cluster:
-        from streammap.fileio import atomic_write_text
+        from streammap.io.files import atomic_write_text
         atomic_write_text(args.write_cluster, cluster.to_yaml(), what="cluster file")
     graphs = graphs_in([WORKFLOWS])
     # The arrival rate that offers --load: work in GPU-seconds on the fastest model, against the

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import networkx as nx
 
+from streammap.directives.build import build_graph
+from streammap.directives.program import GraphFunc, Kernel, Param, Program, Signature, read_program
 from streammap.errors import DirectiveError
-
-from .build import build_graph
-from .program import GraphFunc, Kernel, Param, Program, Signature, read_program
 
 __all__ = ["parse_program", "read_program", "param_values", "Program", "Param", "Kernel",
            "GraphFunc", "Signature", "DirectiveError"]

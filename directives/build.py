@@ -43,13 +43,11 @@ from collections import Counter
 
 import networkx as nx
 
+from streammap.directives.program import CLAUSE_HINT, BindError, GraphFunc, Kernel, Program, clause_attr, clause_problem
+from streammap.directives.safe_eval import _BINOPS, FUNCTION_LIST, FUNCTIONS, Evaluator, Unavailable, describe
+from streammap.directives.scan import basename
 from streammap.errors import DirectiveError
 from streammap.ir import add_task, new_graph, spec_refs
-
-from .program import CLAUSE_HINT, GraphFunc, Kernel, Program, BindError, clause_attr, \
-    clause_problem
-from .safe_eval import _BINOPS, FUNCTION_LIST, FUNCTIONS, Evaluator, Unavailable, describe
-from .scan import basename
 
 #: Most loop/comprehension iterations one graph may unroll to.
 MAX_UNROLL = 1_000_000

@@ -26,10 +26,9 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
+from streammap.directives.safe_eval import FUNCTION_LIST, Evaluator, Locator
+from streammap.directives.scan import Clause, Directive, Source, basename, scan
 from streammap.errors import DirectiveError
-
-from .safe_eval import FUNCTION_LIST, Evaluator, Locator
-from .scan import Clause, Directive, Source, basename, scan
 
 PARAM_TYPES = (int, float, str, bool, type(None))
 SIZE_CLAUSES = ("flops", "bytes", "mem", "out")

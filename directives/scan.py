@@ -37,9 +37,8 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from streammap.directives.safe_eval import Locator
 from streammap.errors import DirectiveError
-
-from .safe_eval import Locator
 
 #: Directive name -> the clauses it accepts.
 DIRECTIVES = {

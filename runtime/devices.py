@@ -27,9 +27,9 @@ from typing import Optional
 import numpy
 
 from streammap.errors import StreamMapError
+from streammap.optional import import_cupy
 from streammap.plan import Plan
-
-from .accelerators import CUDA, EITHER, HIP, KIND_NAMES, build_name, cupy_platform, is_hip
+from streammap.runtime.accelerators import CUDA, EITHER, HIP, KIND_NAMES, build_name, cupy_platform, is_hip
 
 #: Device kinds this machine can execute without ``--emulate``.
 EXECUTABLE_KINDS = ("cpu", "gpu", "dcu")
@@ -157,19 +157,10 @@ def raise_not_executable(plan: Plan, device_id: str):
              "`streammap export k8s` still maps them for Kubernetes")
 
 
-def import_cupy():
-    """CuPy, or ``None`` when it is not installed (or cannot be imported)."""
-    try:
-        import cupy  # noqa: PLC0415 (optional dependency, imported lazily)
-    except Exception:
-        return None
-    return cupy
-
-
 def cuda_device_count(cupy) -> int:
     try:
         return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:               # no driver, no device: CUDARuntimeError
+    except Exception:               # no driver, no device: CUDARuntimeError  # noqa: BLE001
         return 0
 
 
@@ -215,7 +206,7 @@ class CupyDevice:
         self._peak = 0
         try:
             self._pool = cupy.get_default_memory_pool()
-        except Exception:
+        except Exception:  # noqa: BLE001
             self._pool = None
 
     # -- memory --------------------------------------------------------------------------

@@ -24,7 +24,8 @@ from types import ModuleType
 from typing import Callable
 
 from streammap.errors import StreamMapError
-from streammap.plan import Plan
+from streammap.plan import Plan, read_plan
+from streammap.strategies.kernels import BUILTIN_KERNELS
 
 _counter = itertools.count()
 
@@ -107,9 +108,8 @@ def runnable_plan(plan, plan_path=None):
     """``(plan, plan_path, source)`` for a plan or a plan file that can run: read (the path then
     names the plan), not an imported workflow, and its source file unchanged since compiling
     (``source``: that file's path). What every executor checks before anything runs."""
-    import os
+    import os  # noqa: PLC0415
 
-    from streammap.plan import read_plan
     if isinstance(plan, (str, os.PathLike)):
         plan_path = plan_path or plan
         plan = read_plan(plan)
@@ -157,7 +157,6 @@ def load_program(plan: Plan) -> Program:
     for key, value in plan.params.items():
         setattr(module, key, value)
     program = Program(path=path, module=module)
-    from streammap.strategies.kernels import BUILTIN_KERNELS
     for kernel in dict.fromkeys(t.kernel for t in plan.tasks):
         fn = BUILTIN_KERNELS.get(kernel) or getattr(module, kernel, None)
         if fn is None or not callable(fn):

@@ -72,9 +72,8 @@ import numpy
 from streammap.errors import KernelError, PlanError
 from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan
-
-from .context import set_current_device
-from .devices import to_host
+from streammap.runtime.context import set_current_device
+from streammap.runtime.devices import to_host
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -344,7 +343,7 @@ class LocalExecutor:
             else:
                 for th in threads:
                     th.join()
-        except BaseException as exc:          # KeyboardInterrupt: stop the workers, then report
+        except BaseException as exc:          # KeyboardInterrupt: stop the workers, then report  # noqa: BLE001
             self._fail(None, exc)
             for th in threads:
                 if th.is_alive():
@@ -354,7 +353,7 @@ class LocalExecutor:
             if dev.is_gpu:
                 try:
                     dev.stream.synchronize()
-                except Exception as exc:      # an asynchronous CUDA error surfaces here
+                except Exception as exc:      # an asynchronous CUDA error surfaces here  # noqa: BLE001
                     self._fail(None, exc)
         wall = time.perf_counter() - self.t0
         outputs = {}
@@ -362,7 +361,7 @@ class LocalExecutor:
         if self.error is None and not drained:
             try:
                 outputs = self._outputs()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001
                 self._fail(None, exc)
         starts, finishes = self._times()
         devices = {}
@@ -393,8 +392,8 @@ class LocalExecutor:
         return {tasks[i].id: (self.results[i], self.events[i]) for i in sorted(keep) if done[i]}
 
     def _wait_with_progress(self, threads) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.console import Console  # noqa: PLC0415
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
 
         done = self.done
         with Progress(TextColumn("[bold]running[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -429,7 +428,7 @@ class LocalExecutor:
             self.attempts[k] += 1
             try:
                 return call()
-            except BaseException as again:
+            except BaseException as again:  # noqa: BLE001
                 exc = again
         self._fail(k, exc)
         raise _Stop
@@ -457,7 +456,7 @@ class LocalExecutor:
                 s = perf()
                 try:
                     out = call(results)
-                except BaseException as exc:
+                except BaseException as exc:  # noqa: BLE001
                     out = self._retry(k, lambda: call(results), retries, exc)
                 finishes[k] = perf()
                 starts[k] = s
@@ -473,7 +472,7 @@ class LocalExecutor:
                         results[i] = None
         except _Stop:
             pass
-        except BaseException as exc:       # a bug of ours: report it rather than hang
+        except BaseException as exc:       # a bug of ours: report it rather than hang  # noqa: BLE001
             self._fail(None, exc)
         finally:
             self._release_remaining(d)
@@ -505,14 +504,14 @@ class LocalExecutor:
                     try:
                         args = [g(results) for g in argg]
                         kwargs = {key: g(results) for key, g in kwg}
-                    except BaseException as exc:
+                    except BaseException as exc:  # noqa: BLE001
                         self._fail(k, exc)
                         raise _Stop from None
                     attempts[k] = 1
                     ev_start = stream.record()
                     try:
                         out = dev.bring(fn(*args, **kwargs))
-                    except BaseException as exc:
+                    except BaseException as exc:  # noqa: BLE001
                         out = self._retry(k, lambda: dev.bring(fn(*args, **kwargs)), retries, exc)
                     ev_end = stream.record()
                     args = kwargs = None
@@ -533,7 +532,7 @@ class LocalExecutor:
                     dev.release_pending()
         except _Stop:
             pass
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001
             self._fail(None, exc)
         finally:
             self._release_remaining(d)
@@ -556,7 +555,7 @@ class LocalExecutor:
                     try:
                         starts[k] = base + elapsed(ev0, pair[0]) / 1e3
                         finishes[k] = base + elapsed(ev0, pair[1]) / 1e3
-                    except Exception:        # an event that never completed (failed run)
+                    except Exception:        # an event that never completed (failed run)  # noqa: BLE001
                         pass
         return starts, finishes
 

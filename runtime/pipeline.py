@@ -52,10 +52,9 @@ from typing import Optional
 from streammap.errors import PlanError
 from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan
-
-from .context import set_current_device
-from .devices import to_host
-from .local import Outcome, name_outputs, task_error
+from streammap.runtime.context import set_current_device
+from streammap.runtime.devices import to_host
+from streammap.runtime.local import Outcome, name_outputs, task_error
 
 _STOP = -1
 
@@ -135,7 +134,7 @@ class PipelineExecutor:
                         break
                 if self.stopped:
                     break
-        except BaseException as exc:             # KeyboardInterrupt
+        except BaseException as exc:             # KeyboardInterrupt  # noqa: BLE001
             self._fail(None, exc)
         finally:
             for q in self.queues.values():
@@ -147,7 +146,7 @@ class PipelineExecutor:
         if self.error is None:
             try:
                 outputs = self._outputs()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001
                 self._fail(None, exc)
         starts = [None if s is None else s - self.t0 for s in self.starts]
         finishes = [None if f is None else f - self.t0 for f in self.finishes]
@@ -180,7 +179,7 @@ class PipelineExecutor:
                     self._loop(q, dev, self.order[d])
             else:
                 self._loop(q, dev, self.order[d])
-        except BaseException as exc:          # a bug of ours: stop the run rather than hang it
+        except BaseException as exc:          # a bug of ours: stop the run rather than hang it  # noqa: BLE001
             self._fail(None, exc)
         finally:
             set_current_device(None)
@@ -198,7 +197,7 @@ class PipelineExecutor:
             try:
                 args = [self._value(spec, dev) for spec in t.args]
                 kwargs = {key: self._value(spec, dev) for key, spec in t.kwargs.items()}
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001
                 self._fail(k, exc)
                 continue
             started.append(k)
@@ -213,7 +212,7 @@ class PipelineExecutor:
                         dev.stream.synchronize()
                     exc = None
                     break
-                except BaseException as e:          # retried, then reported with the kernel's traceback
+                except BaseException as e:          # retried, then reported with the kernel's traceback  # noqa: BLE001
                     exc = e
                     if self.stopped:
                         break

@@ -1,11 +1,11 @@
 """Spilling at run time: keep each device's real memory within its capacity under oversubscription.
 
-The policy is :class:`streammap.spilling.SpillBook`'s (the compiler charges the same decisions in
+The policy is :class:`streammap.placement.spilling.SpillBook`'s (the compiler charges the same decisions in
 its estimates); this module moves the arrays it names and measures what that costs.
 
 State
 -----
-``book``     the :class:`~streammap.spilling.SpillBook`, keyed by task index (results) and plan
+``book``     the :class:`~streammap.placement.spilling.SpillBook`, keyed by task index (results) and plan
              device id, fed with real array sizes (``nbytes``).
 ``lock``     one lock around every book update and the moves it asks for, so that a result is
              never spilled while another thread restores or frees it.
@@ -25,9 +25,8 @@ import time
 
 import numpy
 
-from streammap.spilling import SpillBook
-
-from .devices import leaves, map_leaves
+from streammap.placement.spilling import SpillBook
+from streammap.runtime.devices import leaves, map_leaves
 
 
 class Spilled:

@@ -1,10 +1,10 @@
 """The run's monitoring thread: telemetry, metrics, alerts and the slow-device detector.
 
-The process's ticker thread (:data:`~streammap.telemetry.TICKER`, one daemon thread shared by every
+The process's ticker thread (:data:`~streammap.monitoring.telemetry.TICKER`, one daemon thread shared by every
 run, so a run pays no thread start-up) calls :meth:`RunSupervisor.tick` every ``interval`` seconds,
 which, in this order:
 
-1. samples the devices (:mod:`streammap.telemetry`: NVML for the GPUs the plan runs on, the CPU
+1. samples the devices (:mod:`streammap.monitoring.telemetry`: NVML for the GPUs the plan runs on, the CPU
    always), records the readings, updates the device gauges, checks the memory, temperature,
    lost-device and ECC/Xid rules;
 2. *harvests* the tasks that finished since the last tick from the executor's own lists (``done``,
@@ -22,7 +22,7 @@ pays a fixed few hundred microseconds: set-up (the CPU baseline: the head of ``/
 sample (the heads of ``/proc/stat`` and ``/proc/meminfo``). The last segment's harvest does per-task
 work only when an alert or the detector could use it; otherwise the metrics get the executor's
 final lists and count them at the next scrape (:meth:`RunSupervisor._hand_over`). Metric updates
-are stores that a scrape applies (:mod:`streammap.metrics`), and ``run_plan`` drops the supervisor
+are stores that a scrape applies (:mod:`streammap.monitoring.metrics`), and ``run_plan`` drops the supervisor
 before it builds the record, so what monitoring allocated does not set off the garbage
 collector's young-generation passes during the record's YAML/JSON work.
 
@@ -40,7 +40,8 @@ import time
 from collections import deque
 from typing import Optional
 
-from streammap.telemetry import DEFAULT_INTERVAL, TICKER, CpuSampler, NvmlSampler, TelemetryRecorder
+from streammap.monitoring.telemetry import DEFAULT_INTERVAL, TICKER, CpuSampler, NvmlSampler, TelemetryRecorder
+from streammap.remap import SlowDeviceDetector
 
 log = logging.getLogger("streammap.runtime")
 
@@ -113,9 +114,9 @@ class RunSupervisor:
         Sample the devices.
     interval : float
         Seconds between ticks.
-    metrics : streammap.metrics.RunMetrics, optional
-    alerts : streammap.alerts.AlertManager, optional
-    remap : streammap.alerts.RemapConfig, optional
+    metrics : streammap.monitoring.metrics.RunMetrics, optional
+    alerts : streammap.monitoring.alerts.AlertManager, optional
+    remap : streammap.monitoring.alerts.RemapConfig, optional
         When given and active, slow or lost devices trigger a drain.
     samplers : list, optional
         Samplers to use instead of this machine's (tests; the Ray driver's, which read what the
@@ -152,7 +153,6 @@ class RunSupervisor:
                 metrics.set_device_info(s.info, self.plan_devices.get(s.info.id, []))
         self.detector = None
         if remap is not None:
-            from streammap.remap import SlowDeviceDetector
             self.detector = SlowDeviceDetector(remap.factor, remap.window, remap.min_task_time)
         self.trigger: Optional[Trigger] = None
         self.remaps_done = 0
@@ -238,7 +238,7 @@ class RunSupervisor:
 
     def observe_devices(self, infos: list, plan_devices: dict) -> None:
         """Devices known only once the run started (the Ray driver's, as its actors come up):
-        ``infos`` (:class:`~streammap.telemetry.DeviceInfo`) and observed device → plan devices."""
+        ``infos`` (:class:`~streammap.monitoring.telemetry.DeviceInfo`) and observed device → plan devices."""
         with self._lock:
             for dev, pds in plan_devices.items():
                 known = self.plan_devices.setdefault(dev, [])

@@ -58,9 +58,9 @@ if __name__ == "__main__":
             {"name": "n1", "link": {"bandwidth": "32 GB/s", "latency": "5us"},
              "devices": [{"name": "mlu0", "kind": "mlu", "vendor": "cambricon", "model": "MLU370", "memory": "48GiB"}]},
         ]}
-    from streammap.cluster import cluster_from_dict
-    from streammap.mappers.policies import PolicyMapper
+    from streammap.cluster.model import cluster_from_dict
     from streammap.mappers import MAPPERS
+    from streammap.mappers.policies import PolicyMapper
 
     # Registered under a name for this run, so that this file works without being importable.
     MAPPERS["prefer-nvidia"] = PolicyMapper(PreferVendor, "prefer-nvidia")

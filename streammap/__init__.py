@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cluster import Cluster, load_cluster
-from .errors import KernelError, StreamMapError
-from .plan import Plan, read_plan, write_plan
+from streammap.cluster.model import Cluster, load_cluster
+from streammap.compiler import compile as _compile
+from streammap.errors import KernelError, StreamMapError
+from streammap.plan import Plan, read_plan, write_plan
+from streammap.runtime import run_plan
+from streammap.runtime.context import array_module as _am
 
 __version__ = "0.1.0"
 
@@ -25,7 +28,6 @@ __all__ = ["compile", "run", "array_module", "load_cluster", "read_plan", "write
 def compile(path, cluster="local", params=None, mapper="auto", entry=None, emit_graph=None, history=None,
             strategy="auto") -> Plan:
     """Compile a program or workflow into a :class:`Plan` (see :func:`streammap.compiler.compile`)."""
-    from .compiler import compile as _compile
     return _compile(path, cluster, params=params, mapper=mapper, entry=entry, emit_graph=emit_graph,
                     history=history, strategy=strategy)
 
@@ -47,8 +49,8 @@ def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: boo
         Show a progress bar.
     **monitoring
         ``telemetry`` (default True), ``interval``, ``metrics`` (a port or a
-        :class:`~streammap.metrics.RunMetrics`), ``dcgm_names``, ``alerts`` (a config file, dict or
-        :class:`~streammap.alerts.AlertConfig`): see :func:`streammap.runtime.run_plan`.
+        :class:`~streammap.monitoring.metrics.RunMetrics`), ``dcgm_names``, ``alerts`` (a config file, dict or
+        :class:`~streammap.monitoring.alerts.AlertConfig`): see :func:`streammap.runtime.run_plan`.
 
     Returns
     -------
@@ -56,7 +58,6 @@ def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: boo
         ``{"result": array}`` for a single returned value, ``result_0, result_1, ...`` for a
         tuple, the keys of a returned dict.
     """
-    from .runtime import run_plan
     plan_path = None
     if isinstance(plan, (str, Path)):
         plan_path, plan = plan, read_plan(plan)
@@ -66,5 +67,4 @@ def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: boo
 
 def array_module(*arrays):
     """The array module (NumPy or CuPy) of ``arrays``, or of the device running this kernel."""
-    from .runtime.context import array_module as _am
     return _am(*arrays)

@@ -1,8 +1,8 @@
 """Compile: source → IR → cost model → mapping → plan.
 
 Each stage hands plain data to the next (``design.md``): the front end or an importer gives the
-IR (a networkx graph), :class:`~streammap.cost.CostModel` turns it and the cluster into arrays of
-times, sizes and link costs, a mapper turns those into a :class:`~streammap.schedule.Schedule`,
+IR (a networkx graph), :class:`~streammap.cost.model.CostModel` turns it and the cluster into arrays of
+times, sizes and link costs, a mapper turns those into a :class:`~streammap.mappers.schedule.Schedule`,
 and :func:`build_plan` writes the schedule down as a :class:`~streammap.plan.Plan`. This module
 only wires the stages together; it never reaches into their internals.
 """
@@ -14,13 +14,31 @@ from pathlib import Path
 
 import networkx as nx
 
-from .cluster import Cluster, cluster_from_dict, load_cluster
-from .cost import CostModel, lower_bound
-from .errors import StreamMapError
-from .mappers import get_mapper
-from .plan import (ClusterInfo, MapperInfo, PipelineInfo, Plan, PlanDevice, PlanTask, SourceInfo,
-                   StrategyInfo, PLAN_VERSION, sha256_file)
-from .schedule import Schedule
+from streammap.cluster.discover import discover_local
+from streammap.cluster.model import Cluster, cluster_from_dict, dump_cluster_spec, load_cluster
+from streammap.cost.history import resolve_history_hook
+from streammap.cost.model import CostModel, lower_bound
+from streammap.directives import parse_program
+from streammap.errors import StreamMapError
+from streammap.io.importers import load_graph
+from streammap.ir import write_graph
+from streammap.mappers import get_mapper
+from streammap.mappers.schedule import Schedule
+from streammap.placement.sharing import map_shared, shared_lower_bound, uses_sharing
+from streammap.placement.spilling import check_plan_memory, estimate_spills
+from streammap.plan import (
+    PLAN_VERSION,
+    ClusterInfo,
+    MapperInfo,
+    PipelineInfo,
+    Plan,
+    PlanDevice,
+    PlanTask,
+    SourceInfo,
+    StrategyInfo,
+    sha256_file,
+)
+from streammap.strategies import check_strategy, choose_strategy
 
 
 def resolve_cluster(cluster) -> Cluster:
@@ -32,8 +50,6 @@ def resolve_cluster(cluster) -> Cluster:
     if cluster is None:
         raise StreamMapError("no cluster given", hint="pass --cluster cluster.yaml, or --cluster local to discover this machine")
     if str(cluster) == "local":
-        from .discover import discover_local
-        from .cluster import dump_cluster_spec
         spec = discover_local()
         return Cluster(spec, sha256=hashlib.sha256(dump_cluster_spec(spec).encode()).hexdigest(), path="local")
     return load_cluster(cluster)
@@ -43,13 +59,11 @@ def load_source_graph(path, params: dict | None = None, entry: str | None = None
     """The IR of a program (``.py`` with directives) or an imported workflow (JSON)."""
     path = Path(path)
     if path.suffix == ".py":
-        from .directives import parse_program
         return parse_program(path, overrides=params or {}, entry=entry)
     if path.suffix == ".json":
         if params:
             raise StreamMapError(f"-D {next(iter(params))}=...: an imported workflow has no params", path=path,
                                  hint="params (-D) apply to .py programs with # @stream param directives")
-        from .importers import load_graph
         return load_graph(path)
     if not path.exists():
         raise StreamMapError(f"file not found: {path}")
@@ -77,9 +91,9 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     emit_graph : str or Path, optional
         Also write the IR as node-link JSON there.
     history : None, bool, str, Path, History or callable
-        Measured times to prefer over clause estimates (:mod:`streammap.history`): ``None`` or
+        Measured times to prefer over clause estimates (:mod:`streammap.cost.history`): ``None`` or
         ``True`` the default history folder (if it exists), ``False`` none, a path that folder, a
-        :class:`~streammap.history.History` or a ``(kernel, device_model, task_attrs)`` callable.
+        :class:`~streammap.cost.history.History` or a ``(kernel, device_model, task_attrs)`` callable.
     strategy : str
         ``auto`` (default: the parallel strategy with the least estimate), or ``none``, ``data``,
         ``model``, ``pipeline`` to force one (:mod:`streammap.strategies`).
@@ -89,12 +103,10 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     Plan
         The validated plan (write it with :func:`streammap.plan.write_plan`).
     """
-    from .strategies import check_strategy, choose_strategy
     map_fn = get_mapper(mapper)
     check_strategy(strategy)
     clus = resolve_cluster(cluster)
     graph = load_source_graph(path, params, entry)
-    from .history import resolve_history_hook
     hook = resolve_history_hook(history)
     estimates = {}                       # id(schedule) -> its SpillEstimate (sharing, spilling)
 
@@ -112,7 +124,6 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
             heft_makespan = get_mapper("heft")(kept.cost).makespan
         except StreamMapError:            # HEFT finds no memory-valid placement (another strategy did)
             heft_makespan = None
-    from .sharing import shared_lower_bound, uses_sharing
     lower = shared_lower_bound(kept.cost) if uses_sharing(kept.cost) else lower_bound(kept.cost)
     plan = build_plan(kept.graph, clus, kept.cost, kept.schedule, source_path=path,
                       lower=lower, heft_makespan=heft_makespan,
@@ -121,17 +132,14 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     if clus.oversubscription > 1 and spills is not None:
         plan.mapper.spill_bytes = spills.spilled_bytes + spills.restored_bytes
     if emit_graph is not None:
-        from .ir import write_graph
         write_graph(graph, emit_graph)
     return plan
 
 
 def _map(cost: CostModel, mapper: str, map_fn):
-    """The mapper's schedule; share-aware when tasks share devices (:mod:`streammap.sharing`),
+    """The mapper's schedule; share-aware when tasks share devices (:mod:`streammap.placement.sharing`),
     refused when it holds more than F x capacity somewhere, and re-timed with the spill traffic it
-    implies under oversubscription: a :class:`~streammap.spilling.SpillEstimate`."""
-    from .sharing import map_shared, uses_sharing
-    from .spilling import check_plan_memory, estimate_spills
+    implies under oversubscription: a :class:`~streammap.placement.spilling.SpillEstimate`."""
     schedule = map_shared(cost, mapper, map_fn) if uses_sharing(cost) else map_fn(cost)
     check_plan_memory(cost, schedule)
     return estimate_spills(cost, schedule)

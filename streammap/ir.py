@@ -1,7 +1,7 @@
 """The task graph (IR): a ``networkx.DiGraph`` that every stage after the front end reads.
 
 Both front ends build it: the directive compiler (``streammap.directives``) from a ``.py`` file,
-and the importers (``streammap.importers``) from WfCommons or node-link JSON. Nothing after this
+and the importers (``streammap.io.importers``) from WfCommons or node-link JSON. Nothing after this
 point knows which one made the graph.
 
 Graph attributes (``g.graph``)
@@ -53,7 +53,8 @@ import json
 
 import networkx as nx
 
-from .fileio import atomic_write_text
+from streammap.errors import PlanError
+from streammap.io.files import atomic_write_text
 
 #: Node attributes with their defaults; importers and the front end fill every one of them.
 NODE_DEFAULTS = {
@@ -98,7 +99,6 @@ def resolve_spec(spec, ref):
         return tuple(resolve_spec(s, ref) for s in spec["tuple"])
     if "dict" in spec:
         return {key: resolve_spec(s, ref) for key, s in spec["dict"].items()}
-    from .errors import PlanError
     raise PlanError(f"unknown argument spec {spec!r}",
                     hint="an argument is one of ref (with index), value, list, tuple, dict")
 

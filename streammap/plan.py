@@ -30,10 +30,12 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import PlanError
-from .fileio import atomic_write_text
-from .ir import spec_refs
-from .yamlio import Dumper, load_yaml, validation_error
+from streammap.errors import PlanError
+from streammap.io.files import atomic_write_text
+from streammap.io.yamlfile import Dumper, load_yaml, validation_error
+from streammap.ir import spec_refs
+from streammap.placement.colocate import check_plan_colocation
+from streammap.placement.sharing import check_plan_shares
 
 PLAN_VERSION = 1
 
@@ -62,7 +64,7 @@ class MapperInfo(_Strict):
     estimated_makespan: float = Field(ge=0)
     lower_bound: float = Field(ge=0)
     heft_makespan: Optional[float] = Field(default=None, ge=0)
-    # Under memory oversubscription: bytes the plan is expected to spill and restore (streammap.spilling).
+    # Under memory oversubscription: bytes the plan is expected to spill and restore (streammap.placement.spilling).
     spill_bytes: Optional[float] = Field(default=None, ge=0)
 
 
@@ -85,11 +87,11 @@ class PlanTask(_Strict):
     site: Optional[str] = None
     estimate: Optional[str] = None
     retries: int = Field(default=0, ge=0)
-    # GPU sharing (streammap.sharing): the fraction of its device the task needs, and, under
+    # GPU sharing (streammap.placement.sharing): the fraction of its device the task needs, and, under
     # memory oversubscription, the bytes its output is expected to take (spilling reserves them).
     share: float = Field(default=1.0, gt=0, le=1)
     out: Optional[float] = Field(default=None, ge=0)
-    # A call of a stateful kernel: all calls of one kernel must run on one device (streammap.colocate).
+    # A call of a stateful kernel: all calls of one kernel must run on one device (streammap.placement.colocate).
     stateful: bool = False
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
@@ -263,9 +265,7 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
     for r in spec_refs(plan.outputs):
         if r not in seen:
             raise PlanError(f"the plan's outputs name unknown task {r!r}", path=path, line=lines.get(("outputs",)))
-    from .sharing import check_plan_shares
     check_plan_shares(plan, path=path, lines=lines)
-    from .colocate import check_plan_colocation
     check_plan_colocation(plan, path=path, lines=lines)
     if plan.pipeline is not None:
         _validate_pipeline(plan, path, lines)

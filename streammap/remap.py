@@ -23,7 +23,7 @@ same two pieces with what its actors report.
        the plan itself (each task's estimated duration on its planned device, scaled by device
        speed, and only devices of the same kind allowed);
     2. the cluster from ``plan.cluster.spec`` (or, without it, from the plan's device list);
-    3. a :class:`~streammap.cost.CostModel`, then: the slow devices' time columns multiplied by
+    3. a :class:`~streammap.cost.model.CostModel`, then: the slow devices' time columns multiplied by
        their factors; lost (and ``exclude``d) devices get time ``inf``; each finished task is
        pinned to the device that holds its output with zero duration (``inf`` elsewhere), so that
        where the outputs live counts for transfers and memory;
@@ -31,15 +31,15 @@ same two pieces with what its actors report.
        again, with whatever they need in turn;
     5. the memory-aware HEFT (``streammap.mappers.get_mapper(mapper)``) maps everything, and the
        unfinished tasks get the new device and times shifted by ``now``. When tasks share devices
-       (``share < 1``) the share-aware scheduler does (:func:`streammap.sharing.map_shared`: HEFT's
+       (``share < 1``) the share-aware scheduler does (:func:`streammap.placement.sharing.map_shared`: HEFT's
        order, earliest finish, co-location by share, the runtime's FIFO admission), so the
        re-mapped estimates stay as true as the first plan's; the tasks keep their shares. Under
        memory oversubscription the schedule is re-timed with the spills it implies
-       (:func:`streammap.spilling.estimate_spills`), as the compiler does.
+       (:func:`streammap.placement.spilling.estimate_spills`), as the compiler does.
 
     Finished tasks keep their device and times, except that on a device that shares, a finished
     task's estimated times are clipped at ``now`` (it is done by then): the plan's share check
-    (:func:`streammap.sharing.check_plan_shares`) then sees the finished tasks before ``now`` and
+    (:func:`streammap.placement.sharing.check_plan_shares`) then sees the finished tasks before ``now`` and
     the new ones after it, never an estimate of the past overlapping the future.
 
     The result's plan lists the finished tasks first (plan order), then the rest by new start: a
@@ -58,9 +58,16 @@ from typing import Iterable, Mapping, Optional
 import networkx as nx
 import numpy as np
 
-from .errors import MappingError, StreamMapError
-from .colocate import colocate_stateful
-from .plan import MapperInfo, Plan, validate_plan
+from streammap.cluster.model import Cluster, ClusterSpec, cluster_from_dict
+from streammap.cost.model import CostModel, lower_bound
+from streammap.directives import parse_program
+from streammap.errors import MappingError, StreamMapError
+from streammap.ir import add_task, new_graph, spec_refs
+from streammap.mappers import get_mapper
+from streammap.placement.colocate import colocate_stateful
+from streammap.placement.sharing import SHARE_EPS, map_shared, uses_sharing
+from streammap.placement.spilling import estimate_spills
+from streammap.plan import MapperInfo, Plan, validate_plan
 
 
 class RemapError(StreamMapError):
@@ -161,7 +168,6 @@ def _graph_from_program(plan: Plan) -> Optional[nx.DiGraph]:
     if plan.source.kind != "program" or not str(plan.source.path).endswith(".py"):
         return None
     try:
-        from .directives import parse_program
         g = parse_program(plan.source.path, overrides=dict(plan.params), entry=plan.source.entry)
     except Exception:                  # noqa: BLE001 -- not a directives program (hand-made plan)
         return None
@@ -173,7 +179,7 @@ def _graph_from_program(plan: Plan) -> Optional[nx.DiGraph]:
 
 def _check_state_kept(plan: Plan, need, fin: dict, exclude: set) -> None:
     """A stateful kernel whose finished calls ran on a device that is now gone or excluded cannot
-    go on elsewhere: its state lives on that device (``streammap.colocate``), and running its
+    go on elsewhere: its state lives on that device (``streammap.placement.colocate``), and running its
     finished calls again would not rebuild it where the state survives (the local executor)."""
     home = {t.kernel: fin[t.id] for t in plan.tasks if t.stateful and t.id in fin}
     for t in plan.tasks:
@@ -185,7 +191,6 @@ def _check_state_kept(plan: Plan, need, fin: dict, exclude: set) -> None:
 
 def _graph_from_plan(plan: Plan, cluster) -> nx.DiGraph:
     """An IR with what the plan knows: estimated durations scaled by speed, same-kind devices."""
-    from .ir import add_task, new_graph
 
     speed = {d.id: d.speed for d in cluster.devices}
     kind = {d.id: d.kind for d in cluster.devices}
@@ -202,9 +207,8 @@ def _graph_from_plan(plan: Plan, cluster) -> nx.DiGraph:
 
 
 def cluster_from_plan(plan: Plan):
-    """A :class:`~streammap.cluster.Cluster` of the plan's devices, when it carries no spec:
+    """A :class:`~streammap.cluster.model.Cluster` of the plan's devices, when it carries no spec:
     one node per id prefix, 10 GB/s links, 10 GB/s network."""
-    from .cluster import ClusterSpec, Cluster
 
     nodes: dict[str, list] = {}
     for d in plan.devices:
@@ -224,7 +228,6 @@ def cluster_from_plan(plan: Plan):
 
 
 def _cluster(plan: Plan):
-    from .cluster import cluster_from_dict
 
     if plan.cluster.spec:
         try:
@@ -270,8 +273,6 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
     RemapError
         No device is left for some unfinished task, or the plan's devices are unknown.
     """
-    from .cost import CostModel, lower_bound
-    from .mappers import get_mapper
 
     t0 = time.perf_counter()
     by_id = {t.id: t for t in plan.tasks}
@@ -290,7 +291,6 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
     # Finished tasks to run again: needed (by an unfinished task or as an output) but gone.
     outputs = set()
     if plan.outputs is not None:
-        from .ir import spec_refs
         outputs = set(spec_refs(plan.outputs))
     todo = [t.id for t in plan.tasks if t.id not in fin]
     need = set(todo)
@@ -345,7 +345,6 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
     cost.device_class = np.arange(D)
     cost.class_time = T
     cost.class_count = np.ones(D, dtype=np.int64)
-    from .sharing import SHARE_EPS, map_shared, uses_sharing
     try:
         # a stateful kernel's pending calls follow its finished ones (pinned where they ran)
         def map_fn(c):
@@ -354,7 +353,6 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
     except MappingError as exc:
         raise RemapError(f"cannot re-map the rest of the plan: {exc.message}", hint=exc.hint) from None
     if getattr(cluster, "oversubscription", 1.0) > 1.0:
-        from .spilling import estimate_spills      # charge the spills the new schedule implies
         schedule = estimate_spills(cost, schedule).schedule
 
     shares = {t.device for t in plan.tasks if t.share < 1.0 - SHARE_EPS}

@@ -10,7 +10,7 @@ Optional parts (absent in records of older versions, which stay readable):
 ``telemetry``  per observed device (``gpu0`` through NVML, ``cpu`` from ``/proc``) a time series
                of utilisation (0–1), memory used (bytes), power (W), temperature (°C) and
                uncorrected ECC errors, with the plan devices it hosted; and the Xid events seen.
-``alerts``     what the alert rules raised during the run (:mod:`streammap.alerts`).
+``alerts``     what the alert rules raised during the run (:mod:`streammap.monitoring.alerts`).
 ``remaps``     each time the runtime re-mapped the rest of the plan (:mod:`streammap.remap`): when,
                why, which device, how many tasks moved, how long re-mapping took.
 per task       ``planned_device``, when a re-mapping moved the task off the device of the plan.
@@ -24,9 +24,9 @@ from typing import Literal, Optional
 
 import pydantic
 
-from .errors import StreamMapError
-from .fileio import atomic_write_text
-from .plan import _Strict
+from streammap.errors import StreamMapError
+from streammap.io.files import atomic_write_text
+from streammap.plan import _Strict
 
 RUN_VERSION = 1
 

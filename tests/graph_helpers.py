@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from streammap.cluster import cluster_from_dict
+from streammap.cluster.model import cluster_from_dict
 from streammap.ir import add_task, new_graph
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from streammap.plan import Plan, sha256_file, validate_plan
 from streammap.ir import spec_refs
+from streammap.plan import Plan, sha256_file, validate_plan
 
 
 def ref(task_id: str, index: int | None = None) -> dict:
@@ -88,11 +88,11 @@ def cuda_device_count() -> int:
 # arrays that live on one device and refuse to mix with arrays of another device or with NumPy
 # arrays (as CuPy's kernels do), uploads, peer copies and downloads. Events complete at once.
 
-import threading as _threading
-import time as _time
-import types as _types
+import threading as _threading  # noqa: E402
+import time as _time  # noqa: E402
+import types as _types  # noqa: E402
 
-import numpy as _np
+import numpy as _np  # noqa: E402
 
 
 def make_fake_cupy(n_devices: int = 2) -> _types.ModuleType:

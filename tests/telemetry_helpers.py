@@ -1,4 +1,4 @@
-"""A fake NVML for telemetry tests (the calls :class:`streammap.telemetry.NvmlSampler` makes), and
+"""A fake NVML for telemetry tests (the calls :class:`streammap.monitoring.telemetry.NvmlSampler` makes), and
 a sampler that replays fixed readings."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import types
 from types import SimpleNamespace
 
-from streammap.telemetry import DeviceInfo, Reading, Sampler
+from streammap.monitoring.telemetry import DeviceInfo, Reading, Sampler
 
 
 class NVMLError(Exception):

@@ -7,8 +7,16 @@ bound, makespan / HEFT, the share of memory-valid plans and mapping time, as a t
 plot (``streammap bench mapping``, or ``python benchmarks/mapping.py``).
 """
 
-from .cases import Case, ccr, random_cases, random_cluster, random_dag, scale_cluster_for_ccr, shared_cases
-from .mapping import add_bench_parser, run_benchmark, summarize
+from streammap.bench.cases import (
+           Case,
+           ccr,
+           random_cases,
+           random_cluster,
+           random_dag,
+           scale_cluster_for_ccr,
+           shared_cases,
+)
+from streammap.bench.mapping import run_benchmark, summarize
 
 __all__ = ["Case", "ccr", "scale_cluster_for_ccr", "shared_cases", "random_dag", "random_cluster", "random_cases",
-           "run_benchmark", "summarize", "add_bench_parser"]
+           "run_benchmark", "summarize"]

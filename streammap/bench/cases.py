@@ -33,10 +33,11 @@ from typing import Callable, Iterator, Sequence
 import networkx as nx
 import numpy as np
 
-from ..cluster import Cluster, ClusterSpec, cluster_from_dict, load_cluster
-from ..cost import CostModel
-from ..errors import StreamMapError
-from ..ir import add_task, new_graph
+from streammap.cluster.model import Cluster, ClusterSpec, cluster_from_dict, dump_cluster_spec, load_cluster
+from streammap.cost.model import CostModel
+from streammap.errors import StreamMapError
+from streammap.io.importers import load_graph
+from streammap.ir import add_task, new_graph
 
 __all__ = ["Case", "ccr", "scale_cluster_for_ccr", "shared_cases", "find_shared", "random_dag", "random_cluster",
            "random_case", "random_cases", "WORKFLOW_CLUSTERS", "CHOLESKY_CLUSTERS", "CCRS"]
@@ -126,8 +127,7 @@ def _scaled_spec(spec: ClusterSpec, factor: float, name: str | None = None) -> C
 def scale_cluster(cluster: Cluster, factor: float, name: str | None = None) -> Cluster:
     """A copy of ``cluster`` with every bandwidth (network and node links) times ``factor``."""
     spec = _scaled_spec(cluster.spec, factor, name)
-    from ..cluster import dump_cluster_spec
-    import hashlib
+    import hashlib  # noqa: PLC0415
     return Cluster(spec, sha256=hashlib.sha256(dump_cluster_spec(spec).encode()).hexdigest())
 
 
@@ -199,7 +199,6 @@ def shared_cases(root, ccrs: Sequence[float] = CCRS, classic: bool = True) -> li
         Workflows x clusters x CCRs, then Cholesky x ``cholesky-node`` x CCRs (group
         ``"shared"``), then the classic example. Graphs are read once and shared by their cases.
     """
-    from ..importers import load_graph
     root = Path(root)
     graphs: dict[Path, nx.DiGraph] = {}
     clusters: dict[str, Cluster] = {}

@@ -1,14 +1,14 @@
 """The mapping benchmark: every mapper on every case, side by side, in one run.
 
 For each case (:mod:`streammap.bench.cases`) the harness builds the
-:class:`~streammap.cost.CostModel` once, then runs each mapper on it and scores the plan the way
+:class:`~streammap.cost.model.CostModel` once, then runs each mapper on it and scores the plan the way
 ``shared/benchmarks/README.md`` says, independently of the mapper:
 
-* **makespan** of :func:`streammap.schedule.evaluate` (the plan's assignment and per-device order
+* **makespan** of :func:`streammap.mappers.schedule.evaluate` (the plan's assignment and per-device order
   re-simulated under the benchmark model), and whether the plan is **memory-valid**;
-* **makespan / lower bound** (:func:`streammap.cost.lower_bound`, the README's bound: critical path
+* **makespan / lower bound** (:func:`streammap.cost.model.lower_bound`, the README's bound: critical path
   at fastest times, or perfectly spread work), and **makespan / fork-join bound**
-  (:func:`streammap.cost.fork_join_bound`, a stronger valid bound: a long task's descendants can
+  (:func:`streammap.cost.model.fork_join_bound`, a stronger valid bound: a long task's descendants can
   only start once it is done). ``FJ/LB`` is then how far above the README's bound *any* plan must
   be: on the BWA and SoyKB workflows, 1.3-1.6;
 * **makespan / HEFT**: the baseline is plain, capacity-blind insertion HEFT (``heft-plain``; when
@@ -44,16 +44,25 @@ from typing import Sequence
 
 import numpy as np
 
-from ..cost import CostModel, area_bound, fork_join_bound, lower_bound
-from ..errors import MappingError, StreamMapError
-from ..fileio import atomic_write_text
-from ..schedule import evaluate
-from .cases import (Case, ccr, find_shared, random_cases, random_cluster, random_dag, scale_cluster_for_ccr,
-                    shared_cases)
+from streammap.bench.cases import (
+    Case,
+    ccr,
+    find_shared,
+    random_cases,
+    random_cluster,
+    random_dag,
+    scale_cluster_for_ccr,
+    shared_cases,
+)
+from streammap.cost.model import CostModel, area_bound, fork_join_bound, lower_bound
+from streammap.errors import MappingError, StreamMapError
+from streammap.io.files import atomic_write_text
+from streammap.mappers import get_mapper
+from streammap.mappers.schedule import evaluate
 
 __all__ = ["DEFAULT_MAPPERS", "CSV_COLUMNS", "SUMMARY_COLUMNS", "TARGETS", "BenchResult", "resolve_mappers",
            "run_benchmark", "summarize", "check_targets", "print_report", "write_csv", "write_summary_csv",
-           "plot", "scale_benchmark", "add_bench_parser", "add_mapping_arguments", "run_mapping", "main"]
+           "plot", "scale_benchmark", "add_mapping_arguments", "run_mapping", "main"]
 
 #: Mappers of a default run: the candidate, the baselines and the trivial one.
 DEFAULT_MAPPERS = ("auto", "heft-plain", "heft", "peft", "fastest")
@@ -112,7 +121,6 @@ def resolve_mappers(names: Sequence[str], baseline: str = BASELINE) -> tuple[dic
     A name :func:`streammap.mappers.get_mapper` does not know is skipped with a note; a baseline it
     does not know falls back to ``heft``.
     """
-    from ..mappers import get_mapper
     notes, found = [], {}
     for n in names:
         try:
@@ -154,7 +162,7 @@ def _case_rows(case: Case, mappers: dict, baseline: str) -> list[dict]:
             r.update(status="no plan", map_time_s=time.perf_counter() - t0, message=exc.message)
             rows.append(r)
             continue
-        except Exception as exc:                      # a broken mapper must not stop the benchmark
+        except Exception as exc:                      # a broken mapper must not stop the benchmark  # noqa: BLE001
             r.update(status="error", map_time_s=time.perf_counter() - t0, message=f"{type(exc).__name__}: {exc}")
             rows.append(r)
             continue
@@ -203,8 +211,8 @@ def run_benchmark(cases: Sequence[Case], mappers: Sequence[str] = DEFAULT_MAPPER
     fns, baseline, notes = resolve_mappers(mappers, baseline)
     res = BenchResult(mappers=list(fns), baseline=baseline, notes=notes)
     if progress:
-        from rich.console import Console
-        from rich.progress import Progress
+        from rich.console import Console  # noqa: PLC0415
+        from rich.progress import Progress  # noqa: PLC0415
         with Progress(console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("mapping benchmark", total=len(cases))
             for c in cases:
@@ -341,8 +349,8 @@ def _group_title(g, c, rows) -> str:
 
 def print_report(result: BenchResult, console=None, target_mapper: str = TARGET_MAPPER) -> None:
     """Print one table per group and CCR, the scale runs, and the targets."""
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
     con = console or Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     for note in result.notes:
         con.print(f"note: {note}", markup=False)
@@ -438,9 +446,9 @@ def write_summary_csv(result: BenchResult, path) -> None:
 def plot(result: BenchResult, path) -> None:
     """Two panels: makespan / HEFT and makespan / lower bound, per case (x) and mapper (marker),
     log scale; cases grouped by set and CCR. Memory-invalid plans are drawn as crosses."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415
 
     rows = result.rows
     cases = list(dict.fromkeys(r["case"] for r in rows))
@@ -503,7 +511,6 @@ def scale_benchmark(mappers: Sequence[str] = ("auto", "heft"), sizes: Sequence[t
     ``beta`` 0.5) with 8 device models, on :func:`~streammap.bench.cases.random_cluster` with 8
     devices per node. The cost model is built once per size and timed apart from the mappers.
     """
-    from ..mappers import get_mapper
     out = []
     fns = {}
     for m in mappers:
@@ -557,7 +564,7 @@ def add_mapping_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_mapping(args) -> int:
     """Run ``streammap bench mapping`` with parsed ``args``; returns the exit status."""
-    from rich.console import Console
+    from rich.console import Console  # noqa: PLC0415
     con = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     mappers = [m.strip() for m in args.mappers.split(",") if m.strip()]
     if not mappers:
@@ -595,27 +602,6 @@ def run_mapping(args) -> int:
     con.print(f"{n_cases} cases x {len(result.mappers)} mappers in {elapsed:.1f} s; wrote "
               + ", ".join(str(p) for p in wrote), markup=False)
     return 0
-
-
-def add_bench_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``bench`` (with ``bench mapping``) to the ``streammap`` command's subparsers.
-
-    ``subparsers`` is what ``ArgumentParser.add_subparsers()`` returned; the commands set
-    ``func`` like the others (``args.func(args) -> exit status``).
-    """
-    from ..errors import EXIT_USAGE
-    b = subparsers.add_parser("bench", help="benchmarks: score the mappers side by side")
-    sub = b.add_subparsers(title="benchmarks", metavar="BENCHMARK")
-    m = sub.add_parser("mapping", help="every mapper on the shared benchmarks and a random-DAG suite: "
-                                       "makespan / lower bound, makespan / HEFT, valid share, mapping time")
-    add_mapping_arguments(m)
-    m.set_defaults(func=run_mapping)
-
-    def _help(args):
-        b.print_help()
-        return EXIT_USAGE
-    b.set_defaults(func=_help)
-    return b
 
 
 def main(argv=None) -> int:

@@ -24,8 +24,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..errors import EXIT_FAILURE, EXIT_USAGE, KernelError, StreamMapError
-from ..plan import Plan, read_plan
+import streammap
+from streammap.cli import main as cli_main
+from streammap.errors import EXIT_FAILURE, EXIT_USAGE, KernelError, StreamMapError
+from streammap.plan import Plan, read_plan
 
 JOIN_TIMEOUT = 600.0
 POLL = 5.0
@@ -102,8 +104,6 @@ def main(argv=None) -> int:
         return worker(args.worker, args.node)
     if not args.plan or not args.out:
         p.error("--plan and --out are needed unless --worker")
-    from ..cli import main as cli_main  # noqa: PLC0415
-    import streammap  # noqa: PLC0415
     out = Path(args.out) / "out.npz"
     if args.ray_nodes <= 1:
         try:

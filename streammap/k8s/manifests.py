@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
-from ..errors import StreamMapError
-from ..plan import Plan
-from .resources import DeviceGroup, device_groups
+from streammap.errors import StreamMapError
+from streammap.k8s.resources import DeviceGroup, device_groups
+from streammap.plan import Plan
 
 MOUNT = "/streammap"
 OUT = "/out"

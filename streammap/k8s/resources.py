@@ -37,8 +37,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..errors import StreamMapError
-from ..plan import Plan
+from streammap.errors import StreamMapError
+from streammap.plan import Plan
 
 MIB = 1024 * 1024
 

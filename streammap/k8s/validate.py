@@ -34,8 +34,8 @@ import re
 from fractions import Fraction
 from typing import Iterable
 
-from ..errors import StreamMapError
-from .resources import VENDORS
+from streammap.errors import StreamMapError
+from streammap.k8s.resources import VENDORS
 
 K8S_VERSION = "1.30"
 

@@ -1,4 +1,4 @@
-"""Mappers: functions from a :class:`~streammap.cost.CostModel` to a :class:`~streammap.schedule.Schedule`.
+"""Mappers: functions from a :class:`~streammap.cost.model.CostModel` to a :class:`~streammap.mappers.schedule.Schedule`.
 
 Every mapper has the signature ``mapper(cost) -> Schedule`` and is registered in :data:`MAPPERS`
 under the name the CLI's ``--mapper`` option and ``streammap.compile(mapper=...)`` use.
@@ -11,10 +11,11 @@ entry point in the ``streammap.policies`` group.
 
 from __future__ import annotations
 
-from ..errors import StreamMapError
-from .heft import heft, heft_plain
-from .peft import peft
-from .auto import auto
+from streammap.errors import StreamMapError
+from streammap.mappers.auto import auto
+from streammap.mappers.heft import heft, heft_plain
+from streammap.mappers.peft import peft
+from streammap.mappers.policies import find_policy
 
 #: Known mappers by name.
 MAPPERS = {"heft": heft, "heft-plain": heft_plain, "peft": peft, "auto": auto}
@@ -32,7 +33,6 @@ def get_mapper(name: str):
         return MAPPERS[name]
     except KeyError:
         pass
-    from .policies import find_policy
     custom = find_policy(name)
     if custom is not None:
         return custom
@@ -41,6 +41,6 @@ def get_mapper(name: str):
                               "'package.module:ClassName', or an entry point in the 'streammap.policies' group")
 
 # Placement policies (streammap.mappers.policies).
-from .policies import POLICY_MAPPERS  # noqa: E402
+from streammap.mappers.policies import POLICY_MAPPERS  # noqa: E402
 
 MAPPERS.update(POLICY_MAPPERS)

@@ -46,13 +46,14 @@ import math
 
 import numpy as np
 
-from ..cost import CostModel, concat_ranges, segment_max
-from ..errors import MappingError
-from ..schedule import MEM_RTOL, Schedule, fits, peak_memory
-from .heft import check_placeable, heft, list_schedule, priority_order
-from .local_search import improve
-from .partition import GroupTimes, available as metis_available, device_speed, partition_tasks
-from .peft import peft
+from streammap.cost.model import CostModel, concat_ranges, segment_max
+from streammap.errors import MappingError
+from streammap.mappers.heft import check_placeable, heft, list_schedule, priority_order
+from streammap.mappers.local_search import improve
+from streammap.mappers.partition import GroupTimes, device_speed, partition_tasks
+from streammap.mappers.partition import available as metis_available
+from streammap.mappers.peft import peft
+from streammap.mappers.schedule import MEM_RTOL, Schedule, fits, peak_memory
 
 __all__ = ["auto", "device_subset", "lift"]
 
@@ -135,7 +136,7 @@ def auto(cost: CostModel) -> Schedule:
     Notes
     -----
     Every candidate but HEFT is first built capacity-blind (faster: no memory bookkeeping). If
-    that plan happens to be memory-valid (:func:`~streammap.schedule.peak_memory`) it is kept as
+    that plan happens to be memory-valid (:func:`~streammap.mappers.schedule.peak_memory`) it is kept as
     is; otherwise, when it would beat the best so far, it is rebuilt memory-aware (except above
     :data:`MEDIUM_WORK`, where such a candidate is dropped).
     """

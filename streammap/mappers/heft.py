@@ -17,7 +17,7 @@ Policy
    the device's last task. The device with the earliest finish time wins; ties go to the lower
    device position.
 3. **Memory.** Under the benchmark model (``shared/benchmarks/README.md``, and
-   :mod:`streammap.schedule`), a running task holds ``mem`` and its output stays on its device
+   :mod:`streammap.mappers.schedule`), a running task holds ``mem`` and its output stays on its device
    from its finish until its last consumer starts. While some consumer is not yet placed, that
    residency is open-ended; it is cut back when the last consumer is placed. A start time on a
    device is accepted only if the device stays within capacity at every instant from that start
@@ -39,8 +39,8 @@ last task (``avail``), its idle gaps (sorted lists) and an upper bound of the lo
 gap searches that cannot win), and, for devices where memory can bind, a step function of memory
 use; per task the number of consumers not yet placed and the latest start among those placed.
 
-Every estimate this mapper writes is reproduced exactly by :func:`streammap.schedule.simulate`
-on its assignment and order, and :func:`streammap.schedule.evaluate` finds it memory-valid.
+Every estimate this mapper writes is reproduced exactly by :func:`streammap.mappers.schedule.simulate`
+on its assignment and order, and :func:`streammap.mappers.schedule.evaluate` finds it memory-valid.
 
 References
 ----------
@@ -59,9 +59,9 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
-from ..cost import CostModel, concat_ranges, segment_max
-from ..errors import MappingError
-from ..schedule import MEM_RTOL, Schedule
+from streammap.cost.model import CostModel, concat_ranges, segment_max
+from streammap.errors import MappingError
+from streammap.mappers.schedule import MEM_RTOL, Schedule
 
 __all__ = ["heft", "heft_plain", "list_schedule", "restrict_times", "upward_rank", "priority_order",
            "check_placeable", "is_topological"]
@@ -264,7 +264,7 @@ class MemoryProfile:
             if f > s and self.range_max(s, f) + m > c:
                 return False
             return self.range_max(f, math.inf) + o <= c
-        rt = [(l if l > s else s) for l, _ in rel]
+        rt = [(l if l > s else s) for l, _ in rel]  # noqa: E741
         qs = sorted({s, f, *rt})
         last = len(qs) - 1
         for k, q in enumerate(qs):
@@ -567,12 +567,12 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
             if cand.size > 1:
                 cand = cand[np.lexsort((cand, lb[cand]))]
             for d in cand.tolist():
-                l = lb[d]
+                l = lb[d]  # noqa: E741
                 if l > best_eft or (l == best_eft and d > best):
                     break
                 wd = float(w[d])
                 if tight is not None and tight[d]:
-                    res = mem_fit(d, t, float(ready[d]), wd, float(est[d]), [(l, a) for q, l, a in rel_src if q == d])
+                    res = mem_fit(d, t, float(ready[d]), wd, float(est[d]), [(l, a) for q, l, a in rel_src if q == d])  # noqa: E741
                     if res is None:
                         continue
                     gi, st = res

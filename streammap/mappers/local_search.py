@@ -3,7 +3,7 @@
 A schedule is re-timed for a given assignment by :class:`FixedAssignment`: list scheduling in a
 fixed priority order (a topological order) where every task's device is given and only its
 start is chosen, the earliest idle gap on that device after its inputs arrive (insertion, as
-HEFT). Its estimates are exactly what :func:`streammap.schedule.simulate` gives for the
+HEFT). Its estimates are exactly what :func:`streammap.mappers.schedule.simulate` gives for the
 resulting device orders. Because the sweep is sequential, changing the device of the task at
 place k of the order leaves every task before k untouched: the sweep restarts from the nearest
 checkpoint before k.
@@ -26,8 +26,8 @@ from bisect import bisect_left
 
 import numpy as np
 
-from ..cost import CostModel
-from ..schedule import Schedule, fits, peak_memory
+from streammap.cost.model import CostModel
+from streammap.mappers.schedule import Schedule, fits, peak_memory
 
 __all__ = ["FixedAssignment", "improve"]
 

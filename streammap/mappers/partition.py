@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ..cost import CostModel
+from streammap.cost.model import CostModel
 
 __all__ = ["partition_tasks", "device_speed", "GroupTimes", "available"]
 

@@ -22,7 +22,7 @@ Policy (Arabnejad and Barbosa [1]_)
    (:func:`streammap.mappers.heft.list_schedule`, which PEFT reuses with the table as a bias).
 
 The estimates written are the real start and finish times (not the optimistic ones), so
-:func:`streammap.schedule.simulate` reproduces them and :func:`streammap.schedule.evaluate`
+:func:`streammap.mappers.schedule.simulate` reproduces them and :func:`streammap.mappers.schedule.evaluate`
 finds the plan memory-valid.
 
 References
@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost import CostModel, concat_ranges
-from ..schedule import Schedule
-from .heft import check_placeable, list_schedule, priority_order
+from streammap.cost.model import CostModel, concat_ranges
+from streammap.mappers.heft import check_placeable, list_schedule, priority_order
+from streammap.mappers.schedule import Schedule
 
 __all__ = ["peft", "optimistic_cost_table", "ClassRows"]
 

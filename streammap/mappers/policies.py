@@ -4,7 +4,7 @@ Cluster users know these from batch schedulers and Kubernetes: put each task on 
 fewest tasks, pack tasks onto as few devices (or nodes) as possible, or spread them over all of
 them. A policy only *chooses a device* for one task at a time; the shared list scheduler
 (:func:`list_schedule`) does everything else, so every policy gives a plan that is valid under the
-benchmark model (``shared/benchmarks/README.md``; :mod:`streammap.schedule`).
+benchmark model (``shared/benchmarks/README.md``; :mod:`streammap.mappers.schedule`).
 
 Built-in policies (registered in :data:`streammap.mappers.MAPPERS`)
 --------------------------------------------------------------------
@@ -74,9 +74,9 @@ no device is feasible (memory is held by outputs waiting for consumers), the tas
 and the next ready task by priority is tried; put-aside tasks are retried once the ready tasks
 run out, and only a round that places nothing is a :class:`~streammap.errors.MappingError`.
 
-The returned :class:`~streammap.schedule.Schedule` is :func:`streammap.schedule.simulate` of the
+The returned :class:`~streammap.mappers.schedule.Schedule` is :func:`streammap.mappers.schedule.simulate` of the
 assignment and per-device placement order, so its times are exactly the benchmark model's, and
-:func:`streammap.schedule.evaluate` finds it memory-valid.
+:func:`streammap.mappers.schedule.evaluate` finds it memory-valid.
 """
 
 from __future__ import annotations
@@ -92,10 +92,10 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..cost import CostModel
-from ..errors import MappingError, StreamMapError
-from ..schedule import MEM_RTOL, Schedule, simulate
-from .heft import MemoryProfile, check_placeable, priority_order, release_inputs
+from streammap.cost.model import CostModel
+from streammap.errors import MappingError, StreamMapError
+from streammap.mappers.heft import MemoryProfile, check_placeable, priority_order, release_inputs
+from streammap.mappers.schedule import MEM_RTOL, Schedule, simulate
 
 __all__ = ["Policy", "PlacementState", "list_schedule", "PolicyMapper", "LeastLoaded", "Spread", "Binpack",
            "BinpackNode", "SpreadNode", "Fastest", "POLICIES", "POLICY_MAPPERS", "ENTRY_POINT_GROUP",
@@ -305,7 +305,7 @@ def list_schedule(cost: CostModel, policy, name: str | None = None) -> Schedule:
     Returns
     -------
     Schedule
-        :func:`streammap.schedule.simulate` of the assignment and placement order.
+        :func:`streammap.mappers.schedule.simulate` of the assignment and placement order.
 
     Raises
     ------
@@ -533,7 +533,7 @@ def _import(spec: str):
                                      hint=_HINT) from None
         else:
             raise StreamMapError(f"policy {spec!r}: cannot import module {module_name!r} ({exc})", hint=_HINT) from None
-    except Exception as exc:                       # the module itself failed to import
+    except Exception as exc:                       # the module itself failed to import  # noqa: BLE001
         raise StreamMapError(f"policy {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}",
                              hint="fix the error in the policy module") from None
     obj = module
@@ -555,7 +555,7 @@ def _entry_point(name: str):
         if ep.name == name:
             try:
                 return ep.load()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001
                 raise StreamMapError(f"policy {name!r}: entry point {ep.value!r} failed to load: "
                                      f"{type(exc).__name__}: {exc}", hint=_HINT) from None
     return None

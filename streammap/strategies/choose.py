@@ -7,7 +7,7 @@ Between the cost model and the plan, the compiler may transform the program:
 ``model``     the graph cut into consecutive pieces by memory and speed (:mod:`.model`);
 ``pipeline``  a stream program's stages mapped for the least period (:mod:`.pipeline`).
 
-Every candidate ends as a :class:`~streammap.schedule.Schedule` of the (possibly transformed)
+Every candidate ends as a :class:`~streammap.mappers.schedule.Schedule` of the (possibly transformed)
 graph, and they are compared on one number, the estimated makespan of the whole run (for a
 pipeline, of all its items: fill, then one item per period). ``auto`` keeps the least (ties go to
 the simpler strategy, in the order above); a forced strategy is kept whatever the others
@@ -25,11 +25,15 @@ from typing import Callable, Optional
 
 import networkx as nx
 
-from ..cluster import Cluster
-from ..cost import CostModel
-from ..errors import StreamMapError
-from ..schedule import Schedule
-from ..units import format_time
+from streammap.cluster.model import Cluster
+from streammap.cost.model import CostModel
+from streammap.errors import StreamMapError
+from streammap.mappers.schedule import Schedule
+from streammap.placement.colocate import colocate_stateful
+from streammap.strategies.fission import choose_shards, split_graph, splittable
+from streammap.strategies.model import map_model, single_device_fit
+from streammap.strategies.pipeline import pipeline_schedule, stage_problem
+from streammap.units import format_size, format_time
 
 #: Strategy names, simplest first (the tie-break order).
 STRATEGIES = ("none", "data", "model", "pipeline")
@@ -100,7 +104,6 @@ def choose_strategy(graph: nx.DiGraph, cluster: Cluster, *, map_fn: Callable[[Co
         An unknown strategy, or a forced one that does not apply (with the reason).
     """
     check_strategy(strategy)
-    from ..colocate import colocate_stateful
     given = map_fn
 
     def map_fn(c: CostModel) -> Schedule:          # every call of a stateful kernel on one device
@@ -148,7 +151,6 @@ class _Skip(Exception):
 
 
 def _data(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:
-    from .fission import choose_shards, split_graph, splittable
     if not splittable(graph):
         raise _Skip("no kernel call with a split clause and an array argument (stateful kernels are never split)")
     if len(cluster.devices) < 2:
@@ -164,19 +166,15 @@ def _data(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:
 
 
 def _model(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:
-    from .model import map_model, single_device_fit
     if cost.n_devices < 2:
         raise _Skip("the cluster has one device")
     ok, peak, cap = single_device_fit(cost)
     if ok and not forced:
-        from ..units import format_size
         raise _Skip(f"the program fits one device ({format_size(peak)} of {format_size(cap)})")
-    from ..colocate import colocate_stateful
     return Candidate("model", graph, cost, colocate_stateful(cost, map_model))
 
 
 def _pipeline(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:
-    from .pipeline import pipeline_schedule, stage_problem
     info = graph.graph.get("pipeline")
     if not info:
         raise _Skip("the program is not a # @stream pipeline")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..plan import Plan
-from ..units import format_time
+from streammap.plan import Plan
+from streammap.units import format_time
 
 
 def strategy_sentence(plan: Plan) -> str:

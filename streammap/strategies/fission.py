@@ -13,7 +13,7 @@ are unchanged. A ``stateful`` kernel is never split (its calls must see each oth
 
 Policy: how many shards
 -----------------------
-For each splittable task the cost model (:class:`~streammap.cost.CostModel`, so measured times
+For each splittable task the cost model (:class:`~streammap.cost.model.CostModel`, so measured times
 and device constraints count) estimates the whole task on every device. With the scatter and
 gather on the task's fastest device ("home"), a shard of a fraction f on device d takes
 ``a_d + f * b_d`` (launch and link latencies; then its share of the work, of sending its input and
@@ -41,9 +41,9 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from ..cluster import Cluster
-from ..cost import CostModel, launch_overhead
-from ..ir import add_task, new_graph
+from streammap.cluster.model import Cluster
+from streammap.cost.model import CostModel, launch_overhead
+from streammap.ir import add_task, new_graph
 
 SCATTER = "streammap.scatter"
 GATHER = "streammap.gather"

@@ -25,7 +25,7 @@ Policy
   capacity, the chains-on-chains partitioning of Pinar and Aykanat [1]_ with heterogeneous
   processors; and the *compact* one (fill each device to its memory, using as few devices as
   possible, fewer transfers). Each is scored by simulating it
-  (:func:`streammap.schedule.simulate`, each device's order from :func:`depth_first_order`, so
+  (:func:`streammap.mappers.schedule.simulate`, each device's order from :func:`depth_first_order`, so
   batches pipeline through the pieces); the shorter wins.
 
 References
@@ -42,9 +42,9 @@ import math
 
 import numpy as np
 
-from ..cost import CostModel
-from ..errors import StreamMapError
-from ..schedule import Schedule, fits, peak_memory, simulate
+from streammap.cost.model import CostModel
+from streammap.errors import StreamMapError
+from streammap.mappers.schedule import Schedule, fits, peak_memory, simulate
 
 
 def units_of(cost: CostModel) -> np.ndarray:

@@ -69,9 +69,10 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from ..cost import CostModel
-from ..errors import StreamMapError
-from ..schedule import Schedule, simulate
+from streammap.cost.model import CostModel
+from streammap.errors import StreamMapError
+from streammap.mappers.schedule import Schedule, simulate
+from streammap.strategies.model import depth_first_order
 
 #: ``kernel[i,j]@file.py:L`` -> (``kernel[j]@file.py:L``, i): the item is the first index.
 _ID = re.compile(r"^(?P<kernel>[^\[@]+)\[(?P<item>\d+)(?P<rest>(,[^\]]*)?)\](?P<site>@.*)$")
@@ -213,8 +214,8 @@ def min_period_lp(time: np.ndarray, fixed_load: np.ndarray | None = None) -> tup
     fixed = np.zeros(D) if fixed_load is None else np.asarray(fixed_load, dtype=np.float64)
     if G == 0:
         return float(fixed.max(initial=0.0)), np.zeros((0, D))
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_matrix
+    from scipy.optimize import linprog  # noqa: PLC0415
+    from scipy.sparse import coo_matrix  # noqa: PLC0415
     ok = np.isfinite(time)
     if not ok.any(axis=1).all():
         return math.inf, np.zeros((G, D))
@@ -281,7 +282,7 @@ def map_pipeline(problem: StageProblem, items: int) -> PipelineMapping:
     node_of = problem.node_of if problem.node_of is not None else np.zeros(D, dtype=np.int64)
     nodes = sorted(set(node_of.tolist()))
     if len(nodes) <= MAX_NODE_SUBSETS:
-        from itertools import combinations
+        from itertools import combinations  # noqa: PLC0415
         subsets = [c for r in range(1, len(nodes) + 1) for c in combinations(nodes, r)]
     else:
         fast = np.where(np.isfinite(problem.time), 1.0 / np.maximum(problem.time, 1e-30), 0.0).sum(axis=0)
@@ -315,7 +316,7 @@ def _map_on(problem: StageProblem, time: np.ndarray, groups: list[list[int]], it
     is_stateful = np.array([bool(problem.stateful[g[0]]) for g in groups], dtype=bool)
     free = np.flatnonzero(~is_stateful)
     # the groups of one stateful kernel (called at several sites of the body) share its state, so
-    # they are placed as one unit (streammap.colocate)
+    # they are placed as one unit (streammap.placement.colocate)
     units: dict[str, list[int]] = {}
     for g in np.flatnonzero(is_stateful):
         units.setdefault(problem.kernels[groups[g][0]], []).append(int(g))
@@ -506,8 +507,8 @@ def flow_lp(gtime: np.ndarray, place: dict[int, int], cut: np.ndarray, lat: np.n
     ``sum y[g, d, e] c_g(d, e)`` each at most P, with ``c_g(d, e) = lat + cut[g] / bw`` (0 when
     d = e). Returns ``(x, y)`` with ``y`` as a ``[G-1, D, D]`` array, or ``None`` if HiGHS fails.
     """
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_matrix
+    from scipy.optimize import linprog  # noqa: PLC0415
+    from scipy.sparse import coo_matrix  # noqa: PLC0415
     G, D = gtime.shape
     ok = np.isfinite(gtime)
     for g, d in place.items():
@@ -529,19 +530,19 @@ def flow_lp(gtime: np.ndarray, place: dict[int, int], cut: np.ndarray, lat: np.n
     r = 0
     for g in range(G):                                   # sum_d x = 1
         idx = xvar[g][xvar[g] >= 0]
-        rows += [r] * idx.size; cols += idx.tolist(); vals += [1.0] * idx.size
-        b_eq.append(1.0); r += 1
+        rows += [r] * idx.size; cols += idx.tolist(); vals += [1.0] * idx.size  # noqa: E702
+        b_eq.append(1.0); r += 1  # noqa: E702
     yg, yd, ye = yv[:, 0], yv[:, 1], yv[:, 2]
     for g in range(G - 1):
         sel = np.flatnonzero(yg == g)
         for d in np.flatnonzero(ok[g]):                  # out of (g, d)
             k = sel[yd[sel] == d]
-            rows += [r] * (k.size + 1); cols += (nx_ + k).tolist() + [int(xvar[g, d])]
-            vals += [1.0] * k.size + [-1.0]; b_eq.append(0.0); r += 1
+            rows += [r] * (k.size + 1); cols += (nx_ + k).tolist() + [int(xvar[g, d])]  # noqa: E702
+            vals += [1.0] * k.size + [-1.0]; b_eq.append(0.0); r += 1  # noqa: E702
         for e in np.flatnonzero(ok[g + 1]):              # into (g+1, e)
             k = sel[ye[sel] == e]
-            rows += [r] * (k.size + 1); cols += (nx_ + k).tolist() + [int(xvar[g + 1, e])]
-            vals += [1.0] * k.size + [-1.0]; b_eq.append(0.0); r += 1
+            rows += [r] * (k.size + 1); cols += (nx_ + k).tolist() + [int(xvar[g + 1, e])]  # noqa: E702
+            vals += [1.0] * k.size + [-1.0]; b_eq.append(0.0); r += 1  # noqa: E702
     a_eq = coo_matrix((vals, (rows, cols)), shape=(r, P + 1)).tocsr()
     c = np.where(yd == ye, 0.0, lat[yd, ye] + cut[yg] * inv_bw[yd, ye]) if ny else np.zeros(0)
     ur = np.concatenate([xd, D + yd, 2 * D + ye, np.arange(3 * D)])
@@ -711,7 +712,6 @@ def pipeline_schedule(cost: CostModel, problem: StageProblem, items: int) -> tup
     items by finish time beats keeping the long-run shares). The period and its bound describe
     the steady state of the mapping. Returns the schedule and the plan's ``pipeline`` block.
     """
-    from .model import depth_first_order
     m = map_pipeline(problem, items)
     device = np.empty(cost.n_tasks, dtype=np.int64)
     when = np.empty(cost.n_tasks)

@@ -8,10 +8,10 @@ and a job service that keeps its queue in SQLite.
 ``store``      the SQLite job store; ``service`` the HTTP job service; ``client`` its CLI commands
 """
 
-from .client import Client
-from .jobs import JobSpec, load_jobs, poisson_jobs, write_jobs
-from .simulate import SimResult, compare, simulate
-from .tenants import Tenants, load_tenants, tenants_from_dict
+from streammap.tenancy.client import Client
+from streammap.tenancy.jobs import JobSpec, load_jobs, poisson_jobs, write_jobs
+from streammap.tenancy.simulate import SimResult, compare, simulate
+from streammap.tenancy.tenants import Tenants, load_tenants, tenants_from_dict
 
 __all__ = ["Client", "JobSpec", "load_jobs", "poisson_jobs", "write_jobs", "SimResult", "compare", "simulate",
            "Tenants", "load_tenants", "tenants_from_dict"]

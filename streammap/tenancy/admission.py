@@ -84,10 +84,10 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from ..errors import StreamMapError
-from .estimate import Demand, Option, accelerator_pools
-from .profile import Profile
-from .tenants import Tenants
+from streammap.errors import StreamMapError
+from streammap.tenancy.availability import Profile
+from streammap.tenancy.estimate import Demand, Option, accelerator_pools
+from streammap.tenancy.tenants import Tenants
 
 POLICIES = ("fifo", "drf", "streammap")
 #: A job waiting longer than this many times its estimated duration is promoted (streammap policy).

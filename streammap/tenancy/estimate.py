@@ -26,11 +26,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cluster import Cluster, cluster_from_dict
-from ..cost import CostModel
-from ..errors import MappingError, StreamMapError
-from ..mappers import get_mapper
-from ..schedule import peak_memory
+from streammap.cluster.model import Cluster, cluster_from_dict
+from streammap.cost.model import CostModel
+from streammap.errors import MappingError, StreamMapError
+from streammap.mappers import get_mapper
+from streammap.mappers.schedule import peak_memory
 
 #: Gang widths considered when a job does not state its own.
 WIDTHS = (1, 2, 4, 8)

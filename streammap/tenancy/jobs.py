@@ -27,9 +27,9 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from ..errors import StreamMapError
-from ..fileio import atomic_write_text
-from ..yamlio import load_yaml, validation_error
+from streammap.errors import StreamMapError
+from streammap.io.files import atomic_write_text
+from streammap.io.yamlfile import load_yaml, validation_error
 
 
 class JobsError(StreamMapError):
@@ -124,7 +124,7 @@ def write_jobs(jobs: list[JobSpec], path) -> None:
 
 
 def _relative(source: str, base: Path) -> str:
-    import os
+    import os  # noqa: PLC0415
     try:
         return os.path.relpath(Path(source).resolve(), base.resolve())
     except ValueError:

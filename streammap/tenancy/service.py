@@ -46,14 +46,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from ..cluster import load_cluster
-from ..compiler import load_source_graph
-from ..errors import StreamMapError
-from ..fileio import atomic_write_text
-from .admission import Job, Scheduler
-from .estimate import Demand, Estimator, Option, sub_cluster_spec
-from .store import ACTIVE, JobStore
-from .tenants import load_tenants
+from streammap.cluster.model import load_cluster
+from streammap.compiler import load_source_graph
+from streammap.errors import StreamMapError
+from streammap.io.files import atomic_write_text
+from streammap.tenancy.admission import Job, Scheduler
+from streammap.tenancy.estimate import Demand, Estimator, Option, sub_cluster_spec
+from streammap.tenancy.store import ACTIVE, JobStore
+from streammap.tenancy.tenants import load_tenants
 
 log = logging.getLogger("streammap.tenancy")
 

@@ -38,7 +38,6 @@ References
 
 from __future__ import annotations
 
-import argparse
 import csv
 import heapq
 import io
@@ -49,13 +48,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..compiler import load_source_graph, resolve_cluster
-from ..errors import StreamMapError
-from ..fileio import atomic_write, atomic_write_text
-from .admission import DEPTH, POLICIES, SLACK, Job, Scheduler
-from .estimate import Estimator, graph_key
-from .jobs import JobSpec, graphs_in, load_jobs, parse_tenant_shares, poisson_jobs, write_jobs
-from .tenants import Tenants, load_tenants, tenants_from_dict
+from streammap.compiler import load_source_graph, resolve_cluster
+from streammap.errors import StreamMapError
+from streammap.io.files import atomic_write, atomic_write_text
+from streammap.tenancy.admission import DEPTH, POLICIES, SLACK, Job, Scheduler
+from streammap.tenancy.estimate import Estimator, graph_key
+from streammap.tenancy.jobs import JobSpec
+from streammap.tenancy.tenants import Tenants, load_tenants, tenants_from_dict
 
 #: The shared benchmark graphs the generator draws from by default (relative to the project root).
 DEFAULT_GRAPHS = "../shared/benchmarks/workflows"
@@ -311,7 +310,7 @@ _COLUMNS = ("policy", "jobs", "avg_jct", "p95_jct", "makespan", "utilisation", "
 
 def results_table(results: list[SimResult]):
     """A rich table: one column per policy, one row per metric, with each policy against FIFO."""
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415
     base = next((r for r in results if r.policy == "fifo"), None)
     table = Table(title="policies on the same arrivals")
     table.add_column("metric")
@@ -363,9 +362,9 @@ def write_jobs_csv(results: list[SimResult], path) -> None:
 
 def plot(results: list[SimResult], path) -> Path:
     """JCT distributions (CDF) and the metrics side by side, one picture."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415
     path = Path(path)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for r in results:
@@ -399,70 +398,3 @@ def plot(results: list[SimResult], path) -> Path:
 
 
 # -- the command -------------------------------------------------------------------------------
-
-def add_simulate_parser(sub) -> argparse.ArgumentParser:
-    """``streammap simulate``: replay job arrivals under several admission policies."""
-    s = sub.add_parser("simulate", help="replay job arrivals through the admission policies (fifo, drf, streammap)")
-    s.add_argument("--jobs", required=True, metavar="FILE",
-                   help="jobs file (YAML/JSON list of {graph|program, tenant, arrival, defines, priority, gpus}); "
-                        "with --generate, the file to write")
-    s.add_argument("--cluster", help="cluster.yaml (required unless --generate only writes jobs)")
-    s.add_argument("--tenants", metavar="FILE_OR_NAMES",
-                   help="tenants file (weights, quotas); with --generate, NAME[:SHARE],... of the arrivals "
-                        "(default a,b)")
-    s.add_argument("--policy", default=",".join(POLICIES),
-                   help=f"comma-separated policies to compare (default {','.join(POLICIES)})")
-    s.add_argument("--generate", choices=["poisson"], help="write a seeded job stream to --jobs first")
-    s.add_argument("--rate", type=float, default=0.1, help="with --generate: arrivals per second (default 0.1)")
-    s.add_argument("--jobs-count", type=int, default=100, help="with --generate: number of jobs (default 100)")
-    s.add_argument("--graphs", nargs="+", default=None,
-                   help=f"with --generate: graphs or folders to draw from (default {DEFAULT_GRAPHS})")
-    s.add_argument("--priorities", type=int, default=1, help="with --generate: priorities 0..P-1 drawn uniformly")
-    s.add_argument("--seed", type=int, default=0, help="seed of the generator and of estimate errors")
-    s.add_argument("--estimate-error", type=float, default=0.0, metavar="SIGMA",
-                   help="real durations are estimates x lognormal(SIGMA) (default 0: exact estimates)")
-    s.add_argument("--mapper", default="heft", help="mapper that estimates job durations (default heft)")
-    s.add_argument("--slack", type=float, default=SLACK,
-                   help=f"streammap policy: start a job now on a slower model with room if it ends there within "
-                        f"SLACK x its time to finish on a faster busy one (default {SLACK:g}; 1 always waits)")
-    s.add_argument("--out", default="simulate-out", help="folder for simulate.csv, simulate-jobs.csv, simulate.png")
-    s.set_defaults(func=_simulate_cmd)
-    return s
-
-
-def _simulate_cmd(args) -> int:
-    from rich.console import Console
-    import sys
-    out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
-    tenants_arg = args.tenants
-    if args.generate:
-        shares = parse_tenant_shares(tenants_arg or "a,b")
-        graphs = graphs_in(args.graphs or [Path(__file__).resolve().parents[2] / DEFAULT_GRAPHS])
-        specs = poisson_jobs(graphs, args.rate, args.jobs_count, shares, seed=args.seed, priorities=args.priorities)
-        write_jobs(specs, args.jobs)
-        out.print(f"wrote {args.jobs}: {len(specs)} jobs over {len(shares)} tenants, "
-                  f"{args.rate:g} arrivals/s, seed {args.seed}", markup=False)
-        tenants_arg = None
-        if not args.cluster:
-            return 0
-    if not args.cluster:
-        raise StreamMapError("--cluster is required to simulate", hint="streammap simulate --jobs J --cluster C")
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    for p in policies:
-        if p not in POLICIES:
-            raise StreamMapError(f"unknown policy {p!r}", hint=f"policies: {', '.join(POLICIES)}")
-    if not args.slack >= 1:
-        raise StreamMapError(f"--slack must be at least 1, not {args.slack:g}",
-                             hint="1 always waits for the earliest finish; 2 starts on a half-speed model with room")
-    specs = load_jobs(args.jobs)
-    results = compare(specs, args.cluster, tenants=tenants_arg, policies=policies, mapper=args.mapper,
-                      estimate_error=args.estimate_error, seed=args.seed, slack=args.slack)
-    out.print(results_table(results))
-    folder = Path(args.out)
-    folder.mkdir(parents=True, exist_ok=True)
-    write_csv(results, folder / "simulate.csv")
-    write_jobs_csv(results, folder / "simulate-jobs.csv")
-    plot(results, folder / "simulate.png")
-    out.print(f"wrote {folder / 'simulate.csv'}, {folder / 'simulate-jobs.csv'}, {folder / 'simulate.png'}",
-              markup=False)
-    return 0

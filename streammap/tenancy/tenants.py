@@ -29,9 +29,9 @@ from typing import Optional
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..cluster import Size
-from ..errors import StreamMapError
-from ..yamlio import load_yaml, validation_error
+from streammap.cluster.model import Size
+from streammap.errors import StreamMapError
+from streammap.io.yamlfile import load_yaml, validation_error
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
 

@@ -17,17 +17,17 @@ import sys
 import traceback
 from pathlib import Path
 
-from ..errors import KernelError, StreamMapError
-from ..fileio import atomic_write_text
+from streammap.compiler import compile as compile_plan
+from streammap.errors import KernelError, StreamMapError
+from streammap.io.files import atomic_write_text
+from streammap.plan import write_plan
+from streammap.runtime import run_plan
 
 
 def run_job(folder) -> int:
     folder = Path(folder)
     job = json.loads((folder / "job.json").read_text())
     try:
-        from ..compiler import compile as compile_plan
-        from ..plan import write_plan
-        from ..runtime import run_plan
         plan = compile_plan(folder / job["source"], job["cluster"], params=job.get("params") or {},
                             mapper=job.get("mapper", "auto"), entry=job.get("entry"), history=False)
         write_plan(plan, folder / "plan.yaml")

@@ -1,0 +1,23 @@
+"""``streammap doctor``: is this machine (and cluster) ready to run plans?"""
+
+from __future__ import annotations
+
+import time
+
+from streammap.cluster.doctor import format_checks, run_checks
+from streammap.errors import EXIT_FAILURE
+
+
+def configure(parser, command: str) -> None:
+    parser.add_argument("--cluster", metavar="FILE", help="a cluster file: validated, and its network claim checked with --ray")
+    parser.add_argument("--ray", metavar="ADDRESS", help="connect to this Ray cluster and measure between two nodes")
+    parser.add_argument("--path", help="folder whose storage throughput to measure (default: the temporary folder)")
+    parser.add_argument("--size", type=int, default=32, metavar="MiB", help="MiB written and read (default 32)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    t0 = time.perf_counter()
+    checks = run_checks(cluster_file=args.cluster, ray_address=args.ray, path=args.path, size_mb=args.size)
+    print(format_checks(checks) + f" ({time.perf_counter() - t0:.1f} s)")
+    return EXIT_FAILURE if any(c.status == "fail" for c in checks) else 0

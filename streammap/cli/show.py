@@ -1,0 +1,51 @@
+"""``streammap show``: a plan or a run record as a table, a Gantt chart, a task graph or an HTML report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streammap.cli.common import console
+from streammap.cost.history import estimate_sources_summary
+from streammap.errors import StreamMapError
+from streammap.plan import read_plan
+from streammap.runrecord import read_run_record
+from streammap.views import show
+from streammap.views.report import write_report
+
+
+def configure(parser, command: str) -> None:
+    parser.add_argument("file", help="plan.yaml or a run record (*.run.json)")
+    parser.add_argument("--gantt", metavar="IMAGE", help="write a Gantt chart (png, svg or pdf)")
+    parser.add_argument("--graph", metavar="IMAGE", help="write the task graph as a picture (plans)")
+    parser.add_argument("--limit", type=int, default=40, help="rows of the task table (0: all; default 40)")
+    parser.add_argument("--html", nargs="?", const="", metavar="REPORT.html",
+                   help="write the run report (one HTML page + PNGs); default beside the record: OUT.report.html")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    path = Path(args.file)
+    out = console()
+    if path.suffix == ".json":
+        obj = read_run_record(path)
+        out.print(show.run_summary(obj), markup=False)
+        out.print(show.run_table(obj, limit=args.limit or None))
+    else:
+        obj = read_plan(path)
+        out.print(show.plan_summary(obj), markup=False)
+        out.print(estimate_sources_summary(obj), markup=False)
+        out.print(show.plan_table(obj, limit=args.limit or None))
+    if args.gantt:
+        show.gantt(obj, args.gantt)
+        out.print(f"wrote {args.gantt}", markup=False)
+    if args.html is not None:
+        if path.suffix != ".json":
+            raise StreamMapError("--html writes a run report; give it a run record (*.run.json)", path=path)
+        files = write_report(obj, args.html or None, record_path=path)
+        out.print(f"wrote {files.html} ({', '.join(map(str, files.images))})", markup=False)
+    if args.graph:
+        if path.suffix == ".json":
+            raise StreamMapError("--graph draws a plan's task graph; give it the plan file", path=path)
+        show.graph_picture(obj, args.graph)
+        out.print(f"wrote {args.graph}", markup=False)
+    return 0

@@ -1,0 +1,74 @@
+"""``streammap simulate``: replay job arrivals through the admission policies and score them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streammap.cli.common import console
+from streammap.errors import StreamMapError
+from streammap.tenancy.admission import POLICIES, SLACK
+from streammap.tenancy.jobs import graphs_in, load_jobs, parse_tenant_shares, poisson_jobs, write_jobs
+from streammap.tenancy.simulate import DEFAULT_GRAPHS, compare, plot, results_table, write_csv, write_jobs_csv
+
+
+def configure(parser, command: str) -> None:
+    parser.add_argument("--jobs", required=True, metavar="FILE",
+                   help="jobs file (YAML/JSON list of {graph|program, tenant, arrival, defines, priority, gpus}); "
+                        "with --generate, the file to write")
+    parser.add_argument("--cluster", help="cluster.yaml (required unless --generate only writes jobs)")
+    parser.add_argument("--tenants", metavar="FILE_OR_NAMES",
+                   help="tenants file (weights, quotas); with --generate, NAME[:SHARE],... of the arrivals "
+                        "(default a,b)")
+    parser.add_argument("--policy", default=",".join(POLICIES),
+                   help=f"comma-separated policies to compare (default {','.join(POLICIES)})")
+    parser.add_argument("--generate", choices=["poisson"], help="write a seeded job stream to --jobs first")
+    parser.add_argument("--rate", type=float, default=0.1, help="with --generate: arrivals per second (default 0.1)")
+    parser.add_argument("--jobs-count", type=int, default=100, help="with --generate: number of jobs (default 100)")
+    parser.add_argument("--graphs", nargs="+", default=None,
+                   help=f"with --generate: graphs or folders to draw from (default {DEFAULT_GRAPHS})")
+    parser.add_argument("--priorities", type=int, default=1, help="with --generate: priorities 0..P-1 drawn uniformly")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generator and of estimate errors")
+    parser.add_argument("--estimate-error", type=float, default=0.0, metavar="SIGMA",
+                   help="real durations are estimates x lognormal(SIGMA) (default 0: exact estimates)")
+    parser.add_argument("--mapper", default="heft", help="mapper that estimates job durations (default heft)")
+    parser.add_argument("--slack", type=float, default=SLACK,
+                   help=f"streammap policy: start a job now on a slower model with room if it ends there within "
+                        f"SLACK x its time to finish on a faster busy one (default {SLACK:g}; 1 always waits)")
+    parser.add_argument("--out", default="simulate-out", help="folder for simulate.csv, simulate-jobparser.csv, simulate.png")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    out = console()
+    tenants_arg = args.tenants
+    if args.generate:
+        shares = parse_tenant_shares(tenants_arg or "a,b")
+        graphs = graphs_in(args.graphs or [Path(__file__).resolve().parents[2] / DEFAULT_GRAPHS])
+        specs = poisson_jobs(graphs, args.rate, args.jobs_count, shares, seed=args.seed, priorities=args.priorities)
+        write_jobs(specs, args.jobs)
+        out.print(f"wrote {args.jobs}: {len(specs)} jobs over {len(shares)} tenants, "
+                  f"{args.rate:g} arrivals/s, seed {args.seed}", markup=False)
+        tenants_arg = None
+        if not args.cluster:
+            return 0
+    if not args.cluster:
+        raise StreamMapError("--cluster is required to simulate", hint="streammap simulate --jobs J --cluster C")
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    for p in policies:
+        if p not in POLICIES:
+            raise StreamMapError(f"unknown policy {p!r}", hint=f"policies: {', '.join(POLICIES)}")
+    if not args.slack >= 1:
+        raise StreamMapError(f"--slack must be at least 1, not {args.slack:g}",
+                             hint="1 always waits for the earliest finish; 2 starts on a half-speed model with room")
+    specs = load_jobs(args.jobs)
+    results = compare(specs, args.cluster, tenants=tenants_arg, policies=policies, mapper=args.mapper,
+                      estimate_error=args.estimate_error, seed=args.seed, slack=args.slack)
+    out.print(results_table(results))
+    folder = Path(args.out)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_csv(results, folder / "simulate.csv")
+    write_jobs_csv(results, folder / "simulate-jobs.csv")
+    plot(results, folder / "simulate.png")
+    out.print(f"wrote {folder / 'simulate.csv'}, {folder / 'simulate-jobs.csv'}, {folder / 'simulate.png'}",
+              markup=False)
+    return 0

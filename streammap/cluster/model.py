@@ -1,0 +1,260 @@
+"""The cluster model: nodes, their devices, and the links between them.
+
+A cluster is read from ``cluster.yaml`` (see ``design.md``) and validated with pydantic; every
+error names the file, the line and the field. Quantities are numbers in base units (bytes,
+bytes/s, FLOP/s, seconds) or readable strings (``80GiB``, ``25 GB/s``, ``19.5 TFLOP/s``, ``10us``).
+
+Later stages never look at the YAML: they use :class:`Cluster` and its flat list of
+:class:`Device` records, whose ``id`` is ``node/device`` as plans write it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import pydantic
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from streammap.errors import ClusterError
+from streammap.io.yamlfile import load_yaml, validation_error
+from streammap.units import parse_flops, parse_rate, parse_size, parse_time
+
+
+def _unit(parser):
+    def convert(v):
+        try:
+            return parser(v)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+    return BeforeValidator(convert)
+
+
+Size = Annotated[float, _unit(parse_size)]
+Rate = Annotated[float, _unit(parse_rate)]
+Flops = Annotated[float, _unit(parse_flops)]
+Time = Annotated[float, _unit(parse_time)]
+
+#: Compute and memory rates assumed for a device whose file gives none, scaled by its ``speed``.
+REFERENCE_FLOPS = 1e12
+REFERENCE_MEM_BANDWIDTH = 100e9
+
+_NAME = r"^[A-Za-z0-9_.\-]+$"
+
+
+class Link(BaseModel):
+    """A link: bandwidth in bytes/s and latency in seconds."""
+
+    model_config = ConfigDict(extra="forbid")
+    bandwidth: Rate = Field(gt=0)
+    latency: Time = 0.0
+
+
+class DeviceSpec(BaseModel):
+    """One device as the cluster file lists it."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=_NAME)
+    kind: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="gpu, cpu, mlu, dcu, npu, ...")
+    vendor: Optional[str] = None
+    model: Optional[str] = None
+    memory: Optional[Size] = Field(default=None, gt=0)
+    flops: Optional[Flops] = Field(default=None, gt=0)
+    mem_bandwidth: Optional[Rate] = Field(default=None, gt=0)
+    speed: float = Field(default=1.0, gt=0)
+    # Filled in by discovery; the runtime uses ``index`` to find the local GPU.
+    index: Optional[int] = Field(default=None, ge=0)
+    uuid: Optional[str] = None
+    sm_count: Optional[int] = None
+    clock_mhz: Optional[int] = None
+    driver: Optional[str] = None
+    cores: Optional[int] = None
+
+
+class Node(BaseModel):
+    """A machine: its devices and the link between them (NVLink, PCIe, shared memory)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=_NAME)
+    address: Optional[str] = None
+    link: Optional[Link] = None
+    devices: list[DeviceSpec] = Field(min_length=1)
+    topology: Optional[dict[str, str]] = None
+
+    @model_validator(mode="after")
+    def _check(self):
+        seen = set()
+        for d in self.devices:
+            if d.name in seen:
+                raise ValueError(f"device name '{d.name}' appears twice on node '{self.name}'")
+            seen.add(d.name)
+        if self.link is None and len(self.devices) > 1:
+            raise ValueError(
+                f"node '{self.name}' has {len(self.devices)} devices but no 'link'; "
+                "add link: {bandwidth: ..., latency: ...} for transfers between them")
+        return self
+
+
+class ClusterSpec(BaseModel):
+    """The whole file."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=_NAME)
+    network: Optional[Link] = None
+    memory_oversubscription: float = Field(default=1.0, ge=1.0)
+    # GPU sharing (streammap.placement.sharing): at most this many tasks at once on one device (HAMi's
+    # deviceSplitCount), and the host link spilled arrays cross under oversubscription.
+    max_tasks_per_device: Optional[int] = Field(default=None, ge=1)
+    host_bandwidth: Optional[Rate] = Field(default=None, gt=0)
+    nodes: list[Node] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self):
+        seen = set()
+        for n in self.nodes:
+            if n.name in seen:
+                raise ValueError(f"node name '{n.name}' appears twice")
+            seen.add(n.name)
+        if self.network is None and len(self.nodes) > 1:
+            raise ValueError(f"{len(self.nodes)} nodes but no 'network'; "
+                             "add network: {bandwidth: ..., latency: ...} for transfers between nodes")
+        return self
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device as later stages see it."""
+
+    id: str            # "node/device", as plans write it
+    node: str
+    name: str
+    kind: str
+    vendor: str | None
+    model: str | None
+    memory: float      # bytes; inf when the file gives no capacity
+    flops: float       # FLOP/s (reference value x speed when not given)
+    mem_bandwidth: float
+    speed: float
+    index: int | None
+
+    def matches(self, constraint: str | None) -> bool:
+        """Whether a kernel's ``device`` clause admits this device.
+
+        ``"any"`` admits all; ``"gpu"``/``"cpu"``/``"mlu"``... match the kind; anything else
+        matches the vendor, or is a case-insensitive substring of the model ("A100", "V100").
+        Several alternatives may be given separated by ``|``.
+        """
+        if constraint is None or constraint == "any":
+            return True
+        for alt in constraint.split("|"):
+            alt = alt.strip().lower()
+            if alt in (self.kind.lower(), (self.vendor or "").lower()):
+                return True
+            if self.model and alt in self.model.lower():
+                return True
+        return False
+
+
+class Cluster:
+    """A validated cluster: the spec, a flat device list and link matrices."""
+
+    def __init__(self, spec: ClusterSpec, sha256: str = "", path: str | None = None):
+        self.spec = spec
+        self.name = spec.name
+        self.sha256 = sha256
+        self.path = path
+        self.oversubscription = spec.memory_oversubscription
+        self.max_tasks_per_device = spec.max_tasks_per_device
+        self.host_bandwidth = spec.host_bandwidth
+        devices = []
+        for node in spec.nodes:
+            for d in node.devices:
+                devices.append(Device(
+                    id=f"{node.name}/{d.name}", node=node.name, name=d.name, kind=d.kind,
+                    vendor=d.vendor, model=d.model,
+                    memory=d.memory if d.memory is not None else math.inf,
+                    flops=d.flops if d.flops is not None else REFERENCE_FLOPS * d.speed,
+                    mem_bandwidth=d.mem_bandwidth if d.mem_bandwidth is not None else REFERENCE_MEM_BANDWIDTH * d.speed,
+                    speed=d.speed, index=d.index))
+        self.devices: list[Device] = devices
+        self.index = {d.id: i for i, d in enumerate(devices)}
+
+    def __len__(self):
+        return len(self.devices)
+
+    def link_matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(bandwidth, latency)`` arrays of shape (D, D); the diagonal is (inf, 0)."""
+        n = len(self.devices)
+        bw = np.empty((n, n))
+        lat = np.empty((n, n))
+        node_of = np.array([self._node_pos(d.node) for d in self.devices])
+        net = self.spec.network
+        for i, a in enumerate(self.devices):
+            link = self.spec.nodes[node_of[i]].link
+            for j in range(n):
+                same = node_of[i] == node_of[j]
+                lk = link if same else net
+                if lk is None:   # single device / single node: no transfers happen
+                    bw[i, j], lat[i, j] = math.inf, 0.0
+                else:
+                    bw[i, j], lat[i, j] = lk.bandwidth, lk.latency
+        np.fill_diagonal(bw, math.inf)
+        np.fill_diagonal(lat, 0.0)
+        return bw, lat
+
+    def _node_pos(self, name):
+        for i, n in enumerate(self.spec.nodes):
+            if n.name == name:
+                return i
+        raise KeyError(name)
+
+    def to_yaml(self) -> str:
+        """The cluster as a ``cluster.yaml`` text (units in base numbers)."""
+        return dump_cluster_spec(self.spec)
+
+
+def dump_cluster_spec(spec: ClusterSpec) -> str:
+    data = spec.model_dump(exclude_none=True, exclude_defaults=False)
+    if data.get("memory_oversubscription") == 1.0:
+        del data["memory_oversubscription"]
+    for node in data["nodes"]:
+        for d in node["devices"]:
+            if d.get("speed") == 1.0:
+                del d["speed"]
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
+
+
+def load_cluster(path) -> Cluster:
+    """Read and validate a cluster file.
+
+    Raises
+    ------
+    ClusterError
+        With the file, line and field of the first problem.
+    """
+    path = Path(path)
+    data, lines = load_yaml(path, ClusterError)
+    if not isinstance(data, dict):
+        raise ClusterError("a cluster file must be a mapping with name, nodes and network",
+                           path=path, line=1, hint="see the cluster format in the README")
+    try:
+        spec = ClusterSpec.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise validation_error(exc, path, lines, ClusterError, "cluster file") from None
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    return Cluster(spec, sha256=sha, path=str(path))
+
+
+def cluster_from_dict(data: dict, name_for_errors: str = "<cluster>") -> Cluster:
+    """Validate a cluster given as a dict (Python API); errors name the field."""
+    try:
+        spec = ClusterSpec.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise validation_error(exc, name_for_errors, {}, ClusterError, "cluster") from None
+    text = dump_cluster_spec(spec)
+    return Cluster(spec, sha256=hashlib.sha256(text.encode()).hexdigest())

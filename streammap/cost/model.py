@@ -1,0 +1,639 @@
+"""The cost model: how long each task takes on each device, how big it is, and what moving data costs.
+
+A :class:`CostModel` turns the task graph (IR, :mod:`streammap.ir`) and a
+:class:`~streammap.cluster.model.Cluster` into flat NumPy arrays, so that mappers never touch networkx or
+node dictionaries in their inner loops. Everything is indexed by *task position* (the order of
+``graph.nodes``; ``cost.tasks[i]`` is the id, ``cost.pos[id]`` the position) and *device position*
+(the order of ``cluster.devices``).
+
+State (all read-only after construction)
+----------------------------------------
+``time[T, D]``
+    Seconds of task t on device d; ``inf`` where t cannot run on d (its ``device`` clause does not
+    admit d, or it has ``times`` with no entry for d and no ``runtime`` to fall back on).
+``mem[T]``, ``out[T]``
+    Bytes held while running, and bytes of the output kept after finishing while consumers remain
+    (0 for a task without successors: an output nobody consumes leaves at once).
+``share[T]``, ``shareable[D]``
+    The ``share`` clause: the fraction of its device's compute a task needs (1 by default);
+    :mod:`streammap.placement.sharing` co-locates tasks whose shares fit, on the devices that can be shared
+    by fraction (accelerators). A CPU device runs one task at a time: its NumPy kernels hold the
+    GIL between calls, so co-located tasks would take turns, not run side by side, and a share
+    there counts as the whole device (:meth:`CostModel.share_on`).
+``capacity[D]``
+    Device memory times the cluster's ``memory_oversubscription`` (``inf`` when not given).
+``bw[D, D]``, ``lat[D, D]``, ``inv_bw[D, D]``
+    Link bandwidth, latency and ``1 / bw`` (0 on the diagonal), from
+    :meth:`Cluster.link_matrices`.
+``node_of[D]``
+    Index of each device's node (devices with equal values share a node link).
+``pred_ptr``, ``pred_idx``, ``pred_bytes``, ``pred_dst`` (and ``succ_ptr``, ``succ_idx``, ``succ_bytes``)
+    The edges in compressed sparse row form: the predecessors of task t are
+    ``pred_idx[pred_ptr[t]:pred_ptr[t+1]]``, carrying ``pred_bytes`` of the same slice
+    (``pred_dst`` repeats t for each of them); sorted by position, so every loop over them is
+    deterministic. ``n_pred[T]`` and ``n_succ[T]`` are the degrees.
+``class_time[T, C]``, ``device_class[D]``, ``class_count[C]``
+    Devices that every estimate treats alike (same kind, vendor, model, speed and rates) form a
+    class; ``time[:, d] == class_time[:, device_class[d]]``. Lets bounds work on C << D columns.
+``levels``, ``topo``, ``topo_index``
+    Tasks grouped by depth (sources first); ``topo`` is their concatenation, a topological order,
+    and ``topo_index[t]`` the place of t in it.
+``source[T]``
+    Where each estimate came from: ``"history"``, ``"clauses"``, ``"times"``, ``"runtime"`` or
+    ``"default"`` (the best one used on any device); ``compile`` reports it per task.
+
+Policy: time of task t on device d
+----------------------------------
+In this order of preference (``design.md``, section *The cost model*):
+
+1. ``history(kernel, device_model, task_attrs)`` when a history hook is given and it returns a
+   number: a measured time, as StarPU's performance models do [1]_;
+2. a roofline estimate [2]_ when the task has ``flops`` or ``bytes`` clauses:
+   ``max(flops / d.flops, bytes / d.mem_bandwidth) + launch(d)``;
+3. ``times[d.model]``, else ``times[d.kind]``, else ``runtime / d.speed`` (imported workflows; this
+   is exactly the benchmark model of ``shared/benchmarks/README.md``);
+4. otherwise the launch overhead alone (a task with no estimate at all).
+
+The launch overhead is :data:`LAUNCH_OVERHEAD` by device kind, :data:`DEFAULT_LAUNCH_OVERHEAD`
+for every other (accelerator-like) kind. The ``share`` and ``split`` clauses do not change the
+estimate: a task with ``share=s`` is taken to use at most s of its device, so it runs as long
+co-located as alone (:mod:`streammap.placement.sharing`).
+
+Memory: ``mem`` is the task's ``mem`` attribute when set, else its input bytes (sum of incoming
+edge bytes) plus its output bytes. Output bytes are the task's ``out`` attribute when set, else the
+largest outgoing edge (in a node-link graph every consumer receives the same result, so the union
+of what the consumers need is the largest of them). Importers of WfCommons traces set both
+attributes themselves (``memoryInBytes`` and file unions).
+
+Transfers: 0 on one device, else ``lat + bytes / bw`` of the link between the two devices (the
+node's link inside a node, the cluster network between nodes), with no contention.
+
+The module also gives :func:`lower_bound`, the bound every mapper is reported against.
+
+References
+----------
+.. [1] C. Augonnet, S. Thibault, R. Namyst, P.-A. Wacrenier, "StarPU: a unified platform for task
+   scheduling on heterogeneous multicore architectures", Concurrency and Computation: Practice
+   and Experience 23(2), 2011 (history-based performance models).
+.. [2] S. Williams, A. Waterman, D. Patterson, "Roofline: an insightful visual performance model
+   for multicore architectures", Communications of the ACM 52(4), 2009.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping, Optional
+
+import networkx as nx
+import numpy as np
+
+from streammap.cluster.model import Cluster, Device
+from streammap.errors import StreamMapError
+
+#: Launch overhead in seconds by device kind (a kernel launch, or a thread hand-off on a CPU).
+LAUNCH_OVERHEAD = {"cpu": 2e-6}
+#: Launch overhead of every kind not in :data:`LAUNCH_OVERHEAD` (GPU-like accelerators).
+DEFAULT_LAUNCH_OVERHEAD = 10e-6
+
+#: The possible values of :attr:`CostModel.source`, best first.
+SOURCES = ("history", "clauses", "times", "runtime", "default")
+
+#: Signature of the history hook: ``(kernel, device_model, task_attrs) -> seconds or None``.
+History = Callable[[str, str, Mapping], Optional[float]]
+
+
+def launch_overhead(device: Device) -> float:
+    """Seconds added to every roofline estimate on ``device`` (see :data:`LAUNCH_OVERHEAD`)."""
+    return LAUNCH_OVERHEAD.get(device.kind, DEFAULT_LAUNCH_OVERHEAD)
+
+
+def concat_ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``np.concatenate([np.arange(a, b) for a, b in zip(starts, ends)])``, without the loop."""
+    lengths = ends - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    return np.repeat(starts - offsets, lengths) + np.arange(total, dtype=np.int64)
+
+
+def segment_max(values: np.ndarray, ptr: np.ndarray, rows: np.ndarray, empty: float = 0.0) -> np.ndarray:
+    """For each row r in ``rows``, the max of ``values`` over the CSR segment of r.
+
+    ``values`` holds the concatenated segments of ``rows`` (as :func:`concat_ranges` makes them).
+    Rows with an empty segment get ``empty``.
+    """
+    lengths = ptr[rows + 1] - ptr[rows]
+    out = np.full(rows.size, empty)
+    nz = lengths > 0
+    if values.size:
+        offsets = (np.cumsum(lengths) - lengths)[nz]
+        out[nz] = np.maximum.reduceat(values, offsets)
+    return out
+
+
+class CostModel:
+    """Times, sizes and link costs of a task graph on a cluster, as NumPy arrays.
+
+    Parameters
+    ----------
+    graph : networkx.DiGraph
+        The task graph, in the IR of :mod:`streammap.ir`.
+    cluster : Cluster
+        The devices and links.
+    history : callable, optional
+        ``history(kernel, device_model, task_attrs) -> seconds or None``: a measured time for the
+        task's kernel on a device model (``Device.model``, or its kind when the device has no
+        model), e.g. from a performance-history database. Called once per task and distinct
+        device model; ``None`` means "no measurement", and the next source in the order of
+        preference is used. ``task_attrs`` is the node's attribute mapping (do not modify it).
+
+    Raises
+    ------
+    StreamMapError
+        If the graph has a cycle.
+
+    See the module docstring for the arrays it holds and how every number is chosen.
+    """
+
+    def __init__(self, graph: nx.DiGraph, cluster: Cluster, history: History | None = None):
+        self.graph = graph
+        self.cluster = cluster
+        self.devices: list[Device] = list(cluster.devices)
+        self.tasks: list[str] = list(graph.nodes)
+        self.pos: dict[str, int] = {t: i for i, t in enumerate(self.tasks)}
+        self.kind = graph.graph.get("kind", "program")
+        T, D = len(self.tasks), len(self.devices)
+        self.n_tasks, self.n_devices = T, D
+
+        self._build_edges()
+        self._build_levels()
+
+        # Devices and links.
+        self.capacity = np.array([d.memory for d in self.devices], dtype=np.float64) * cluster.oversubscription
+        bw, lat = cluster.link_matrices()
+        self.bw = np.asarray(bw, dtype=np.float64)
+        self.lat = np.asarray(lat, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            self.inv_bw = np.where(np.isinf(self.bw), 0.0, 1.0 / self.bw)
+        nodes = {}
+        self.node_of = np.array([nodes.setdefault(d.node, len(nodes)) for d in self.devices], dtype=np.int64)
+
+        self._build_sizes()
+        self._build_times(history)
+
+    # ------------------------------------------------------------------ construction
+
+    def _build_edges(self):
+        T, pos = self.n_tasks, self.pos
+        E = self.graph.number_of_edges()
+        src = np.empty(E, dtype=np.int64)
+        dst = np.empty(E, dtype=np.int64)
+        nbytes = np.empty(E, dtype=np.float64)
+        for k, (u, v, b) in enumerate(self.graph.edges(data="bytes")):
+            src[k], dst[k] = pos[u], pos[v]
+            nbytes[k] = 0.0 if b is None else float(b)
+        self.n_edges = E
+        o = np.lexsort((src, dst))
+        self.pred_idx, self.pred_bytes = src[o], nbytes[o]
+        self.pred_dst = dst[o]
+        self.pred_ptr = np.zeros(T + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst, minlength=T), out=self.pred_ptr[1:])
+        o = np.lexsort((dst, src))
+        self.succ_idx, self.succ_bytes = dst[o], nbytes[o]
+        self.succ_ptr = np.zeros(T + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src, minlength=T), out=self.succ_ptr[1:])
+        self.n_pred = np.diff(self.pred_ptr)
+        self.n_succ = np.diff(self.succ_ptr)
+
+    def _build_levels(self):
+        """Depth levels by peeling sources (Kahn's algorithm, one NumPy step per level)."""
+        T = self.n_tasks
+        indeg = self.n_pred.copy()
+        frontier = np.flatnonzero(indeg == 0)
+        levels, seen = [], 0
+        while frontier.size:
+            levels.append(frontier)
+            seen += frontier.size
+            children = self.succ_idx[concat_ranges(self.succ_ptr[frontier], self.succ_ptr[frontier + 1])]
+            if not children.size:
+                break
+            uniq, counts = np.unique(children, return_counts=True)
+            indeg[uniq] -= counts
+            frontier = uniq[indeg[uniq] == 0]
+        if seen != T:
+            left = [self.tasks[i] for i in np.flatnonzero(indeg > 0)[:3]]
+            raise StreamMapError(f"the task graph has a cycle (through {', '.join(left)})",
+                                 path=self.graph.graph.get("source"),
+                                 hint="a task graph must be acyclic: remove the edge that closes the cycle")
+        self.levels: list[np.ndarray] = levels
+        self.topo = np.concatenate(levels) if levels else np.empty(0, dtype=np.int64)
+        self.topo_index = np.empty(T, dtype=np.int64)
+        self.topo_index[self.topo] = np.arange(T)
+
+    def _build_sizes(self):
+        T = self.n_tasks
+        in_bytes = np.bincount(self.pred_dst, weights=self.pred_bytes, minlength=T).astype(np.float64) \
+            if self.n_edges else np.zeros(T)
+        has_succ = self.n_succ > 0
+        max_out = np.zeros(T)
+        rows = np.flatnonzero(has_succ)
+        if rows.size:
+            max_out[rows] = np.maximum.reduceat(self.succ_bytes, self.succ_ptr[rows])
+        attr_out = np.array([_num(self.graph.nodes[t].get("out")) for t in self.tasks], dtype=np.float64)
+        attr_mem = np.array([_num(self.graph.nodes[t].get("mem")) for t in self.tasks], dtype=np.float64)
+        output = np.where(np.isnan(attr_out), max_out, attr_out)
+        #: Bytes held while running.
+        self.mem = np.where(np.isnan(attr_mem), in_bytes + output, attr_mem)
+        #: Bytes kept after finishing while consumers remain.
+        self.out = np.where(has_succ, output, 0.0)
+        self.in_bytes = in_bytes
+        #: Fraction of its device's compute each task needs (``share`` clause; 1 = the whole device).
+        self.share = np.array([float(self.graph.nodes[t].get("share") or 1.0) for t in self.tasks], dtype=np.float64)
+        #: Devices whose compute tasks can share by fraction (not CPUs: see the module docstring).
+        self.shareable = np.array([d.kind != "cpu" for d in self.devices], dtype=bool)
+
+    def share_on(self, t: int, d: int) -> float:
+        """The share task ``t`` takes of device ``d``: its clause on a shareable device, else 1."""
+        return float(self.share[t]) if self.shareable[d] else 1.0
+
+    def _build_times(self, history):
+        T, D = self.n_tasks, self.n_devices
+        devs = self.devices
+        # Devices that look alike to every estimate share a column ("class").
+        keys, cls_of = {}, np.empty(D, dtype=np.int64)
+        for j, d in enumerate(devs):
+            key = (d.kind, d.vendor, d.model, d.speed, d.flops, d.mem_bandwidth)
+            cls_of[j] = keys.setdefault(key, len(keys))
+        reps = [devs[int(np.flatnonzero(cls_of == c)[0])] for c in range(len(keys))]
+        C = len(reps)
+        c_flops = np.array([d.flops for d in reps])
+        c_mbw = np.array([d.mem_bandwidth for d in reps])
+        c_speed = np.array([d.speed for d in reps])
+        c_launch = np.array([launch_overhead(d) for d in reps])
+        c_model = [d.model if d.model else d.kind for d in reps]
+
+        ct = np.full((T, C), np.nan)           # per class; nan = not decided yet
+        src = np.full(T, 4, dtype=np.int8)     # index into SOURCES
+        flops = np.zeros(T)
+        nbytes = np.zeros(T)
+        roof = np.zeros(T, dtype=bool)
+        runtime = np.full(T, np.nan)
+        allowed_cache: dict[str, np.ndarray] = {}
+        allowed_rows: list[tuple[int, np.ndarray]] = []
+        model_cache: dict[str, list[int]] = {}
+        for c, m in enumerate(c_model):
+            model_cache.setdefault(m, []).append(c)
+
+        for i, t in enumerate(self.tasks):
+            a = self.graph.nodes[t]
+            cons = a.get("device") or "any"
+            if cons != "any":
+                mask = allowed_cache.get(cons)
+                if mask is None:
+                    mask = allowed_cache[cons] = np.array([r.matches(cons) for r in reps])
+                if not mask.all():
+                    allowed_rows.append((i, mask))
+            if history is not None:
+                got = False
+                for m, cs in model_cache.items():
+                    h = history(a.get("kernel"), m, a)
+                    if h is not None:
+                        ct[i, cs] = float(h)
+                        got = True
+                if got:
+                    src[i] = 0
+            f, b = a.get("flops"), a.get("bytes")
+            if f is not None or b is not None:
+                flops[i] = _num0(f)
+                nbytes[i] = _num0(b)
+                roof[i] = True
+                src[i] = min(src[i], 1)
+                continue
+            times = a.get("times")
+            rt = a.get("runtime")
+            if rt is not None:
+                runtime[i] = float(rt)
+            if times:
+                row = ct[i]
+                for c, d in enumerate(reps):
+                    if not np.isnan(row[c]):
+                        continue
+                    v = times.get(d.model) if d.model is not None else None
+                    if v is None:
+                        v = times.get(d.kind)
+                    if v is not None:
+                        row[c] = float(v)
+                    elif rt is None:
+                        row[c] = math.inf
+                src[i] = min(src[i], 2)
+            elif rt is not None:
+                src[i] = min(src[i], 3)
+
+        # Fill what the loop left undecided, a whole column block at a time.
+        if roof.any():
+            r = np.flatnonzero(roof)
+            est = np.maximum(flops[r, None] / c_flops[None, :], nbytes[r, None] / c_mbw[None, :]) + c_launch[None, :]
+            blk = ct[r]
+            ct[r] = np.where(np.isnan(blk), est, blk)
+        has_rt = ~np.isnan(runtime)
+        if has_rt.any():
+            r = np.flatnonzero(has_rt)
+            est = runtime[r, None] / c_speed[None, :]
+            blk = ct[r]
+            ct[r] = np.where(np.isnan(blk), est, blk)
+        ct = np.where(np.isnan(ct), c_launch[None, :], ct)
+        for i, mask in allowed_rows:
+            ct[i, ~mask] = math.inf
+        self.time = np.ascontiguousarray(ct[:, cls_of])
+        self.source: list[str] = [SOURCES[k] for k in src]
+        #: Devices that every estimate treats alike form a class: ``time[:, d] ==
+        #: class_time[:, device_class[d]]``; ``class_count[c]`` devices are in class c.
+        self.device_class = cls_of
+        self.class_time = ct
+        self.class_count = np.bincount(cls_of, minlength=C)
+
+    # ------------------------------------------------------------------ queries
+
+    def comm(self, nbytes, a, b):
+        """Seconds to move ``nbytes`` from device ``a`` to device ``b`` (0 when ``a == b``).
+
+        Works element-wise on arrays (``a`` and ``b`` device positions).
+        """
+        a = np.asarray(a)
+        b = np.asarray(b)
+        cost = self.lat[a, b] + np.asarray(nbytes, dtype=np.float64) * self.inv_bw[a, b]
+        cost = np.where(a == b, 0.0, cost)
+        return float(cost) if cost.ndim == 0 else cost
+
+    def allowed(self) -> np.ndarray:
+        """``bool[T, D]``: where each task can run (finite time)."""
+        return np.isfinite(self.time)
+
+    def mean_time(self) -> np.ndarray:
+        """Mean time of each task over the devices where it can run (``inf`` where none)."""
+        fin = np.isfinite(self.time)
+        n = fin.sum(axis=1)
+        s = np.where(fin, self.time, 0.0).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(n > 0, s / np.maximum(n, 1), math.inf)
+
+    def min_time(self) -> np.ndarray:
+        """Fastest time of each task over all devices."""
+        if self.n_devices == 0:
+            return np.full(self.n_tasks, math.inf)
+        return self.time.min(axis=1)
+
+    def mean_link(self) -> tuple[float, float]:
+        """``(mean latency, mean 1/bandwidth)`` over ordered pairs of distinct devices."""
+        D = self.n_devices
+        if D < 2:
+            return 0.0, 0.0
+        off = ~np.eye(D, dtype=bool)
+        return float(self.lat[off].mean()), float(self.inv_bw[off].mean())
+
+    def mean_comm(self, nbytes) -> np.ndarray:
+        """Mean transfer time of ``nbytes`` over ordered pairs of distinct devices (the ``c̄`` of HEFT)."""
+        ml, mi = self.mean_link()
+        return ml + np.asarray(nbytes, dtype=np.float64) * mi
+
+    def site_line(self, i: int) -> tuple[str | None, int | None]:
+        """``(path, line)`` of task position ``i`` for error messages (from the node's ``site``)."""
+        node = self.graph.nodes[self.tasks[i]]
+        path = self.graph.graph.get("source")
+        site = node.get("site")
+        line = None
+        if isinstance(site, str) and ":" in site:
+            tail = site.rsplit(":", 1)[1]
+            if tail.isdigit():
+                line = int(tail)
+        return path, line
+
+
+def _num(v) -> float:
+    return math.nan if v is None else float(v)
+
+
+def _num0(v) -> float:
+    return 0.0 if v is None else float(v)
+
+
+# ---------------------------------------------------------------------- lower bound
+
+def critical_path_bound(cost: CostModel) -> float:
+    """Longest path where every task takes its fastest time and transfers are free.
+
+    Computed level by level (sources first) over the predecessor arrays.
+    """
+    if cost.n_tasks == 0:
+        return 0.0
+    tmin = cost.min_time()
+    finish = np.zeros(cost.n_tasks)
+    for lev in cost.levels:
+        e = concat_ranges(cost.pred_ptr[lev], cost.pred_ptr[lev + 1])
+        ready = segment_max(finish[cost.pred_idx[e]], cost.pred_ptr, lev)
+        finish[lev] = ready + tmin[lev]
+    return float(finish.max())
+
+
+def area_bound(cost: CostModel, iterations: int | None = None, weights: bool = False):
+    """Least time in which the devices could absorb all the work if it were perfectly divisible.
+
+    This is the optimum of the linear program (fractional assignment of tasks to devices)::
+
+        min T  s.t.  sum_d x[t, d] = 1,  sum_t time[t, d] x[t, d] <= T,  x >= 0,
+
+    bounded from below through its dual, which needs no LP solver: for *any* weights ``y`` on the
+    simplex (``y >= 0``, ``sum y = 1``),
+
+        f(y) = sum_t min_d y[d] * time[t, d]
+
+    is a valid lower bound on the makespan of every schedule. Proof: in a schedule of makespan M
+    with task t on device a(t), each device is busy at most M, so
+    ``M = sum_d y[d] M >= sum_d y[d] sum_{t: a(t)=d} time[t, d] >= sum_t min_d y[d] time[t, d]``.
+
+    We evaluate ``f`` at ``y`` uniform (giving ``sum_t min_d time / D``), at ``y[d]`` inversely
+    proportional to device d's total time (exact for speed-scaled times ``w_t / s_d``, where it
+    gives total reference work / total speed, the README's bound), then improve ``y`` by a few
+    steps of multiplicative supergradient ascent (the supergradient of ``f`` is the per-device load
+    of the argmin assignment), and return the best value seen. Every value is a valid bound, so
+    the ascent only has to help, never to converge.
+
+    Parameters
+    ----------
+    iterations : int, optional
+        Ascent steps (default: up to 100, fewer for very large graphs). The work is done on
+        device classes (devices with identical time columns), so it costs O(T * classes) per
+        step, not O(T * D).
+    weights : bool
+        Also return the best dual weights found, per device class (0 for classes no task can
+        use), for bounds on subsets of the tasks (:func:`fork_join_bound`).
+    """
+    T = cost.n_tasks
+    if T == 0 or cost.n_devices == 0 or not np.isfinite(cost.class_time).any(axis=1).all():
+        value = 0.0 if T == 0 else math.inf
+        return (value, np.zeros(cost.class_time.shape[1])) if weights else value
+    # Devices of one class have identical columns, and by symmetry and concavity of f the best y
+    # is equal on them: work on classes, with y[c] the weight of each of the n[c] devices.
+    p, n = cost.class_time, cost.class_count.astype(np.float64)
+    fin = np.isfinite(p)
+    usable = fin.any(axis=0)                   # classes some task can use; the others get y = 0
+    p, n = p[:, usable], n[usable]
+    C = p.shape[1]
+    rows = np.arange(T)
+    colsum = np.where(np.isfinite(p), p, 0.0).sum(axis=0)
+
+    def normal(y):                             # sum_c n[c] y[c] = 1, y > 0 (0 * inf would be nan)
+        y = y / (n @ y)
+        y = np.maximum(y, 1e-12 * y.max())
+        return y / (n @ y)
+
+    def f(y):
+        yp = p * y[None, :]
+        arg = yp.argmin(axis=1)
+        return float(yp[rows, arg].sum()), arg
+
+    cands = [np.ones(C)]
+    if (colsum > 0).all():
+        cands.append(1.0 / colsum)
+    best, y = -math.inf, None
+    for c in cands:
+        c = normal(c)
+        v, _ = f(c)
+        if v > best:
+            best, y = v, c
+    y_best = y
+    if iterations is None:
+        iterations = int(min(100, 2e8 // max(1, T * C)))
+    with np.errstate(over="ignore"):
+        for k in range(iterations):
+            v, arg = f(y)
+            if v > best:
+                best, y_best = v, y
+            # Supergradient of f per device: the load the argmin assignment puts on each device.
+            load = np.bincount(arg, weights=p[rows, arg], minlength=C) / n
+            top = load.max()
+            if not top > 0:
+                break
+            y = normal(y * np.exp((load / top - 1.0) / math.sqrt(k + 1)))
+        v = f(y)[0]
+        if v > best:
+            best, y_best = v, y
+    if weights:
+        w = np.zeros(cost.class_time.shape[1])
+        w[usable] = y_best
+        return best, w
+    return best
+
+
+def fork_join_bound(cost: CostModel, candidates: int = 64, area: tuple | None = None) -> float:
+    """A lower bound for graphs that fan out from, or fan in to, one long task.
+
+    For every task ``v``, all of ``v``'s descendants run after ``v`` finishes, which is no sooner
+    than ``top(v) + tmin(v)`` (the longest path to ``v`` at fastest times, plus ``v`` at its
+    fastest); and they need at least the area bound *of the descendants alone* to run. So::
+
+        makespan >= top(v) + tmin(v) + area(descendants(v))
+        makespan >= area(ancestors(v)) + tmin(v) + bottom(v)
+
+    (the second by symmetry: ancestors all finish before ``v`` starts). The area of a subset S is
+    ``sum_{t in S} min_d y[d] time[t, d]`` for dual weights ``y`` with ``sum_d y[d] = 1`` (the
+    proof of :func:`area_bound` restricted to the window the subset runs in), for the weights of
+    the whole graph's area bound and for the subset's own speed-proportional weights.
+
+    Neither :func:`critical_path_bound` nor :func:`area_bound` sees that a fork-join graph whose
+    root takes most of the critical path leaves the other devices idle meanwhile: on the BWA
+    and SoyKB workflows of the shared benchmarks this bound is 1.3-1.6x theirs.
+
+    Parameters
+    ----------
+    candidates : int
+        Tasks ``v`` tried in each direction (the longest tasks, the widest forks and joins, the
+        deepest ``top + tmin``); each costs O(edges). Every value is a valid bound, so fewer
+        candidates only weaken it.
+    area : tuple, optional
+        ``area_bound(cost, weights=True)`` when the caller has it already: the whole graph's
+        area bound and its per device-class dual weights.
+
+    Returns
+    -------
+    float
+        ``max`` of :func:`lower_bound` and both inequalities over the candidates.
+
+    References
+    ----------
+    The area (load) bound and its LP dual: Shmoys, Tardos, "An approximation algorithm for the
+    generalized assignment problem", Math. Programming 62 (1993); the head/tail ("release and
+    delivery times") argument is the one of Carlier's one-machine bound, Carlier, "The
+    one-machine sequencing problem", EJOR 11 (1982).
+    """
+    T = cost.n_tasks
+    if T == 0 or cost.n_devices == 0:
+        return lower_bound(cost)
+    area, weights = area_bound(cost, weights=True) if area is None else area
+    p, n = cost.class_time, cost.class_count.astype(np.float64)
+    tmin = cost.min_time()
+    with np.errstate(invalid="ignore"):
+        m_global = np.where(weights > 0, p * weights[None, :], np.inf).min(axis=1)
+    top = np.zeros(T)
+    for lev in cost.levels:
+        e = concat_ranges(cost.pred_ptr[lev], cost.pred_ptr[lev + 1])
+        src = cost.pred_idx[e]
+        top[lev] = segment_max(top[src] + tmin[src], cost.pred_ptr, lev)
+    bottom = np.zeros(T)
+    for lev in reversed(cost.levels):
+        e = concat_ranges(cost.succ_ptr[lev], cost.succ_ptr[lev + 1])
+        dst = cost.succ_idx[e]
+        bottom[lev] = segment_max(bottom[dst] + tmin[dst], cost.succ_ptr, lev)
+    best = max(float((top + tmin).max()), area)          # lower_bound: critical path, area
+
+    def subset_area(mask):
+        a = float(m_global[mask].sum())
+        sub = p[mask]
+        fin = np.isfinite(sub)
+        colsum = np.where(fin, sub, 0.0).sum(axis=0)
+        ok = fin.all(axis=0) & (colsum > 0)
+        if ok.any():                  # the subset's own weights, on the classes every task can use
+            y = np.where(ok, 1.0 / np.where(ok, colsum, 1.0), 0.0)
+            y = y / (n @ y)
+            with np.errstate(invalid="ignore"):
+                a = max(a, float(np.where(y > 0, sub * y[None, :], np.inf).min(axis=1).sum()))
+        return a
+
+    def closure(v, ptr, idx):
+        seen = np.zeros(T, dtype=bool)
+        frontier = np.array([v], dtype=np.int64)
+        while frontier.size:
+            nxt = idx[concat_ranges(ptr[frontier], ptr[frontier + 1])]
+            nxt = np.unique(nxt[~seen[nxt]])
+            seen[nxt] = True
+            frontier = nxt
+        return seen
+
+    def pick(head, degree):
+        k = max(1, candidates // 3)
+        chosen = np.concatenate([np.argsort(-tmin, kind="stable")[:k], np.argsort(-degree, kind="stable")[:k],
+                                 np.argsort(-(head + tmin), kind="stable")[:k]])
+        return np.unique(chosen)
+
+    for v in pick(top, cost.n_succ):
+        if top[v] + tmin[v] + area <= best:      # no subset of the graph needs more than all of it
+            continue
+        desc = closure(v, cost.succ_ptr, cost.succ_idx)
+        best = max(best, top[v] + tmin[v] + subset_area(desc))
+    for v in pick(bottom, cost.n_pred):
+        if bottom[v] + tmin[v] + area <= best:
+            continue
+        anc = closure(v, cost.pred_ptr, cost.pred_idx)
+        best = max(best, subset_area(anc) + tmin[v] + bottom[v])
+    return float(best)
+
+
+def lower_bound(cost: CostModel, area: float | None = None) -> float:
+    """The lower bound mappers are reported against (``design.md``, benchmark README).
+
+    ``max(critical_path_bound(cost), area_bound(cost))``: no schedule of the graph on the cluster
+    (ignoring memory, and with free transfers) can finish sooner. ``area``: the area bound, when
+    the caller has computed it already.
+    """
+    return max(critical_path_bound(cost), area_bound(cost) if area is None else area)

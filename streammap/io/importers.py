@@ -1,0 +1,272 @@
+"""Importers: task graphs from JSON files that nobody wrote for StreamMAP.
+
+:func:`load_graph` reads a file, recognises its format by content, and builds the IR of
+:mod:`streammap.ir` (``kind="workflow"``: mapped and scored, not runnable). Two formats:
+
+**WfCommons JSON, schema 1.5** (WfInstances traces of Pegasus, Makeflow, Nextflow runs)
+    Tasks are ``workflow.specification.tasks`` (``id``, ``name``, ``parents``, ``children``,
+    ``inputFiles``, ``outputFiles``), file sizes ``workflow.specification.files``
+    (``sizeInBytes``), measured ``runtimeInSeconds`` and ``memoryInBytes`` in
+    ``workflow.execution.tasks``. Following the benchmark model (``shared/benchmarks/README.md``):
+
+    * an edge u → v for each parent/child link; its ``bytes`` are the sizes of the files that are
+      both outputs of u and inputs of v;
+    * ``runtime`` is the measured runtime (seconds on a speed-1.0 device);
+    * ``mem`` is ``max(memoryInBytes, input bytes + output bytes)`` (all of the task's files);
+    * ``out`` is the size of the union of the task's output files that some child consumes
+      (0 when none: that output leaves the device at once);
+    * ``kernel`` is the task's ``category`` when given, else its ``name`` without the trailing
+      ``_ID000123`` that Pegasus appends.
+
+**Node-link JSON** (what ``networkx.node_link_data`` writes)
+    ``directed``, ``graph``, ``nodes``, and ``edges`` (or ``links``, as older networkx wrote).
+    Node attributes: ``kernel``; ``runtime`` (seconds on a reference device of speed 1.0) and/or
+    ``times`` (``{device model or kind: seconds}``); optional ``mem``, ``out`` and the other IR
+    attributes (``flops``, ``bytes``, ``device``, ...). Edge attribute: ``bytes``. ``mem`` and
+    ``out`` left out stay ``None`` and the cost model applies the README default (input plus
+    output bytes).
+
+Tasks keep the ids of the file (node-link ids that are numbers become their decimal text), and
+the graph keeps the file's task order. Every problem (unreadable file, bad JSON, unknown format,
+missing runtime, an edge to an unknown task, a cycle) is a :class:`~streammap.errors.StreamMapError`
+naming the file, with the line where one is known, and a hint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import networkx as nx
+
+from streammap.errors import StreamMapError
+from streammap.ir import NODE_DEFAULTS, add_task, new_graph
+
+__all__ = ["load_graph", "graph_from_wfcommons", "graph_from_node_link"]
+
+_WF_HINT = ("a WfCommons file (schema 1.5) has workflow.specification.tasks/files and "
+            "workflow.execution.tasks with runtimeInSeconds")
+_NL_HINT = ("a node-link file has 'directed', 'nodes' and 'edges' (or 'links'); each node an 'id', a "
+            "'kernel' and 'runtime' or 'times', each edge 'source', 'target' and 'bytes'")
+_PEGASUS_ID = re.compile(r"_ID\d+$")
+#: Node-link attributes copied into the IR (the others are ignored).
+_PASS = ("site", "code", "flops", "bytes", "mem", "out", "device", "split", "share", "stateful", "retries")
+
+
+def load_graph(path) -> nx.DiGraph:
+    """Read a WfCommons or node-link JSON file as a task graph (IR, ``kind="workflow"``).
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    networkx.DiGraph
+        The IR of :mod:`streammap.ir`; ``graph.graph["source"]`` is ``str(path)``.
+
+    Raises
+    ------
+    StreamMapError
+        For a missing or malformed file, an unknown format, a task without a runtime, an edge to
+        an unknown task, or a cycle.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise StreamMapError(f"file not found: {path}", hint="check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StreamMapError(f"cannot read {path}: {exc}", path=path) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StreamMapError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno, col=exc.colno,
+                             hint="the task graph must be WfCommons or node-link JSON") from None
+    if isinstance(data, dict) and isinstance(data.get("workflow"), dict):
+        return graph_from_wfcommons(data, path, text)
+    if isinstance(data, dict) and "nodes" in data and ("edges" in data or "links" in data):
+        return graph_from_node_link(data, path, text)
+    raise StreamMapError("unknown task-graph format: neither WfCommons nor node-link JSON", path=path, line=1,
+                         hint=f"{_WF_HINT}; {_NL_HINT}")
+
+
+# ---------------------------------------------------------------------- helpers
+
+def _line_of(text: str | None, needle) -> int | None:
+    """Line of the first occurrence of ``needle`` (JSON-encoded) in ``text``, if any."""
+    if not text or needle is None:
+        return None
+    enc = json.dumps(needle)
+    i = text.find(enc)
+    if i < 0:
+        return None
+    return text.count("\n", 0, i) + 1
+
+
+def _fail(msg, path, text=None, near=None, hint=None):
+    raise StreamMapError(msg, path=path, line=_line_of(text, near), hint=hint)
+
+
+def _number(v, what, path, text, near, allow_none=False):
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
+        _fail(f"{what} must be a non-negative number, got {v!r}", path, text, near,
+              hint="give seconds or bytes as plain JSON numbers")
+    return float(v)
+
+
+def _check_acyclic(g: nx.DiGraph, path, text):
+    try:
+        cyc = nx.find_cycle(g)
+    except nx.NetworkXNoCycle:
+        return
+    nodes = [u for u, _ in cyc] + [cyc[0][0]]
+    _fail(f"the task graph has a cycle: {' -> '.join(map(str, nodes))}", path, text, cyc[0][0],
+          hint="a task graph must be acyclic; remove one of these dependencies")
+
+
+# ---------------------------------------------------------------------- WfCommons
+
+def graph_from_wfcommons(data: dict, path, text: str | None = None) -> nx.DiGraph:
+    """Build the IR from parsed WfCommons JSON (schema 1.5); see the module docstring."""
+    path = Path(path)
+    wf = data["workflow"]
+    spec, execu = wf.get("specification"), wf.get("execution")
+    if not isinstance(spec, dict) or not isinstance(execu, dict):
+        version = data.get("schemaVersion")
+        _fail(f"WfCommons file without workflow.specification / workflow.execution"
+              f"{f' (schemaVersion {version})' if version else ''}", path, text, "workflow",
+              hint=f"{_WF_HINT}; convert older traces with wfcommons first")
+    tasks = spec.get("tasks")
+    files = spec.get("files", [])
+    if not isinstance(tasks, list) or not isinstance(files, list):
+        _fail("workflow.specification.tasks and .files must be lists", path, text, "specification", hint=_WF_HINT)
+    sizes: dict[str, float] = {}
+    for f in files:
+        if not isinstance(f, dict) or "id" not in f:
+            _fail(f"file entry without an id: {f!r}", path, text, "files", hint=_WF_HINT)
+        sizes[f["id"]] = _number(f.get("sizeInBytes", 0), f"sizeInBytes of file {f['id']}", path, text, f["id"])
+    runs: dict[str, dict] = {}
+    for e in execu.get("tasks") or []:
+        if isinstance(e, dict) and "id" in e:
+            runs[e["id"]] = e
+
+    by_id: dict[str, dict] = {}
+    for t in tasks:
+        if not isinstance(t, dict) or "id" not in t:
+            _fail(f"task entry without an id: {str(t)[:80]}", path, text, "tasks", hint=_WF_HINT)
+        tid = str(t["id"])
+        if tid in by_id:
+            _fail(f"task id {tid!r} appears twice", path, text, tid, hint="task ids must be unique")
+        by_id[tid] = t
+
+    def size(fid, tid):
+        if fid not in sizes:
+            _fail(f"task {tid} names file {fid!r}, which workflow.specification.files does not list",
+                  path, text, fid, hint="every input and output file needs an entry with sizeInBytes")
+        return sizes[fid]
+
+    g = new_graph(str(data.get("name") or path.stem), kind="workflow", source=str(path))
+    outs: dict[str, set] = {}
+    ins: dict[str, set] = {}
+    for tid, t in by_id.items():
+        run = runs.get(tid)
+        if run is None or run.get("runtimeInSeconds") is None:
+            _fail(f"task {tid} has no runtimeInSeconds in workflow.execution.tasks", path, text, tid,
+                  hint="every task needs a measured runtime to be mapped")
+        runtime = _number(run["runtimeInSeconds"], f"runtimeInSeconds of task {tid}", path, text, tid)
+        ins[tid] = set(t.get("inputFiles") or [])
+        outs[tid] = set(t.get("outputFiles") or [])
+        io = sum(size(f, tid) for f in ins[tid]) + sum(size(f, tid) for f in outs[tid])
+        measured = _number(run.get("memoryInBytes"), f"memoryInBytes of task {tid}", path, text, tid, allow_none=True)
+        kernel = t.get("category") or _PEGASUS_ID.sub("", str(t.get("name") or tid)) or tid
+        add_task(g, tid, str(kernel), runtime=runtime, mem=max(measured or 0.0, io))
+
+    for tid, t in by_id.items():
+        for c in t.get("children") or []:
+            _add_wf_edge(g, tid, str(c), by_id, path, text)
+        for p in t.get("parents") or []:
+            _add_wf_edge(g, str(p), tid, by_id, path, text)
+    for u, v, ed in g.edges(data=True):
+        ed["bytes"] = float(sum(sizes[f] for f in outs[u] & ins[v]))
+    for u in g.nodes:
+        consumed = set()
+        for v in g.successors(u):
+            consumed |= outs[u] & ins[v]
+        g.nodes[u]["out"] = float(sum(sizes[f] for f in consumed))
+    _check_acyclic(g, path, text)
+    return g
+
+
+def _add_wf_edge(g, u, v, by_id, path, text):
+    for x, other in ((u, v), (v, u)):
+        if x not in by_id:
+            _fail(f"task {other} lists {x!r} as parent or child, but there is no task with that id",
+                  path, text, x, hint="parents and children must name task ids of workflow.specification.tasks")
+    if not g.has_edge(u, v):
+        g.add_edge(u, v, bytes=0.0)
+
+
+# ---------------------------------------------------------------------- node-link
+
+def graph_from_node_link(data: dict, path, text: str | None = None) -> nx.DiGraph:
+    """Build the IR from parsed node-link JSON; see the module docstring."""
+    path = Path(path)
+    if data.get("directed") is False:
+        _fail("the node-link graph is undirected", path, text, "directed",
+              hint="a task graph is directed: set \"directed\": true and list edges from producer to consumer")
+    if data.get("multigraph"):
+        _fail("the node-link graph is a multigraph", path, text, "multigraph",
+              hint="give one edge per producer/consumer pair, with the total bytes")
+    nodes = data["nodes"]
+    edges = data["edges"] if "edges" in data else data["links"]
+    if not isinstance(nodes, list) or not isinstance(edges, list):
+        _fail("'nodes' and 'edges' must be lists", path, text, "nodes", hint=_NL_HINT)
+    meta = data.get("graph") if isinstance(data.get("graph"), dict) else {}
+    g = new_graph(str(meta.get("name") or path.stem), kind="workflow", source=str(path))
+    for n in nodes:
+        if not isinstance(n, dict) or "id" not in n:
+            _fail(f"node without an id: {str(n)[:80]}", path, text, "nodes", hint=_NL_HINT)
+        raw = n["id"]
+        tid = str(raw)
+        if tid in g:
+            _fail(f"task id {tid!r} appears twice", path, text, raw, hint="node ids must be unique")
+        runtime = _number(n.get("runtime"), f"runtime of task {tid}", path, text, raw, allow_none=True)
+        times = n.get("times")
+        if times is not None:
+            if not isinstance(times, dict) or not times:
+                _fail(f"times of task {tid} must be a non-empty mapping of device model or kind to seconds",
+                      path, text, raw, hint='e.g. "times": {"V100": 0.0012, "cpu": 0.02}')
+            times = {str(k): _number(v, f"times[{k!r}] of task {tid}", path, text, raw) for k, v in times.items()}
+        attrs = {k: n[k] for k in _PASS if n.get(k) is not None}
+        for k in ("flops", "bytes", "mem", "out"):
+            if k in attrs:
+                attrs[k] = _number(attrs[k], f"{k} of task {tid}", path, text, raw)
+        if runtime is None and times is None and "flops" not in attrs and "bytes" not in attrs:
+            _fail(f"task {tid} has no runtime", path, text, raw,
+                  hint="give each node 'runtime' (seconds on a speed-1.0 device) or 'times' "
+                       "({device model or kind: seconds})")
+        kernel = n.get("kernel") or tid
+        add_task(g, tid, str(kernel), runtime=runtime, times=times, **attrs)
+    for e in edges:
+        if not isinstance(e, dict) or "source" not in e or "target" not in e:
+            _fail(f"edge without source and target: {str(e)[:80]}", path, text, "edges", hint=_NL_HINT)
+        u, v = str(e["source"]), str(e["target"])
+        for x, raw in ((u, e["source"]), (v, e["target"])):
+            if x not in g:
+                _fail(f"edge {u} -> {v} names {x!r}, which is not a node", path, text, raw,
+                      hint="every edge's source and target must be the id of a node")
+        b = _number(e.get("bytes", 0), f"bytes of edge {u} -> {v}", path, text, e["source"])
+        if g.has_edge(u, v):
+            g.edges[u, v]["bytes"] += b
+        else:
+            g.add_edge(u, v, bytes=b)
+    _check_acyclic(g, path, text)
+    return g
+
+
+assert set(_PASS) <= set(NODE_DEFAULTS)

@@ -1,0 +1,420 @@
+"""The Ray executor and Ray discovery, on an emulated 2-node Ray cluster the tests start and stop.
+
+One cluster per session (``ray.cluster_utils.Cluster``): a head node labelled ``node0`` (no GPU)
+and a worker node labelled ``node1`` with 2 fake GPUs; a private temp dir, a small object store,
+fast health checks (so a removed node is seen dead quickly), usage stats off. The node-loss test
+removes ``node1`` and therefore runs last.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from ray.cluster_utils import Cluster  # noqa: E402
+from runtime_helpers import FAN, make_plan, ref, task  # noqa: E402
+
+from streammap.errors import KernelError, StreamMapError  # noqa: E402
+from streammap.runrecord import read_run_record  # noqa: E402
+from streammap.runtime import run_plan  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+HETERO = ROOT.parent / "shared" / "benchmarks" / "clusters" / "hetero-2x4.yaml"
+
+ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+       "RAY_health_check_period_ms": "200", "RAY_health_check_timeout_ms": "200",
+       "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "0"}
+STORE = 80 * 2**20
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    old = {k: os.environ.get(k) for k in (*ENV, "RAY_TMPDIR")}
+    tmp = tempfile.mkdtemp(prefix="smr", dir="/tmp")          # short: Unix socket paths
+    os.environ.update(ENV, RAY_TMPDIR=tmp)
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "num_gpus": 0, "object_store_memory": STORE, "labels": {"streammap-node": "node0"},
+        "temp_dir": os.path.join(tmp, "ray"), "include_dashboard": False})
+    worker = c.add_node(num_cpus=2, num_gpus=2, object_store_memory=STORE, labels={"streammap-node": "node1"})
+    ray.init(address=c.address, logging_level="WARNING")
+    c.worker = worker
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def devices2x2():
+    return [{"id": f"node{n}/gpu{i}", "kind": "gpu", "vendor": "nvidia", "model": "H200"}
+            for n in range(2) for i in range(2)]
+
+
+PROG = FAN + """
+def split(x):
+    return x[:N // 2], x[N // 2:]
+
+def join(a, b):
+    return np.concatenate([b, a])
+
+def broken(x):
+    raise ValueError("kernel says no")
+
+FLAKY = {"n": 0}
+def flaky(x):
+    FLAKY["n"] += 1
+    if FLAKY["n"] < 3:
+        raise RuntimeError("transient")
+    return x + 1
+"""
+
+
+def fan(tmp_path, width=8):
+    devs = [d["id"] for d in devices2x2()]
+    tasks = [task("src", "source", devs[0])]
+    tasks += [task(f"s{k}", "scale", devs[k % 4], ref("src"), k) for k in range(width)]
+    tasks.append(task("sp", "split", devs[3], ref("s1")))
+    tasks.append(task("j", "join", devs[1], ref("sp", 0), ref("sp", 1)))
+    tasks.append(task("sum", "total", devs[2], *[ref(f"s{k}") for k in range(width)]))
+    return make_plan(tmp_path, PROG, tasks, devices=devices2x2(), outputs={"tuple": [ref("sum"), ref("j")]})
+
+
+def test_fan_plan_matches_local_executor_and_writes_record(cluster, tmp_path):
+    plan = fan(tmp_path)
+    local = run_plan(plan, emulate=True, progress=False, telemetry=False)
+    out = run_plan(plan, emulate=True, backend="ray", outputs_path=tmp_path / "r.npz", progress=True)
+    assert set(out) == set(local) == {"result_0", "result_1"}
+    for k in out:
+        np.testing.assert_array_equal(out[k], local[k])
+    rec = read_run_record(tmp_path / "r.run.json")
+    assert rec.backend == "ray" and rec.status == "ok"
+    assert all(t.start is not None and t.finish >= t.start and t.attempts == 1 for t in rec.tasks)
+    execs = {d.id: d.executor for d in rec.devices}
+    assert "on Ray node node1" in execs["node1/gpu0"] and "on Ray node node0" in execs["node0/gpu0"]
+    # every node's devices were sampled (emulated GPUs run on, and report, their node's CPU)
+    series = {d.id: d for d in rec.telemetry.devices}
+    assert set(series) == {"node0/cpu", "node1/cpu"}
+    assert set(series["node1/cpu"].plan_devices) == {d for d in execs if d.startswith("node1/")}
+    assert all(len(d.t) >= 2 and d.memory_used is not None for d in series.values())
+
+
+def test_a_ray_run_feeds_metrics_and_alerts_as_a_local_run_does(cluster, tmp_path):
+    """The driver follows the actors' calls and their devices' readings: task durations and
+    states, device gauges named by Ray node, and the alert rules, in the metrics and the record."""
+    from streammap.monitoring.metrics import RunMetrics
+    plan = fan(tmp_path)
+    # estimates of 0.1 us: every task is "slow" by the model
+    plan = plan.model_copy(update={"tasks": [t.model_copy(update={"finish": t.start + 1e-7}) for t in plan.tasks]})
+    metrics = RunMetrics()
+    alerts = {"slow_task": {"factor": 1.5, "baseline": "model", "min_time": 0}, "cooldown": 0}
+    run_plan(plan, emulate=True, backend="ray", record_path=tmp_path / "r.run.json", progress=False,
+             metrics=metrics, alerts=alerts, interval=0.05)
+    text = metrics.render()
+    n = len(plan.tasks)
+    assert f'streammap_tasks{{state="done"}} {float(n)}' in text
+    counts = [float(line.split()[-1]) for line in text.splitlines()
+              if line.startswith("streammap_task_duration_seconds_count")]
+    assert sum(counts) == n
+    for node in ("node0", "node1"):          # readings the actors sent by way of the run's board
+        assert f'streammap_device_memory_used_bytes{{device="{node}/cpu"}}' in text
+        assert f'streammap_device_info{{device="{node}/cpu"' in text
+    rec = read_run_record(tmp_path / "r.run.json")
+    slow = [a for a in rec.alerts if a.kind == "slow_task"]
+    assert {a.task for a in slow} == {t.id for t in plan.tasks}
+    assert all(a.device in {d["id"] for d in devices2x2()} for a in slow)
+
+
+def test_kernel_error_after_retries_names_task_and_traceback(cluster, tmp_path):
+    devs = [d["id"] for d in devices2x2()]
+    tasks = [task("src", "source", devs[0]), task("ok", "flaky", devs[2], ref("src"), retries=2),
+             task("bad", "broken", devs[3], ref("ok"), retries=1, site="prog.py:42"),
+             task("after", "scale", devs[1], ref("bad"), 2)]
+    plan = make_plan(tmp_path, PROG, tasks, devices=devices2x2(), outputs=ref("after"))
+    out = tmp_path / "o.npz"
+    from streammap.monitoring.metrics import RunMetrics
+    metrics = RunMetrics()
+    with pytest.raises(KernelError) as ei:
+        run_plan(plan, emulate=True, backend="ray", outputs_path=out, progress=False, metrics=metrics)
+    assert 'streammap_tasks{state="failed"} 1.0' in metrics.render()
+    assert 'streammap_tasks{state="done"} 2.0' in metrics.render()
+    err = ei.value
+    assert err.task_id == "bad" and err.site == "prog.py:42" and err.device == "node1/gpu1"
+    assert "kernel says no" in err.traceback_text and "in broken" in err.traceback_text
+    assert not out.exists()
+    rec = read_run_record(tmp_path / "o.run.json")
+    assert rec.status == "failed" and "bad" in rec.error
+    by = {t.id: t for t in rec.tasks}
+    assert by["ok"].attempts == 3 and by["bad"].attempts == 2 and by["after"].start is None
+
+
+def test_unknown_nodes_refused_without_emulate_and_gpus_counted(cluster, tmp_path):
+    devs = [{"id": f"nodeX/gpu{i}", "kind": "gpu"} for i in range(2)]
+    plan = make_plan(tmp_path, PROG, [task("src", "source", "nodeX/gpu0")], devices=devs, outputs=ref("src"))
+    with pytest.raises(StreamMapError, match="not nodes of the Ray cluster"):
+        run_plan(plan, backend="ray", progress=False)
+    devs = [{"id": f"node0/gpu{i}", "kind": "gpu"} for i in range(2)]
+    plan = make_plan(tmp_path, PROG, [task("src", "source", "node0/gpu0")], devices=devs, outputs=ref("src"))
+    with pytest.raises(StreamMapError, match="has 0 GPU"):
+        run_plan(plan, backend="ray", progress=False)
+
+
+def test_discover_ray_names_nodes_by_label(cluster, tmp_path):
+    from streammap.cluster.discover import write_cluster
+    from streammap.cluster.model import load_cluster
+    from streammap.cluster.ray import discover_ray, ray_node_names
+    found = discover_ray(None, cluster_name="emu")
+    assert [n.name for n in found.spec.nodes] == ["node0", "node1"]
+    assert found.spec.network is not None
+    write_cluster(found.spec, tmp_path / "cluster.yaml", found.notes)
+    assert len(load_cluster(tmp_path / "cluster.yaml").devices) >= 2
+    fake = [{"NodeID": "abcdef01", "Alive": True, "NodeManagerHostname": "box", "Labels": {}},
+            {"NodeID": "12345678", "Alive": True, "NodeManagerHostname": "box", "Labels": {}},
+            {"NodeID": "99999999", "Alive": True, "NodeManagerHostname": "solo", "Labels": {}}]
+    assert ray_node_names(fake) == {"abcdef01": "box-abcdef", "12345678": "box-123456", "99999999": "solo"}
+
+
+@pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
+def test_samples_agree_between_ray_and_local(cluster, tmp_path):
+    from test_samples import CASES  # every sample, at the sizes the sample tests use
+
+    import streammap
+    for sample, _, params in CASES:
+        plan = streammap.compile(ROOT / "samples" / sample, cluster=str(HETERO), params=params)
+        local = run_plan(plan, emulate=True, progress=False, telemetry=False)
+        got = run_plan(plan, emulate=True, backend="ray", progress=False)
+        assert set(got) == set(local)
+        for k in got:
+            np.testing.assert_allclose(got[k], local[k], rtol=1e-12, atol=0)
+
+
+def test_a_stateful_kernel_gives_the_sequential_result_on_ray_under_every_strategy(cluster, tmp_path):
+    from test_stateful_placement import BATCHES, STREAM, TWO_BY_TWO, assert_results, sequential, write
+
+    import streammap
+    batches, stream = write(tmp_path, BATCHES), write(tmp_path, STREAM, "stream.py")
+    # model places by the same co-location step as none and data (test_stateful_placement runs it)
+    for path, call, strategy in ((batches, "main", "none"), (batches, "main", "data"), (stream, "stream", "pipeline")):
+        plan = streammap.compile(path, cluster=TWO_BY_TWO, strategy=strategy)
+        assert len({t.device for t in plan.tasks if t.stateful}) == 1
+        assert_results(run_plan(plan, emulate=True, backend="ray", progress=False), sequential(path, call))
+
+
+@pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
+def test_cli_runs_a_plan_on_ray_and_agrees_with_the_local_run(cluster, tmp_path):
+    from streammap.cli import main
+    plan = tmp_path / "plan.yaml"
+    assert main(["compile", str(ROOT / "samples" / "fm_radio.py"), "--cluster", str(HETERO), "-D", "N=2048",
+                 "-o", str(plan), "--no-history"]) == 0
+    assert main(["run", str(plan), "--emulate", "--no-progress", "--no-history", "-o", str(tmp_path / "local.npz")]) == 0
+    assert main(["run", str(plan), "--emulate", "--no-progress", "--no-history", "--backend", "ray",
+                 "--address", cluster.address, "-o", str(tmp_path / "ray.npz")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "ray.npz")["result"], np.load(tmp_path / "local.npz")["result"],
+                               rtol=1e-12, atol=0)
+    import json
+    assert json.loads((tmp_path / "ray.run.json").read_text())["backend"] == "ray"
+
+
+LOSS = """
+import os
+import time
+import numpy as np
+
+LOG = %r
+
+def _note(tag):
+    import ray
+    with open(LOG, "a") as f:
+        f.write(f"{tag} {ray.get_runtime_context().get_node_id()}\\n")
+
+def leaf(k):
+    time.sleep(0.05)
+    _note(f"leaf{k}")
+    return np.full(8, float(k))
+
+def step(x, k):
+    time.sleep(0.05)
+    _note(f"step{k}")
+    return x * 2 + k
+
+def total(*xs):
+    _note("total")
+    return sum(xs)
+"""
+
+
+SHARED_NAPS = """
+import threading, time
+import numpy as np
+
+LOCK = threading.Lock()
+NOW = [0.0]
+PEAK = [0.0]
+
+def nap(j):
+    with LOCK:
+        NOW[0] += 0.5
+        PEAK[0] = max(PEAK[0], NOW[0])
+    time.sleep(0.05)
+    with LOCK:
+        NOW[0] -= 0.5
+    return np.array([float(j)])
+
+def twice(x):
+    return x * 2
+
+def peak(*xs):
+    return np.array([PEAK[0], sum(float(x[0]) for x in xs)])
+"""
+
+
+def test_co_located_tasks_run_at_once_in_one_actor_within_a_whole_device(cluster, tmp_path):
+    naps = [{**task(f"n{j}", "nap", "node0/gpu0", j), "share": 0.5} for j in range(6)]
+    doubled = [{**task(f"d{j}", "twice", "node0/gpu0", ref(f"n{j}")), "share": 0.5} for j in range(6)]
+    plan = make_plan(tmp_path, SHARED_NAPS, naps + doubled + [task("p", "peak", "node0/gpu0",
+                                                                   *[ref(f"d{j}") for j in range(6)])],
+                     devices=devices2x2(), outputs=ref("p"))
+    out = run_plan(plan, emulate=True, backend="ray", outputs_path=tmp_path / "r.npz", progress=False)
+    assert out["result"][0] == pytest.approx(1.0)            # two naps at once, never three
+    assert out["result"][1] == 2 * sum(range(6))
+    rec = read_run_record(tmp_path / "r.run.json")
+    naps_run = sorted((t.start, t.finish) for t in rec.tasks if t.kernel == "nap")
+    overlap = max(sum(1 for s, f in naps_run if s <= a < f) for a, _ in naps_run)
+    assert overlap == 2
+
+
+def test_an_oversubscribed_plan_spills_on_ray_exactly_as_locally(cluster, tmp_path):
+    from test_sharing import ACTIVATIONS, MIB8, direct_activations, tiny
+
+    import streammap
+
+    (tmp_path / "prog.py").write_text(textwrap.dedent(ACTIVATIONS))
+    plan = streammap.compile(tmp_path / "prog.py", cluster=tiny(10 * MIB8, F=1.5), history=False)
+    from streammap.cli import main
+    from streammap.plan import write_plan
+    write_plan(plan, tmp_path / "p.yaml")
+    run_plan(plan, emulate=True, outputs_path=tmp_path / "l.npz", progress=False, telemetry=False)
+    assert main(["run", str(tmp_path / "p.yaml"), "--emulate", "--no-progress", "--backend", "ray",
+                 "--address", cluster.address, "-o", str(tmp_path / "r.npz")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "r.npz")["result"], direct_activations())
+    local = read_run_record(tmp_path / "l.run.json").devices[0].spill
+    ray_ = read_run_record(tmp_path / "r.run.json").devices[0].spill
+    assert ray_["spilled_bytes"] > 0 and ray_["seconds"] > 0 and ray_["overflow"] == 0.0
+    for key in ("spilled_bytes", "restored_bytes", "spills", "restores"):
+        assert ray_[key] == local[key]
+    assert plan.mapper.spill_bytes == ray_["spilled_bytes"] + ray_["restored_bytes"]
+
+
+def test_results_exported_to_another_node_stay_right_when_their_device_copy_spills(cluster, tmp_path):
+    row = 64 * 8                                              # one result: N = 64 doubles
+    devices = [{"id": "node0/gpu0", "kind": "gpu", "vendor": "nvidia", "memory": 3 * row},
+               {"id": "node1/gpu0", "kind": "gpu", "vendor": "nvidia", "memory": 1e9}]
+    tasks = [{**task("src", "source", "node0/gpu0"), "out": row}]
+    # co-located (threaded actor, admission by share) and spilling at once
+    tasks += [{**task(f"s{k}", "scale", "node0/gpu0", ref("src"), k), "out": row, "share": 0.5} for k in range(6)]
+    tasks.append(task("there", "total", "node1/gpu0", *[ref(f"s{k}") for k in range(6)]))
+    chain = "s5"
+    for k in range(4, -1, -1):                                # needs them back one by one, on node0
+        tasks.append({**task(f"c{k}", "total", "node0/gpu0", ref(chain), ref(f"s{k}")), "out": row})
+        chain = f"c{k}"
+    plan = make_plan(tmp_path, FAN, tasks, devices=devices, outputs={"tuple": [ref("there"), ref(chain)]})
+    plan.cluster.spec = {"name": "test", "memory_oversubscription": 3.0}
+    out = run_plan(plan, emulate=True, backend="ray", outputs_path=tmp_path / "r.npz", progress=False,
+                   telemetry=False)
+    want = np.arange(64.0) * sum(range(1, 7))
+    np.testing.assert_array_equal(out["result_0"], want)
+    np.testing.assert_array_equal(out["result_1"], want)
+    spill = {d.id: d.spill for d in read_run_record(tmp_path / "r.run.json").devices}
+    assert spill["node0/gpu0"]["spilled_bytes"] >= row and spill["node0/gpu0"]["restored_bytes"] >= row
+    assert spill["node0/gpu0"]["overflow"] == 0.0 and spill["node1/gpu0"]["spilled_bytes"] == 0
+
+
+def test_monitor_shows_every_node_of_the_ray_cluster(cluster, capsys):
+    """``streammap monitor --ray``: each node's devices, sampled there, named by node."""
+    from streammap.cli import main
+    assert main(["monitor", "--ray", "--once", "--interval", "0.1"]) == 0
+    out = capsys.readouterr().out
+    assert "devices of the Ray cluster at auto" in out
+    rows = {line.split()[1]: line for line in out.splitlines() if "/cpu" in line}
+    assert set(rows) == {"node0/cpu", "node1/cpu"}
+    assert all("Ray node" in r and "ok" in r for r in rows.values())
+    assert main(["monitor", "--ray", "--cluster", "c.yaml", "--once"]) == 2      # one or the other
+
+
+def test_node_loss_mid_run_recovers_and_reruns_only_what_was_lost(cluster, tmp_path):
+    """Runs last: removes node1 (a node the fixture started) while its tasks run."""
+    log_file = tmp_path / "calls.log"
+    devs = [d["id"] for d in devices2x2()]
+    tasks, finals = [], []
+    for k in range(8):                   # 8 chains of 6 steps, each chain on one device
+        d = devs[k % 4]
+        tasks.append(task(f"leaf{k}", "leaf", d, k))
+        prev = f"leaf{k}"
+        for s in range(6):
+            tid = f"step{k * 10 + s}"
+            tasks.append(task(tid, "step", d, ref(prev), k * 10 + s))
+            prev = tid
+        finals.append(prev)
+    tasks.append(task("total", "total", devs[0], *[ref(f) for f in finals]))
+    plan = make_plan(tmp_path, LOSS % str(log_file), tasks, devices=devices2x2(), outputs=ref("total"))
+    expected = sum(_chain(k) for k in range(8))
+    victim = cluster.worker.node_id
+    box = {}
+
+    def go():
+        try:
+            box["out"] = run_plan(plan, emulate=True, backend="ray", outputs_path=tmp_path / "o.npz",
+                                  progress=False, max_recoveries=1)
+        except BaseException as exc:      # noqa: BLE001
+            box["err"] = exc
+
+    th = threading.Thread(target=go)
+    th.start()
+    deadline = time.time() + 60
+    while time.time() < deadline:         # kill once node1 has finished a few tasks
+        lines = log_file.read_text().splitlines() if log_file.exists() else []
+        if sum(1 for x in lines if x.split()[1] == victim) >= 4:
+            break
+        time.sleep(0.02)
+    cluster.remove_node(cluster.worker)
+    th.join(120)
+    assert not th.is_alive()
+    assert "err" not in box, box.get("err")
+    np.testing.assert_allclose(box["out"]["result"], expected)
+    rec = read_run_record(tmp_path / "o.run.json")
+    assert rec.status == "ok" and len(rec.remaps) == 1
+    r = rec.remaps[0]
+    assert set(r.lost) == {"node1/gpu0", "node1/gpu1"} and "recovered in" in r.reason
+    runs: dict[str, list[str]] = {}
+    for line in log_file.read_text().splitlines():
+        tag, node = line.split()
+        runs.setdefault(tag, []).append(node)
+    assert set(runs) == {t["kernel"] if t["kernel"] == "total" else t["id"] for t in tasks}
+    for tag, nodes in runs.items():
+        if len(nodes) > 1:                # only tasks that had run on the lost node run again
+            assert nodes[0] == victim and all(n != victim for n in nodes[1:]), (tag, nodes)
+        if nodes[0] != victim:
+            assert len(nodes) == 1, (tag, nodes)
+    assert all(t.device.startswith("node0/") for t in rec.tasks if t.id in runs and len(runs[t.id]) > 1)
+
+
+def _chain(k):
+    x = np.full(8, float(k))
+    for s in range(6):
+        x = x * 2 + (k * 10 + s)
+    return x
