@@ -25,7 +25,7 @@ from streammap.plan import Plan, read_plan
 
 __all__ = ["ExportOptions", "export_k8s", "build_manifests", "validate_objects", "check_objects",
            "device_groups", "DeviceGroup", "plan_from_configmap", "plan_in_configmap", "K8S_VERSION",
-           "dump_objects", "add_export_parser"]
+           "dump_objects"]
 
 
 def export_k8s(plan, output_dir, *, image: str, kind: str = "pod", version: str = K8S_VERSION,
