@@ -38,7 +38,7 @@ from streammap.plan import (
     StrategyInfo,
     sha256_file,
 )
-from streammap.strategies import check_strategy, choose_strategy
+from streammap.strategies import Mapped, check_strategy, choose_strategy
 
 
 def resolve_cluster(cluster) -> Cluster:
@@ -108,14 +108,8 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     clus = resolve_cluster(cluster)
     graph = load_source_graph(path, params, entry)
     hook = resolve_history_hook(history)
-    estimates = {}                       # id(schedule) -> its SpillEstimate (sharing, spilling)
-
-    def mapped(cost):
-        est = _map(cost, mapper, map_fn)
-        estimates[id(est.schedule)] = est
-        return est.schedule
-
-    choice = choose_strategy(graph, clus, map_fn=mapped, strategy=strategy, history=hook)
+    choice = choose_strategy(graph, clus, map_fn=lambda cost: _map(cost, mapper, map_fn), strategy=strategy,
+                             history=hook)
     kept = choice.chosen
     if kept.name in ("none", "data") and kept.schedule.mapper == "heft":
         heft_makespan = kept.schedule.makespan
@@ -128,30 +122,32 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     plan = build_plan(kept.graph, clus, kept.cost, kept.schedule, source_path=path,
                       lower=lower, heft_makespan=heft_makespan,
                       strategy=choice.info(), pipeline=kept.pipeline)
-    spills = estimates.get(id(kept.schedule))
-    if clus.oversubscription > 1 and spills is not None:
-        plan.mapper.spill_bytes = spills.spilled_bytes + spills.restored_bytes
+    if clus.oversubscription > 1 and kept.spills is not None:
+        plan.mapper.spill_bytes = kept.spills.spilled_bytes + kept.spills.restored_bytes
     if emit_graph is not None:
         write_graph(graph, emit_graph)
     return plan
 
 
-def _map(cost: CostModel, mapper: str, map_fn):
+def _map(cost: CostModel, mapper: str, map_fn) -> Mapped:
     """The mapper's schedule; share-aware when tasks share devices (:mod:`streammap.placement.sharing`),
     refused when it holds more than F x capacity somewhere, and re-timed with the spill traffic it
-    implies under oversubscription: a :class:`~streammap.placement.spilling.SpillEstimate`."""
+    implies under oversubscription; returned with that
+    :class:`~streammap.placement.spilling.SpillEstimate`."""
     schedule = map_shared(cost, mapper, map_fn) if uses_sharing(cost) else map_fn(cost)
     check_plan_memory(cost, schedule)
-    return estimate_spills(cost, schedule)
+    spills = estimate_spills(cost, schedule)
+    return Mapped(spills.schedule, spills)
 
 
 def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: Schedule, *, source_path,
-               lower: float, heft_makespan: float | None, strategy: dict | None = None,
+               lower: float, heft_makespan: float | None, strategy: StrategyInfo | None = None,
                pipeline: dict | None = None) -> Plan:
     """Write a schedule down as a plan: tasks in start order (a topological order), each with its deps.
 
     ``strategy`` and ``pipeline`` are the plan's optional blocks of the same names (the parallel
-    strategy chosen, a pipeline's steady state); a pipeline plan's objective is ``throughput``."""
+    strategy chosen; a pipeline's steady state, as :class:`~streammap.plan.PipelineInfo` fields);
+    a pipeline plan's objective is ``throughput``."""
     topo = {t: i for i, t in enumerate(nx.lexicographical_topological_sort(graph, key=cost.pos.__getitem__))}
     order = sorted(cost.tasks, key=lambda t: (schedule.start[cost.pos[t]], schedule.finish[cost.pos[t]], topo[t]))
     tasks = []
@@ -181,7 +177,7 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
                           heft_makespan=None if heft_makespan is None else float(heft_makespan)),
         devices=devices, outputs=g.get("outputs"), tasks=tasks,
         objective="throughput" if pipeline is not None else "makespan",
-        strategy=StrategyInfo(**strategy) if strategy is not None else None,
+        strategy=strategy,
         pipeline=PipelineInfo(**pipeline) if pipeline is not None else None)
 
 

@@ -6,6 +6,14 @@ it to start and finish. It is YAML a person can read, diff and edit (``design.md
 task list is a topological order, and each device runs its tasks in list order), no cycles, and a
 source file that still matches its sha256 (checked by the runtime through :meth:`Plan.check_source`).
 
+The structural rules that the placement policies obey are part of this contract too, and checked
+here on any plan, whoever wrote it: on a device whose tasks share it, the shares of the tasks
+running at once sum to at most 1 and their number stays within the cluster's
+``max_tasks_per_device`` (:func:`check_plan_shares`, the rule of :mod:`streammap.placement.sharing`),
+and every call of a stateful kernel runs on one device (:func:`check_plan_colocation`, the rule of
+:mod:`streammap.placement.colocate`). This module depends on no placement code: the policies
+import the rules from here.
+
 Beyond the design's example, a plan carries what a machine needs to run it without the compiler:
 
 ``cluster.spec`` the cluster file's content, so a runtime can re-map without the original file;
@@ -22,6 +30,7 @@ read, so a plan and its program can move together.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -34,10 +43,11 @@ from streammap.errors import PlanError
 from streammap.io.files import atomic_write_text
 from streammap.io.yamlfile import Dumper, load_yaml, validation_error
 from streammap.ir import spec_refs
-from streammap.placement.colocate import check_plan_colocation
-from streammap.placement.sharing import check_plan_shares
 
 PLAN_VERSION = 1
+
+#: Slack when summing shares (``0.1 + 0.2 + 0.7`` is a full device, not an overfull one).
+SHARE_EPS = 1e-9
 
 
 class _Strict(BaseModel):
@@ -269,6 +279,84 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
     check_plan_colocation(plan, path=path, lines=lines)
     if plan.pipeline is not None:
         _validate_pipeline(plan, path, lines)
+
+
+def share_profile(intervals) -> list[tuple[float, float, int]]:
+    """The share in use over time from ``(start, finish, share)`` intervals (half-open).
+
+    Returns ``[(t, share, tasks), ...]``: from ``t`` on (until the next entry), ``share`` of the
+    device is in use by ``tasks`` tasks. Zero-length intervals hold nothing.
+    """
+    ev: dict[float, list[float]] = {}
+    for s, f, sh in intervals:
+        if f > s:
+            ev.setdefault(s, [0.0, 0])
+            ev.setdefault(f, [0.0, 0])
+            ev[s][0] += sh
+            ev[s][1] += 1
+            ev[f][0] -= sh
+            ev[f][1] -= 1
+    out, used, n = [], 0.0, 0
+    for t in sorted(ev):
+        used += ev[t][0]
+        n += ev[t][1]
+        out.append((t, max(0.0, used) if abs(used) > SHARE_EPS else 0.0, n))
+    return out
+
+
+def check_plan_shares(plan: Plan, path=None, lines: dict | None = None) -> None:
+    """Plan validation: on no device that shares (has a task with ``share < 1``) do the shares
+    of the tasks running at once exceed 1, nor their number the cluster's ``max_tasks_per_device``.
+
+    Raises
+    ------
+    PlanError
+        Naming the device, the instant, the tasks running then and their shares.
+    """
+    lines = lines or {}
+    spec = plan.cluster.spec or {}
+    limit = spec.get("max_tasks_per_device") or math.inf
+    index = {t.id: i for i, t in enumerate(plan.tasks)}
+    for d, tasks in plan.tasks_by_device().items():
+        # Only devices that share: whole-device tasks run one at a time whatever their estimated
+        # times say (a re-mapped plan may keep finished tasks' estimates overlapping new ones).
+        if len(tasks) < 2 or all(t.share >= 1.0 - SHARE_EPS for t in tasks):
+            continue
+        for t, used, n in share_profile((x.start, x.finish, x.share) for x in tasks):
+            if used > 1.0 + SHARE_EPS or n > limit:
+                running = [x for x in tasks if x.start <= t < x.finish]
+                names = ", ".join(f"{x.id} (share {x.share:g})" for x in running[:4])
+                more = f" and {len(running) - 4} more" if len(running) > 4 else ""
+                if used > 1.0 + SHARE_EPS:
+                    what = f"shares sum to {used:.3g} > 1"
+                    hint = "lower the tasks' share= clauses or move one to another device; compile again to get a valid plan"
+                else:
+                    what = f"{n} tasks run at once, above max_tasks_per_device={int(limit)}"
+                    hint = "raise max_tasks_per_device in the cluster file, or compile again"
+                raise PlanError(f"device {d} is oversubscribed at t={t:.6g} s: {what} ({names}{more})",
+                                path=path, line=lines.get(("tasks", index[running[0].id])) if running else None,
+                                hint=hint)
+
+
+def check_plan_colocation(plan: Plan, path=None, lines: dict | None = None) -> None:
+    """Refuse a plan in which a stateful kernel's calls run on more than one device.
+
+    Raises
+    ------
+    PlanError
+        Naming the kernel, its devices and the first call on a second device.
+    """
+    lines = lines or {}
+    home: dict[str, tuple[str, str]] = {}          # kernel -> (device, first task)
+    for i, t in enumerate(plan.tasks):
+        if not t.stateful:
+            continue
+        first = home.setdefault(t.kernel, (t.device, t.id))
+        if first[0] != t.device:
+            raise PlanError(f"stateful kernel {t.kernel!r} runs on {first[0]} (task {first[1]!r}) and on "
+                            f"{t.device} (task {t.id!r}): its calls share state, so they must run on one device",
+                            path=path, line=lines.get(("tasks", i)),
+                            hint=f"place every task of {t.kernel!r} on {first[0]}, or compile the program again")
 
 
 def _validate_pipeline(plan: Plan, path, lines: dict) -> None:

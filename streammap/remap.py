@@ -39,7 +39,7 @@ same two pieces with what its actors report.
 
     Finished tasks keep their device and times, except that on a device that shares, a finished
     task's estimated times are clipped at ``now`` (it is done by then): the plan's share check
-    (:func:`streammap.placement.sharing.check_plan_shares`) then sees the finished tasks before ``now`` and
+    (:func:`streammap.plan.check_plan_shares`) then sees the finished tasks before ``now`` and
     the new ones after it, never an estimate of the past overlapping the future.
 
     The result's plan lists the finished tasks first (plan order), then the rest by new start: a
@@ -323,7 +323,6 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
         graph = _graph_from_plan(plan, cluster)
         ir = "plan"
     cost = CostModel(graph, cluster, history=history)
-    D = cost.n_devices
     col = cluster.index
     T = cost.time.copy()
     pending_rows = np.array([cost.pos[k] for k in need], dtype=np.int64)
@@ -340,11 +339,8 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
         i = cost.pos[k]
         T[i, :] = math.inf
         T[i, col[dev]] = 0.0
-    cost.time = T
-    # every device its own class: the bounds read class_time
-    cost.device_class = np.arange(D)
-    cost.class_time = T
-    cost.class_count = np.ones(D, dtype=np.int64)
+    # every device its own class: the bounds read class_time, and a slowed or lost device breaks its class
+    cost = cost.with_times(T)
     try:
         # a stateful kernel's pending calls follow its finished ones (pinned where they ran)
         def map_fn(c):

@@ -49,7 +49,8 @@ def test_the_project_imports_its_own_modules_absolutely_and_at_module_level():
     assert misplaced == []
 
 
-def test_module_level_imports_form_no_cycle():
+def _import_graph() -> nx.DiGraph:
+    """Module -> the project modules it imports (``from a import b`` counts ``a.b`` when a module)."""
     modules = _modules()
     graph = nx.DiGraph()
     for name, path in modules.items():
@@ -60,6 +61,11 @@ def test_module_level_imports_form_no_cycle():
             for c in candidates:
                 if c in modules and c != name:
                     graph.add_edge(name, c)
+    return graph
+
+
+def test_module_level_imports_form_no_cycle():
+    graph = _import_graph()
     # A package imports its own submodules by design (re-exports); the cycles that matter are
     # between modules, so a package's edge to its parent is not counted.
     for name in list(graph):
@@ -68,3 +74,14 @@ def test_module_level_imports_form_no_cycle():
             graph.remove_edge(name, parent)
     cycles = list(nx.simple_cycles(graph, length_bound=6))
     assert cycles == [], f"import cycles: {cycles[:5]}"
+
+
+def test_the_plan_contract_depends_on_no_placement_policy():
+    """``streammap.plan`` (what a plan is, and the rules every plan obeys) is read by the runtime and
+    the tools without the compiler: nothing it imports, directly or through other modules, is
+    placement code; the placement policies import the plan's rules, not the other way round."""
+    graph = _import_graph()
+    reached = nx.descendants(graph, "streammap.plan")
+    assert "streammap.errors" in reached                  # the graph does see plan.py's imports
+    assert sorted(m for m in reached if m.split(".")[:2] == ["streammap", "placement"]) == []
+    assert "streammap.plan" in nx.descendants(graph, "streammap.placement.sharing")

@@ -68,6 +68,18 @@ attributes themselves (``memoryInBytes`` and file unions).
 Transfers: 0 on one device, else ``lat + bytes / bw`` of the link between the two devices (the
 node's link inside a node, the cluster network between nodes), with no contention.
 
+Derived views
+-------------
+Two methods give a new model that shares the graph, the task arrays and the edges with its parent
+and differs only where it says (shallow copies: nothing is rebuilt, the parent is unchanged):
+
+:meth:`CostModel.restrict` keeps a subset of the devices. Every per-device attribute is sliced,
+the attributes and their device axes being listed once, in :data:`DEVICE_AXES` (a test checks that
+every per-device array of a model is listed there), and the device classes are renumbered.
+:meth:`CostModel.with_times` replaces the time matrix (a pinned task, a slowed or lost device,
+shares as work): with new class times, or with every device its own class when a change breaks
+the symmetry of a class.
+
 The module also gives :func:`lower_bound`, the bound every mapper is reported against.
 
 References
@@ -81,6 +93,7 @@ References
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Callable, Mapping, Optional
 
@@ -97,6 +110,14 @@ DEFAULT_LAUNCH_OVERHEAD = 10e-6
 
 #: The possible values of :attr:`CostModel.source`, best first.
 SOURCES = ("history", "clauses", "times", "runtime", "default")
+
+#: Every per-device attribute of a :class:`CostModel` (an array), by name: the axes indexed by device
+#: position. :meth:`CostModel.restrict` slices each of them; a new per-device array must be listed
+#: here. ``devices`` (the list) and ``n_devices`` are per-device too, and kept beside them.
+DEVICE_AXES: dict[str, tuple[int, ...]] = {
+    "time": (1,), "capacity": (0,), "shareable": (0,), "node_of": (0,), "device_class": (0,),
+    "bw": (0, 1), "lat": (0, 1), "inv_bw": (0, 1),
+}
 
 #: Signature of the history hook: ``(kernel, device_model, task_attrs) -> seconds or None``.
 History = Callable[[str, str, Mapping], Optional[float]]
@@ -352,6 +373,86 @@ class CostModel:
         self.device_class = cls_of
         self.class_time = ct
         self.class_count = np.bincount(cls_of, minlength=C)
+
+    # ------------------------------------------------------------------ derived views
+
+    def restrict(self, devices) -> CostModel:
+        """The same graph on a subset of the devices.
+
+        Parameters
+        ----------
+        devices : sequence of int
+            Device positions of this model; the view's device ``i`` is ``devices[i]``.
+
+        Returns
+        -------
+        CostModel
+            A shallow copy with every attribute of :data:`DEVICE_AXES` sliced on its device axes
+            (times, capacities, shareability, nodes, links), ``devices`` and ``n_devices`` to
+            match, and the device classes renumbered ``0..C'-1`` over the classes that remain
+            (``class_time`` and ``class_count`` with them), so that the mean transfer cost of the
+            ranks and the bounds are the subset's own. Tasks, edges and sizes are shared with
+            this model.
+
+        See Also
+        --------
+        streammap.mappers.auto.lift : a schedule on the view, back on this model's devices.
+        """
+        devs = np.asarray(devices, dtype=np.int64)
+        view = copy.copy(self)
+        view.devices = [self.devices[i] for i in devs]
+        view.n_devices = int(devs.size)
+        for name, axes in DEVICE_AXES.items():
+            values = getattr(self, name)
+            for axis in axes:
+                values = np.take(values, devs, axis=axis)
+            setattr(view, name, values)
+        view.time = np.ascontiguousarray(view.time)
+        kept, renumbered = np.unique(view.device_class, return_inverse=True)
+        view.device_class = renumbered.reshape(-1)
+        view.class_time = self.class_time[:, kept]
+        view.class_count = np.bincount(view.device_class, minlength=kept.size)
+        return view
+
+    def with_times(self, time: np.ndarray, class_time: np.ndarray | None = None) -> CostModel:
+        """The same graph and devices with other task times.
+
+        Parameters
+        ----------
+        time : ndarray, shape (n_tasks, n_devices)
+            Seconds of each task on each device (``inf``: cannot run there). Used as given (not
+            copied).
+        class_time : ndarray, shape (n_tasks, C), optional
+            The times per device class of this model, when ``time`` keeps every class's devices
+            alike (``time[:, d] == class_time[:, device_class[d]]``). Without it every device
+            becomes its own class (``class_time`` is ``time``): the safe choice when ``time``
+            treats two devices of one class differently (a task pinned to one of them, a slowed
+            or lost device), since the bounds read ``class_time``.
+
+        Returns
+        -------
+        CostModel
+            A shallow copy sharing everything else with this model.
+
+        Raises
+        ------
+        ValueError
+            If an array's shape does not match the model.
+        """
+        T, D = self.n_tasks, self.n_devices
+        if np.shape(time) != (T, D):
+            raise ValueError(f"time has shape {np.shape(time)}, expected {(T, D)}")
+        view = copy.copy(self)
+        view.time = time
+        if class_time is None:
+            view.device_class = np.arange(D)
+            view.class_time = time
+            view.class_count = np.ones(D, dtype=np.int64)
+        else:
+            if np.shape(class_time) != self.class_time.shape:
+                raise ValueError(f"class_time has shape {np.shape(class_time)}, expected {self.class_time.shape}")
+            view.class_time = class_time
+        return view
 
     # ------------------------------------------------------------------ queries
 

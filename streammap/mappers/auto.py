@@ -41,7 +41,6 @@ and no step reads the clock.
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
@@ -55,7 +54,7 @@ from streammap.mappers.partition import available as metis_available
 from streammap.mappers.peft import peft
 from streammap.mappers.schedule import MEM_RTOL, Schedule, fits, peak_memory
 
-__all__ = ["auto", "device_subset", "lift"]
+__all__ = ["auto", "lift"]
 
 #: Work (tasks × devices) up to which every candidate is tried.
 SMALL_WORK = 200_000
@@ -70,30 +69,9 @@ SEARCH_BUDGET_LARGE = 100_000
 SEARCH_MAX_RUNS = 1500
 
 
-def device_subset(cost: CostModel, devices) -> CostModel:
-    """A view of ``cost`` with only the given device positions (same tasks and edges).
-
-    The view's device ``i`` is ``devices[i]``; link matrices, capacities and device classes are
-    sliced accordingly, so the mean transfer cost that ranks use is the subset's own.
-    """
-    devs = np.asarray(devices, dtype=np.int64)
-    sub = copy.copy(cost)
-    sub.devices = [cost.devices[i] for i in devs]
-    sub.n_devices = int(devs.size)
-    sub.time = np.ascontiguousarray(cost.time[:, devs])
-    sub.capacity = cost.capacity[devs]
-    ix = np.ix_(devs, devs)
-    sub.bw, sub.lat, sub.inv_bw = cost.bw[ix], cost.lat[ix], cost.inv_bw[ix]
-    sub.node_of = cost.node_of[devs]
-    uniq, inv = np.unique(cost.device_class[devs], return_inverse=True)
-    sub.device_class = inv.reshape(-1)
-    sub.class_time = cost.class_time[:, uniq]
-    sub.class_count = np.bincount(sub.device_class, minlength=uniq.size)
-    return sub
-
-
 def lift(cost: CostModel, devices, schedule: Schedule, mapper: str | None = None) -> Schedule:
-    """A schedule on :func:`device_subset` ``(cost, devices)`` expressed on all of ``cost``'s devices."""
+    """A schedule on ``cost.restrict(devices)`` (:meth:`~streammap.cost.model.CostModel.restrict`)
+    expressed on all of ``cost``'s devices."""
     devs = np.asarray(devices, dtype=np.int64)
     return Schedule(mapper or schedule.mapper, devs[schedule.device], schedule.start, schedule.finish,
                     schedule.makespan, n_devices=cost.n_devices, seq=schedule.seq)
@@ -213,7 +191,7 @@ def auto(cost: CostModel) -> Schedule:
     if tier == 2:
         subsets = [x for x in subsets if x[1].size == 1 or x[0].startswith("node")]
     for name, devs in subsets:
-        sub = device_subset(cost, devs)
+        sub = cost.restrict(devs)
         tmin = sub.time.min(axis=1)
         if not np.isfinite(tmin).all():
             continue

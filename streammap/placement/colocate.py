@@ -11,12 +11,13 @@ device.
 State
 -----
 A *group* is the task positions of one stateful kernel's calls (two or more of them), in the cost
-model's topological order. A *pinned view* of a :class:`~streammap.cost.model.CostModel` is a shallow
-copy whose ``time`` rows of pinned tasks are ``inf`` off their device; every mapper (HEFT, PEFT,
+model's topological order. A *pinned view* of a :class:`~streammap.cost.model.CostModel` is the model
+with times whose rows of pinned tasks are ``inf`` off their device
+(:meth:`~streammap.cost.model.CostModel.with_times`); every mapper (HEFT, PEFT,
 ``auto``, local search, partition, the policies and the share-aware scheduler) already honours
 ``inf`` as "cannot run here", as it does for ``device=`` clauses. Pinning one device of a class
 breaks the class symmetry that the bounds read, so the view makes every device its own class (as
-:mod:`streammap.remap` does).
+:mod:`streammap.remap` does; ``with_times`` without class times).
 
 Policy: the first call's device is chosen freely, the later calls follow it
 ---------------------------------------------------------------------------
@@ -31,21 +32,24 @@ So the mapper still chooses where the state lives (the first call's device, or a
 had picked for the group's calls when that maps shorter), and the pin costs at most
 ``1 + MAX_CANDIDATES`` mapper runs per spread group. The pipeline strategy honours the same rule
 in its own stage placement (:func:`streammap.strategies.pipeline.map_pipeline`: the stages of one
-stateful kernel are placed as one unit), and :func:`check_plan_colocation` refuses any plan that
-breaks it (a hand-edited plan, a plan written by another tool).
+stateful kernel are placed as one unit), and the plan validation
+(:func:`streammap.plan.check_plan_colocation`) refuses any plan that breaks it (a hand-edited plan,
+a plan written by another tool).
 """
 
 from __future__ import annotations
 
-import copy
 import math
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 
 from streammap.cost.model import CostModel
-from streammap.errors import MappingError, PlanError
+from streammap.errors import MappingError
 from streammap.mappers.schedule import Schedule
+
+#: What a mapper given to :func:`colocate_stateful` returns (a schedule, or a result holding one).
+R = TypeVar("R")
 
 #: Devices tried for one spread group (the mapper's own choices for its calls, first call first).
 MAX_CANDIDATES = 3
@@ -70,21 +74,33 @@ def stateful_groups(cost: CostModel) -> list[np.ndarray]:
 
 
 def pinned_view(cost: CostModel, rows: np.ndarray, device: int) -> CostModel:
-    """A shallow copy of ``cost`` in which the tasks ``rows`` can run only on ``device``."""
-    view = copy.copy(cost)
+    """A view of ``cost`` in which the tasks ``rows`` can run only on ``device`` (every device its
+    own class: :meth:`~streammap.cost.model.CostModel.with_times`)."""
     T = cost.time.copy()
     keep = T[rows, device].copy()
     T[rows, :] = math.inf
     T[rows, device] = keep
-    view.time = T
-    view.device_class = np.arange(cost.n_devices)
-    view.class_time = T
-    view.class_count = np.ones(cost.n_devices, dtype=np.int64)
-    return view
+    return cost.with_times(T)
 
 
-def colocate_stateful(cost: CostModel, map_fn: Callable[[CostModel], Schedule]) -> Schedule:
+def colocate_stateful(cost: CostModel, map_fn: Callable[[CostModel], R],
+                      schedule_of: Callable[[R], Schedule] | None = None) -> R:
     """``map_fn(cost)``, with every stateful kernel's calls on one device (module docstring).
+
+    Parameters
+    ----------
+    cost : CostModel
+    map_fn : callable
+        The mapper. It returns a :class:`~streammap.mappers.schedule.Schedule`, or a result that
+        holds one beside what else its producer gives (the compiler's: a spill estimate).
+    schedule_of : callable, optional
+        The schedule of a ``map_fn`` result (default: the result is the schedule).
+
+    Returns
+    -------
+    Schedule, or what ``map_fn`` returns
+        ``map_fn``'s result on the view where every spread group is pinned (on ``cost`` itself
+        when no group spreads), as it returned it.
 
     Raises
     ------
@@ -92,8 +108,11 @@ def colocate_stateful(cost: CostModel, map_fn: Callable[[CostModel], Schedule]) 
         When a stateful kernel's calls have no device in common (their constraints differ) or no
         candidate device gives a valid mapping; whatever ``map_fn`` raises otherwise.
     """
+    if schedule_of is None:
+        schedule_of = _itself
     groups = stateful_groups(cost)
-    schedule = map_fn(cost)
+    result = map_fn(cost)
+    schedule = schedule_of(result)
     view = cost
     for rows in groups:
         devs = schedule.device[rows]
@@ -121,30 +140,14 @@ def colocate_stateful(cost: CostModel, map_fn: Callable[[CostModel], Schedule]) 
             except MappingError as exc:
                 failure = exc
                 continue
-            if best is None or got.makespan < best[0].makespan * (1 - 1e-12):
+            if best is None or schedule_of(got).makespan < schedule_of(best[0]).makespan * (1 - 1e-12):
                 best = (got, trial)
         if best is None:
             raise failure
-        schedule, view = best
+        result, view = best
+        schedule = schedule_of(result)
+    return result
+
+
+def _itself(schedule: Schedule) -> Schedule:
     return schedule
-
-
-def check_plan_colocation(plan, path=None, lines: dict | None = None) -> None:
-    """Refuse a plan in which a stateful kernel's calls run on more than one device.
-
-    Raises
-    ------
-    PlanError
-        Naming the kernel, its devices and the first call on a second device.
-    """
-    lines = lines or {}
-    home: dict[str, tuple[str, str]] = {}          # kernel -> (device, first task)
-    for i, t in enumerate(plan.tasks):
-        if not t.stateful:
-            continue
-        first = home.setdefault(t.kernel, (t.device, t.id))
-        if first[0] != t.device:
-            raise PlanError(f"stateful kernel {t.kernel!r} runs on {first[0]} (task {first[1]!r}) and on "
-                            f"{t.device} (task {t.id!r}): its calls share state, so they must run on one device",
-                            path=path, line=lines.get(("tasks", i)),
-                            hint=f"place every task of {t.kernel!r} on {first[0]}, or compile the program again")

@@ -46,8 +46,9 @@ way.
 
 :func:`simulate_shared` replays an assignment and per-device order under the same rule (the
 runtime's admission), so a schedule can be re-scored and spill costs added
-(:mod:`streammap.placement.spilling`); :func:`check_plan_shares` is the plan validation that refuses a
-device whose shares exceed 1 at some instant.
+(:mod:`streammap.placement.spilling`). The plan validation that refuses a device whose shares exceed
+1 at some instant, :func:`streammap.plan.check_plan_shares`, belongs to the plan contract; this
+module takes :data:`~streammap.plan.SHARE_EPS` and :func:`~streammap.plan.share_profile` from there.
 
 References
 ----------
@@ -65,12 +66,10 @@ from bisect import bisect_right
 import numpy as np
 
 from streammap.cost.model import CostModel, area_bound, critical_path_bound
-from streammap.errors import MappingError, PlanError
+from streammap.errors import MappingError
 from streammap.mappers.heft import MemoryProfile, check_placeable, heft, place_in_order, priority_order, release_inputs
 from streammap.mappers.schedule import MEM_RTOL, Schedule
-
-#: Slack when summing shares (``0.1 + 0.2 + 0.7`` is a full device, not an overfull one).
-SHARE_EPS = 1e-9
+from streammap.plan import SHARE_EPS, share_profile  # noqa: F401 (share_profile: re-exported for the views)
 
 #: Device policy of the share-aware scheduler for each mapper name.
 POLICY_OF_MAPPER = {"auto": "eft", "heft": "eft", "peft": "eft", "binpack": "binpack", "binpack-node": "binpack",
@@ -87,13 +86,12 @@ def shared_lower_bound(cost: CostModel) -> float:
     """The lower bound when tasks may share devices: the critical path (a task's time does not
     depend on what runs beside it), and the area bound with each task's time weighted by its
     share (a task with share s uses s of its device for its duration)."""
-    import copy  # noqa: PLC0415
-
-    view = copy.copy(cost)
     on_class = np.zeros(cost.class_time.shape[1], dtype=bool)
     on_class[cost.device_class[cost.shareable]] = True
-    view.class_time = cost.class_time * np.where(on_class[None, :], cost.share[:, None], 1.0)
-    view.time = cost.time * np.where(cost.shareable[None, :], cost.share[:, None], 1.0)
+    # Shareability is a property of the device kind, so it is constant on a class: the weighted
+    # times keep the classes, and the bound can work on them.
+    view = cost.with_times(cost.time * np.where(cost.shareable[None, :], cost.share[:, None], 1.0),
+                           class_time=cost.class_time * np.where(on_class[None, :], cost.share[:, None], 1.0))
     return max(critical_path_bound(cost), area_bound(view))
 
 
@@ -381,63 +379,6 @@ def simulate_shared(cost: CostModel, device, order, extra=None, mapper: str = "s
         raise ValueError(f"the device orders contradict the dependencies (deadlock at {', '.join(stuck)})")
     seq = pos_in
     return Schedule(mapper, device, start, finish, float(finish.max()) if T else 0.0, n_devices=D, seq=seq)
-
-
-def share_profile(intervals) -> list[tuple[float, float, int]]:
-    """The share in use over time from ``(start, finish, share)`` intervals (half-open).
-
-    Returns ``[(t, share, tasks), ...]``: from ``t`` on (until the next entry), ``share`` of the
-    device is in use by ``tasks`` tasks. Zero-length intervals hold nothing.
-    """
-    ev: dict[float, list[float]] = {}
-    for s, f, sh in intervals:
-        if f > s:
-            ev.setdefault(s, [0.0, 0])
-            ev.setdefault(f, [0.0, 0])
-            ev[s][0] += sh
-            ev[s][1] += 1
-            ev[f][0] -= sh
-            ev[f][1] -= 1
-    out, used, n = [], 0.0, 0
-    for t in sorted(ev):
-        used += ev[t][0]
-        n += ev[t][1]
-        out.append((t, max(0.0, used) if abs(used) > SHARE_EPS else 0.0, n))
-    return out
-
-
-def check_plan_shares(plan, path=None, lines: dict | None = None) -> None:
-    """Plan validation: on no device that shares (has a task with ``share < 1``) do the shares
-    of the tasks running at once exceed 1, nor their number the cluster's ``max_tasks_per_device``.
-
-    Raises
-    ------
-    PlanError
-        Naming the device, the instant, the tasks running then and their shares.
-    """
-    lines = lines or {}
-    spec = plan.cluster.spec or {}
-    limit = spec.get("max_tasks_per_device") or math.inf
-    index = {t.id: i for i, t in enumerate(plan.tasks)}
-    for d, tasks in plan.tasks_by_device().items():
-        # Only devices that share: whole-device tasks run one at a time whatever their estimated
-        # times say (a re-mapped plan may keep finished tasks' estimates overlapping new ones).
-        if len(tasks) < 2 or all(t.share >= 1.0 - SHARE_EPS for t in tasks):
-            continue
-        for t, used, n in share_profile((x.start, x.finish, x.share) for x in tasks):
-            if used > 1.0 + SHARE_EPS or n > limit:
-                running = [x for x in tasks if x.start <= t < x.finish]
-                names = ", ".join(f"{x.id} (share {x.share:g})" for x in running[:4])
-                more = f" and {len(running) - 4} more" if len(running) > 4 else ""
-                if used > 1.0 + SHARE_EPS:
-                    what = f"shares sum to {used:.3g} > 1"
-                    hint = "lower the tasks' share= clauses or move one to another device; compile again to get a valid plan"
-                else:
-                    what = f"{n} tasks run at once, above max_tasks_per_device={int(limit)}"
-                    hint = "raise max_tasks_per_device in the cluster file, or compile again"
-                raise PlanError(f"device {d} is oversubscribed at t={t:.6g} s: {what} ({names}{more})",
-                                path=path, line=lines.get(("tasks", index[running[0].id])) if running else None,
-                                hint=hint)
 
 
 def stack_offsets(intervals) -> list[float]:

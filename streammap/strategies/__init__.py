@@ -9,6 +9,6 @@ data out), and :func:`choose_strategy` evaluates those that apply and keeps the 
 - :mod:`.choose` -- the choice (``--strategy auto|none|data|model|pipeline``).
 """
 
-from streammap.strategies.choose import STRATEGIES, Candidate, Choice, check_strategy, choose_strategy
+from streammap.strategies.choose import STRATEGIES, Candidate, Choice, Mapped, check_strategy, choose_strategy
 
-__all__ = ["STRATEGIES", "Candidate", "Choice", "check_strategy", "choose_strategy"]
+__all__ = ["STRATEGIES", "Candidate", "Choice", "Mapped", "check_strategy", "choose_strategy"]

@@ -21,7 +21,7 @@ program that is not a ``# @stream pipeline``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import networkx as nx
 
@@ -30,6 +30,8 @@ from streammap.cost.model import CostModel
 from streammap.errors import StreamMapError
 from streammap.mappers.schedule import Schedule
 from streammap.placement.colocate import colocate_stateful
+from streammap.placement.spilling import SpillEstimate
+from streammap.plan import StrategyInfo
 from streammap.strategies.fission import choose_shards, split_graph, splittable
 from streammap.strategies.model import map_model, single_device_fit
 from streammap.strategies.pipeline import pipeline_schedule, stage_problem
@@ -37,6 +39,15 @@ from streammap.units import format_size, format_time
 
 #: Strategy names, simplest first (the tie-break order).
 STRATEGIES = ("none", "data", "model", "pipeline")
+
+
+class Mapped(NamedTuple):
+    """What a mapper of ``none`` and ``data`` returns: its schedule, and the spill estimate the
+    schedule was re-timed with when the mapper made one (the compiler's does: the plan reports
+    the bytes it spills)."""
+
+    schedule: Schedule
+    spills: Optional[SpillEstimate] = None
 
 
 @dataclass
@@ -49,6 +60,7 @@ class Candidate:
     schedule: Schedule
     splits: dict = field(default_factory=dict)
     pipeline: Optional[dict] = None        # PipelineInfo fields, for the pipeline strategy
+    spills: Optional[SpillEstimate] = None  # the spill estimate of ``schedule``, when its mapper made one
 
     @property
     def makespan(self) -> float:
@@ -65,12 +77,12 @@ class Choice:
     skipped: dict[str, str]
     reason: str
 
-    def info(self) -> dict:
-        """The plan's ``strategy`` block (``streammap.plan.StrategyInfo`` fields)."""
-        return {"chosen": self.chosen.name, "forced": self.forced,
-                "estimates": {k: float(v) for k, v in self.estimates.items()},
-                "skipped": dict(self.skipped), "reason": self.reason,
-                "splits": dict(self.chosen.splits)}
+    def info(self) -> StrategyInfo:
+        """The plan's ``strategy`` block."""
+        return StrategyInfo(chosen=self.chosen.name, forced=self.forced,
+                            estimates={k: float(v) for k, v in self.estimates.items()},
+                            skipped=dict(self.skipped), reason=self.reason,
+                            splits=dict(self.chosen.splits))
 
 
 def check_strategy(name: str) -> str:
@@ -80,7 +92,7 @@ def check_strategy(name: str) -> str:
                          hint=f"use auto (default) or one of: {', '.join(STRATEGIES)}")
 
 
-def choose_strategy(graph: nx.DiGraph, cluster: Cluster, *, map_fn: Callable[[CostModel], Schedule],
+def choose_strategy(graph: nx.DiGraph, cluster: Cluster, *, map_fn: Callable[[CostModel], Schedule | Mapped],
                     strategy: str = "auto", history=None, cost: CostModel | None = None) -> Choice:
     """Evaluate the strategies that apply to ``graph`` on ``cluster`` and choose one.
 
@@ -90,7 +102,8 @@ def choose_strategy(graph: nx.DiGraph, cluster: Cluster, *, map_fn: Callable[[Co
         The program's task graph (IR).
     cluster : Cluster
     map_fn : callable
-        The mapper for ``none`` and ``data`` (``--mapper``).
+        The mapper for ``none`` and ``data`` (``--mapper``): it returns a schedule, or a
+        :class:`Mapped` (the schedule with its spill estimate, kept in the :class:`Candidate`).
     strategy : str
         ``auto`` (the least estimate) or a strategy name to force.
     history : callable, optional
@@ -106,15 +119,20 @@ def choose_strategy(graph: nx.DiGraph, cluster: Cluster, *, map_fn: Callable[[Co
     check_strategy(strategy)
     given = map_fn
 
-    def map_fn(c: CostModel) -> Schedule:          # every call of a stateful kernel on one device
-        return colocate_stateful(c, given)
+    def mapped(c: CostModel) -> Mapped:
+        got = given(c)
+        return got if isinstance(got, Mapped) else Mapped(got)
+
+    def map_fn(c: CostModel) -> Mapped:            # every call of a stateful kernel on one device
+        return colocate_stateful(c, mapped, schedule_of=_schedule_of)
 
     cost = cost or CostModel(graph, cluster, history=history)
     candidates: dict[str, Candidate] = {}
     skipped: dict[str, str] = {}
     failed = None
     try:
-        candidates["none"] = Candidate("none", graph, cost, map_fn(cost))
+        got = map_fn(cost)
+        candidates["none"] = Candidate("none", graph, cost, got.schedule, spills=got.spills)
     except StreamMapError as exc:          # e.g. no memory-valid placement of the graph as written
         if strategy == "none":
             raise
@@ -150,6 +168,10 @@ class _Skip(Exception):
     """A strategy does not apply (the message says why)."""
 
 
+def _schedule_of(result: Mapped) -> Schedule:
+    return result.schedule
+
+
 def _data(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:
     if not splittable(graph):
         raise _Skip("no kernel call with a split clause and an array argument (stateful kernels are never split)")
@@ -162,7 +184,8 @@ def _data(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:
     splits = {c.task: c.k for c in chosen}
     split = split_graph(graph, {c.task: c.fractions for c in chosen}, {c.task: c.pins for c in chosen})
     scost = CostModel(split, cluster, history=history)
-    return Candidate("data", split, scost, map_fn(scost), splits=splits)
+    got = map_fn(scost)
+    return Candidate("data", split, scost, got.schedule, splits=splits, spills=got.spills)
 
 
 def _model(graph, cluster, cost, *, map_fn, history, forced) -> Candidate:

@@ -10,6 +10,7 @@ import pytest
 from streammap.cluster.model import cluster_from_dict, load_cluster
 from streammap.cost.model import (
     DEFAULT_LAUNCH_OVERHEAD,
+    DEVICE_AXES,
     LAUNCH_OVERHEAD,
     CostModel,
     area_bound,
@@ -236,3 +237,74 @@ def test_cholesky_times_come_from_the_v100_and_skylake_measurements():
     i = cost.pos["POTRF(0)"]
     assert cost.time[i, 0] == 0.000268746 and cost.time[i, 4] == 0.000447032
     assert cost.mem[i] == 131072 and cost.out[i] == 131072
+
+
+# -- derived views: restrict, with_times ----------------------------------------------------------
+
+def _six_tasks_on_two_nodes():
+    """Six tasks, five edges, on four devices of three classes (two A100s, a CPU, a V100): no
+    task-, edge- or class-sized array can be mistaken for a device-sized one."""
+    g = program(*[(t, {"flops": 1e9 * (i + 1), "bytes": 1e6, "share": 0.5}) for i, t in enumerate("abcdef")],
+                edges=[("a", "b", 1e6), ("a", "c", 2e6), ("b", "d", 3e6), ("c", "e", 4e6), ("d", "f", 5e6)])
+    cost = CostModel(g, two_nodes(oversub=1.5))
+    assert (cost.n_tasks, cost.n_edges, cost.class_time.shape[1], cost.n_devices) == (6, 5, 3, 4)
+    return cost
+
+
+def _device_axes(value, n_devices) -> tuple[int, ...]:
+    return tuple(i for i, n in enumerate(np.shape(value)) if n == n_devices)
+
+
+def test_every_per_device_array_of_the_model_is_one_that_restrict_slices():
+    cost = _six_tasks_on_two_nodes()
+    per_device = {name: _device_axes(v, cost.n_devices) for name, v in vars(cost).items()
+                  if isinstance(v, np.ndarray) and _device_axes(v, cost.n_devices)}
+    assert per_device == DEVICE_AXES
+
+
+def test_a_restricted_model_holds_the_subset_in_every_per_device_array():
+    cost = _six_tasks_on_two_nodes()
+    devs = [2, 3, 0]                      # the CPU, the V100 on the other node, an A100
+    sub = cost.restrict(devs)
+    assert sub.n_devices == 3 and [d.id for d in sub.devices] == [cost.devices[d].id for d in devs]
+    for name, axes in DEVICE_AXES.items():
+        value = getattr(sub, name)
+        assert _device_axes(value, 3) == axes, name
+        if name != "device_class":        # renumbered, checked below
+            expected = getattr(cost, name)
+            for axis in axes:
+                expected = np.take(expected, devs, axis=axis)
+            np.testing.assert_array_equal(value, expected, err_msg=name)
+    assert sub.shareable.tolist() == [False, True, True]        # a CPU is never shared by fraction
+    assert [sub.share_on(0, d) for d in range(3)] == [1.0, 0.5, 0.5]
+    # classes renumbered over the ones left, and still describing the times
+    assert sorted(sub.device_class.tolist()) == [0, 1, 2] and sub.class_count.tolist() == [1, 1, 1]
+    np.testing.assert_array_equal(sub.class_time[:, sub.device_class], sub.time)
+    # tasks and edges are the parent's; the parent is unchanged
+    assert sub.tasks is cost.tasks and sub.pred_idx is cost.pred_idx
+    assert cost.n_devices == 4 and cost.time.shape == (6, 4) and cost.shareable.size == 4
+
+
+def test_restricting_to_devices_of_one_class_keeps_one_class():
+    cost = _six_tasks_on_two_nodes()
+    sub = cost.restrict([0, 1])           # the two A100s
+    assert sub.device_class.tolist() == [0, 0] and sub.class_count.tolist() == [2]
+    np.testing.assert_array_equal(sub.class_time[:, 0], cost.time[:, 0])
+    assert area_bound(sub) == pytest.approx(cost.time[:, 0].sum() / 2)
+
+
+def test_with_times_makes_every_device_its_own_class_unless_class_times_are_given():
+    cost = _six_tasks_on_two_nodes()
+    pinned = cost.time.copy()
+    pinned[0, 1:] = math.inf              # task a on the first A100 only: the A100 class splits
+    view = cost.with_times(pinned)
+    assert view.time is pinned and view.class_time is pinned
+    assert view.device_class.tolist() == [0, 1, 2, 3] and view.class_count.tolist() == [1, 1, 1, 1]
+    assert cost.time[0, 1] < math.inf and cost.device_class.tolist() == [0, 0, 1, 2]
+    halved = cost.with_times(cost.time / 2, class_time=cost.class_time / 2)
+    assert halved.device_class is cost.device_class
+    assert area_bound(halved) == pytest.approx(area_bound(cost) / 2)
+    with pytest.raises(ValueError, match="time has shape"):
+        cost.with_times(cost.time[:, :2])
+    with pytest.raises(ValueError, match="class_time has shape"):
+        cost.with_times(cost.time, class_time=cost.time)

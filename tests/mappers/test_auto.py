@@ -11,7 +11,7 @@ from streammap.cost.model import CostModel, lower_bound
 from streammap.errors import MappingError
 from streammap.io.importers import load_graph
 from streammap.mappers import get_mapper
-from streammap.mappers.auto import auto, device_subset, lift
+from streammap.mappers.auto import auto, lift
 from streammap.mappers.heft import heft, heft_plain, priority_order
 from streammap.mappers.local_search import FixedAssignment, improve
 from streammap.mappers.partition import partition_tasks
@@ -116,7 +116,7 @@ def test_subset_view_and_lift():
     g = random_graph(150, seed=7, gpu_only=0.0, cpu_only=0.0)
     cost = CostModel(g, mixed_cluster("1TiB"))
     devs = np.array([1, 3, 4])
-    sub = device_subset(cost, devs)
+    sub = cost.restrict(devs)
     assert sub.n_devices == 3 and sub.time.shape == (cost.n_tasks, 3)
     s = lift(cost, devs, heft(sub))
     assert set(s.device.tolist()) <= {1, 3, 4}

@@ -2,6 +2,7 @@
 whole device at once, with the same results as serial runs; memory oversubscription plans beyond a
 device's memory and the runtime spills to keep within it, bit for bit."""
 
+import importlib.util
 import textwrap
 import time
 from pathlib import Path
@@ -14,9 +15,9 @@ import streammap
 from streammap.cli import main
 from streammap.cost.model import CostModel
 from streammap.errors import MappingError, PlanError
-from streammap.placement.sharing import share_profile, share_schedule, simulate_shared, stack_offsets
+from streammap.placement.sharing import share_schedule, simulate_shared, stack_offsets
 from streammap.placement.spilling import SpillBook
-from streammap.plan import read_plan, write_plan
+from streammap.plan import read_plan, share_profile, write_plan
 from streammap.runrecord import read_run_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,10 +171,19 @@ def test_re_mapping_a_sharing_plan_keeps_shares_and_co_locates_the_rest(tmp_path
     assert res.plan.mapper.name == f"{plan.mapper.name}+remap"
 
 
+def _remap_fixtures():
+    """The cluster and program of the re-mapping tests, loaded by path: ``tests/runtime`` is on
+    ``sys.path`` only when its own tests are collected in the same run."""
+    spec = importlib.util.spec_from_file_location("remap_fixtures", ROOT / "tests" / "runtime" / "test_remap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CLUSTER, module.PROGRAM
+
+
 def test_a_sharing_run_re_mapped_off_a_slow_device_keeps_shares_and_gives_the_same_result(tmp_path):
     from collections import Counter
 
-    from test_remap import CLUSTER, PROGRAM
+    CLUSTER, PROGRAM = _remap_fixtures()
 
     from streammap.plan import validate_plan
     from streammap.runtime import run_plan

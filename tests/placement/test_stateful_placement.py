@@ -18,9 +18,11 @@ from streammap.cost.model import CostModel
 from streammap.errors import PlanError
 from streammap.mappers import get_mapper
 from streammap.placement.colocate import stateful_groups
+from streammap.placement.spilling import estimate_spills
 from streammap.plan import read_plan, write_plan
 from streammap.remap import RemapError, remap_plan
 from streammap.runtime import run_plan
+from streammap.strategies import Mapped, choose_strategy
 
 ROOT = Path(__file__).resolve().parents[2]
 HETERO = ROOT.parent / "shared" / "benchmarks" / "clusters" / "hetero-2x4.yaml"
@@ -102,6 +104,27 @@ def assert_results(got: dict, expected: list):
     assert len(got) == len(expected)
     for i, e in enumerate(expected):
         np.testing.assert_array_equal(got[f"result_{i}"], e)
+
+
+@needs_shared
+def test_what_a_mapper_returns_beside_a_schedule_stays_with_that_schedule_through_the_re_mappings(tmp_path):
+    """Co-location maps the graph again for each candidate device of the state; the strategy kept
+    carries the spill estimate of the schedule it kept, not of another mapping."""
+    graph = load_source_graph(write(tmp_path, BATCHES))
+    made = []
+
+    def heft_with_spills(cost):
+        schedule = get_mapper("heft")(cost)
+        made.append(estimate_spills(cost, schedule))
+        return Mapped(schedule, made[-1])
+
+    choice = choose_strategy(graph, resolve_cluster(str(HETERO)), map_fn=heft_with_spills, strategy="none")
+    kept = choice.chosen
+    assert len(made) > 2                                   # mapped as written, then per candidate device
+    assert kept.spills.schedule is kept.schedule and any(e is kept.spills for e in made)
+    plain = choose_strategy(graph, resolve_cluster(str(HETERO)), map_fn=get_mapper("heft"), strategy="none")
+    assert plain.chosen.spills is None
+    np.testing.assert_array_equal(plain.chosen.schedule.device, kept.schedule.device)
 
 
 @needs_shared

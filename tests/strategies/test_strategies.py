@@ -305,6 +305,22 @@ def test_every_strategy_plan_respects_device_memory():
     assert (peak > 0).sum() >= 2        # the weights (8 MiB) cannot all live on one 6 MiB device
 
 
+def test_the_choice_gives_the_plan_its_strategy_block():
+    from streammap.compiler import resolve_cluster
+    from streammap.mappers import get_mapper
+    from streammap.plan import StrategyInfo
+    from streammap.strategies import choose_strategy
+    g = load_source_graph(SAMPLES / "model_parallel_mlp.py", MLP)
+    choice = choose_strategy(g, resolve_cluster(TINY), map_fn=get_mapper("heft"), strategy="model")
+    info = choice.info()
+    assert isinstance(info, StrategyInfo)
+    assert (info.chosen, info.forced, info.estimates) == ("model", True, choice.estimates)
+    assert info.reason.startswith("model (forced by --strategy)")
+    plan = streammap.compile(SAMPLES / "model_parallel_mlp.py", cluster=TINY, params=MLP, mapper="heft",
+                             strategy="model", history=False)
+    assert plan.strategy == info
+
+
 def test_model_does_not_apply_to_a_program_that_fits_one_device():
     plan = streammap.compile(SAMPLES / "model_parallel_mlp.py", cluster=two_gpus(), params=MLP, history=False)
     assert "fits one device" in plan.strategy.skipped["model"]
