@@ -288,6 +288,7 @@ def _contain(folder: str, pol: dict) -> None:
     writable = [folder, *pol.get("share", [])]
     # Held open before anything is covered: what is mounted back is mounted from these.
     held = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in writable + pol.get("expose", []) if os.path.isdir(p)}
+    folders = [p for p in pol.get("hide", []) if os.path.isdir(p)]
     _set_readonly("/", True, recursive=True)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     scratch = [p for p in ("/tmp", "/dev/shm") if os.path.isdir(p)]
@@ -297,7 +298,10 @@ def _contain(folder: str, pol: dict) -> None:
     for path, what in sorted(steps, key=lambda s: (s[0].rstrip("/").count("/"), s[1] == "expose")):
         if what == "expose":
             _bind(held.pop(path), path, writable=False)
-        elif os.path.isdir(path):                             # gone already if under a covered folder
+        elif what == "scratch" or path in folders:
+            # Covered even where a covering above emptied it already (state under /tmp): the path
+            # to the job's folder is then read-only too, not scratch space.
+            os.makedirs(path, exist_ok=True)
             _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV | (_MS_NOEXEC if what == "cover" else 0),
                    "mode=755,size=1m" if what == "cover" else "mode=1777")
             covered += [path] if what == "cover" else []
@@ -411,7 +415,8 @@ def _end_as(outcome: dict):
     if "signal" in outcome:
         sig = outcome["signal"]
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):    # those two have no handler to reset
+            signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
         os.kill(os.getpid(), sig)
         os._exit(128 + sig)                                 # a signal that does not end a process
