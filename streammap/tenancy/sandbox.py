@@ -31,10 +31,13 @@ so nothing needs installing; Linux >= 5.12):
   launcher's *init*: it reaps, forwards SIGTERM/SIGINT/SIGHUP to the worker, and when it ends,
   the kernel kills whatever the job left behind, even processes that left the process group.
 * **IPC namespace**: System V IPC and POSIX message queues are the job's own.
-* **network**: with the local backend, a network namespace of its own with loopback only (the
-  job reaches no other machine and not the service's port); with the Ray backend the host's
-  network and Ray's session folder ``/tmp/ray``: the job's driver must reach the Ray cluster,
-  and its kernels run in Ray's workers, outside this sandbox (Ray is then the boundary).
+* **network**: a network namespace of its own with loopback only: the job reaches no other
+  machine and not the service's port.
+
+Not with the Ray backend: there a job's kernels run in Ray's own worker processes, outside any
+sandbox of the service, and its driver finds the local raylet by its process (it must see the
+host's processes, hence their ``/proc/PID/root``). A Ray service's jobs are uncontained and say
+so (``isolation: none``); give tenants who must not meet separate Ray clusters.
 * **environment**: the worker gets a clean environment (``PATH``, locale, CUDA/ROCm, BLAS/OpenMP,
   Ray variables), ``HOME`` is its own folder, ``TMPDIR=/tmp``: no service variable, no token.
 
@@ -104,16 +107,14 @@ _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
 
 # -- the service's side: policy, command, availability, how a job ended ------------------------------
 
-def policy(isolation: str, *, state_dir, tenants_file=None, backend: str = "local", limits: dict | None = None,
-           home=None) -> dict:
-    """The launcher's policy for one job: what to hide, which network, which limits.
+def policy(isolation: str, *, state_dir, tenants_file=None, limits: dict | None = None, home=None) -> dict:
+    """The launcher's policy for one job: what to hide, what to mount back, which limits.
 
     ``limits`` holds ``memory`` (bytes), ``cpu_time`` (s) and ``wall_time`` (s), each ``None``
     for none; the launcher applies the first two (the service keeps the wall time).
     """
     limits = dict(limits or {})
-    out = {"isolation": isolation, "hide": [], "expose": [], "hide_files": [], "share": [],
-           "network": backend != "local",
+    out = {"isolation": isolation, "hide": [], "expose": [], "hide_files": [],
            "limits": {"memory": limits.get("memory"), "cpu_time": limits.get("cpu_time")}}
     if isolation != "namespaces":
         return out
@@ -125,8 +126,6 @@ def policy(isolation: str, *, state_dir, tenants_file=None, backend: str = "loca
         out["hide_files"].append(str(tenants_file))
     out["hide"] = sorted(str(p) for p in hide)
     out["expose"] = sorted(str(r) for r in _runtime_paths() if any(h == r or h in r.parents for h in hide))
-    if backend == "ray" and Path("/tmp/ray").is_dir():
-        out["share"].append("/tmp/ray")
     return out
 
 
@@ -166,7 +165,7 @@ def _probe() -> tuple[bool, str]:
         secret, job = Path(tmp) / "secret", Path(tmp) / "secret" / "jobs" / "job"
         job.mkdir(parents=True)
         (secret / "token").write_text("x")
-        pol = {"isolation": "namespaces", "hide": [str(secret)], "share": [], "network": False, "limits": {}}
+        pol = {"isolation": "namespaces", "hide": [str(secret)], "limits": {}}
         try:
             r = subprocess.run([sys.executable, "-I", LAUNCHER, "--probe", "--policy", json.dumps(pol), str(job)],
                                capture_output=True, text=True, timeout=30)
@@ -270,10 +269,10 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def _enter_namespaces(network: bool) -> None:
-    """New user, mount, pid and IPC (and network) namespaces; the uid and gid mapped (caller side)."""
+def _enter_namespaces() -> None:
+    """New user, mount, pid, IPC and network namespaces; the uid and gid mapped (caller side)."""
     uid, gid = os.getuid(), os.getgid()
-    flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | (0 if network else _CLONE_NEWNET)
+    flags = _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWNET
     _check(_c().unshare(ctypes.c_int(flags)), "unshare (user namespaces unavailable?)")
     inside_uid = uid or ROOT_INSIDE_UID
     inside_gid = gid or ROOT_INSIDE_UID
@@ -285,7 +284,7 @@ def _enter_namespaces(network: bool) -> None:
 def _contain(folder: str, pol: dict) -> None:
     """Build the job's view of the file system (in its init: pid 1 of the new pid namespace)."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)           # nothing propagates back to the host
-    writable = [folder, *pol.get("share", [])]
+    writable = [folder]
     # Held open before anything is covered: what is mounted back is mounted from these.
     held = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in writable + pol.get("expose", []) if os.path.isdir(p)}
     folders = [p for p in pol.get("hide", []) if os.path.isdir(p)]
@@ -309,13 +308,12 @@ def _contain(folder: str, pol: dict) -> None:
         if os.path.isfile(path):
             _mount("/dev/null", path, None, _MS_BIND)
             _set_readonly(path, True)
-    for path in writable:                                     # the job's folder (and Ray's) back, writable
+    for path in writable:                                     # the job's folder back, writable
         if path in held:
             _bind(held.pop(path), path, writable=True)
     for path in covered:                                      # read-only once what goes inside is there
         _set_readonly(path, True)
-    if not pol.get("network"):
-        _loopback_up()
+    _loopback_up()
 
 
 def _bind(fd: int, path: str, writable: bool) -> None:
@@ -444,7 +442,7 @@ def launch(folder: str, pol: dict, probe: bool = False):
     if pol["isolation"] != "namespaces":
         _end_as(_supervise(_start_worker(folder, pol, probe), limits))
     try:
-        _enter_namespaces(pol.get("network", False))
+        _enter_namespaces()
     except OSError as exc:
         _setup_failed(folder, exc, probe)
     report_r, report_w = os.pipe()

@@ -113,7 +113,7 @@ class JobService:
         self.cluster = load_cluster(cluster)
         self.tenants = load_tenants(tenants)
         self.tenants_file = Path(tenants).resolve()
-        self.isolation = _choose_isolation(isolation, len(self.tenants))
+        self.isolation = _choose_isolation(isolation, len(self.tenants), backend)
         self.limits = limits_from(limits)
         if backend == "local" and len(self.cluster.spec.nodes) > 1:
             raise StreamMapError(f"cluster '{self.cluster.name}' has {len(self.cluster.spec.nodes)} nodes; the local "
@@ -303,7 +303,7 @@ class JobService:
         atomic_write_text(folder / "job.json", json.dumps(job, indent=1), what="job description")
         limits = self.tenants.limits(row["tenant"], self.limits).as_dict()
         policy = sandbox.policy(self.isolation, state_dir=self.store.dir, tenants_file=self.tenants_file,
-                                backend=self.backend, limits=limits)
+                                limits=limits)
         with open(folder / "log.txt", "ab") as logf:
             proc = subprocess.Popen(sandbox.command(folder, policy), stdout=logf, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder)
@@ -371,7 +371,7 @@ class JobService:
             _wait_gone(proc if isinstance(proc, subprocess.Popen) else pid, folder, KILL_GRACE)
 
 
-def _choose_isolation(isolation: str, tenants: int) -> str:
+def _choose_isolation(isolation: str, tenants: int, backend: str) -> str:
     """The isolation the service runs its jobs with; refuses what it cannot give (see ``JobService``)."""
     if isolation not in ("auto", *sandbox.ISOLATIONS):
         raise StreamMapError(f"isolation {isolation!r}: choose auto, namespaces or none")
@@ -379,14 +379,18 @@ def _choose_isolation(isolation: str, tenants: int) -> str:
         log.warning("jobs run without isolation: each sees what the service sees (--no-isolation)")
         return "none"
     ok, why = sandbox.available()
+    if backend == "ray":     # see sandbox's docstring: Ray's workers run the kernels, outside any sandbox
+        ok, why = False, "with --backend ray, a job's kernels run in Ray's workers, outside the service's sandbox"
     if ok:
         return "namespaces"
     if isolation == "namespaces" or tenants > 1:
+        fix = ("give tenants who must not meet separate Ray clusters and services" if backend == "ray" else
+               "run on Linux >= 5.12 with unprivileged user namespaces (sysctl user.max_user_namespaces > 0, "
+               "kernel.unprivileged_userns_clone=1)")
         raise StreamMapError(
-            f"jobs cannot be contained on this machine ({why}); with {tenants} tenants, one tenant's job "
-            "could read the tenants file (every token), the job database and the other tenants' jobs",
-            hint="run on Linux >= 5.12 with unprivileged user namespaces (sysctl user.max_user_namespaces > 0, "
-                 "kernel.unprivileged_userns_clone=1), or serve knowingly without isolation: --no-isolation")
+            f"jobs cannot be contained ({why}); with {tenants} tenant(s), one tenant's job could read the "
+            "tenants file (every token), the job database and the other tenants' jobs",
+            hint=f"{fix}, or serve knowingly without isolation: --no-isolation")
     log.warning("jobs run without isolation (%s); one tenant, so the service starts", why)
     return "none"
 

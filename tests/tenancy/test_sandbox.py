@@ -241,7 +241,7 @@ def test_without_namespaces_several_tenants_are_refused_unless_isolation_is_waiv
             "--state", str(setup / "state"), "--port", "0"]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert "jobs cannot be contained on this machine (user namespaces are disabled)" in err
+    assert "jobs cannot be contained (user namespaces are disabled)" in err
     assert "--no-isolation" in err and not (setup / "state" / "server.json").exists()
     files = (setup / "cluster.yaml", setup / "tenants.yaml", setup / "state")
     with pytest.raises(Exception, match="cannot be contained"):
@@ -253,6 +253,8 @@ def test_without_namespaces_several_tenants_are_refused_unless_isolation_is_waiv
     alone = JobService(setup / "cluster.yaml", setup / "one.yaml", setup / "state")
     assert alone.health()["isolation"] == "none"          # one tenant: nobody to be contained from
     alone.store.close()
+    with pytest.raises(Exception, match="run in Ray's workers"):    # Ray runs kernels outside any sandbox
+        JobService(*files, backend="ray", address="127.0.0.1:1")
 
 
 def test_with_no_isolation_a_job_runs_uncontained_and_says_so(setup):
