@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from streammap.errors import StreamMapError
 from streammap.tenancy.service import serve
+from streammap.units import parse_size, parse_time
 
 
 def configure(parser, command: str) -> None:
@@ -18,14 +21,40 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--emulate", action="store_true", help="run GPU plans on the CPU (a machine without the GPUs)")
     parser.add_argument("--backend", choices=["local", "ray"], default="local", help="executor (ray for multi-node clusters)")
     parser.add_argument("--address", help="with --backend ray: the Ray cluster address")
+    parser.add_argument("--no-isolation", action="store_true",
+                        help="run jobs without a sandbox, seeing what the service sees (needed to serve more than "
+                             "one tenant on a machine without user namespaces; know what it means)")
+    parser.add_argument("--memory-limit", metavar="SIZE",
+                        help="default memory of each job process (e.g. 16GiB; a tenant's limits: replace it)")
+    parser.add_argument("--cpu-time-limit", metavar="TIME", help="default CPU time of each job process (e.g. 2h)")
+    parser.add_argument("--wall-time-limit", metavar="TIME",
+                        help="default wall time of a job (e.g. 30min): the service stops it past that")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
     tenants = args.tenants or str(Path(args.state) / "tenants.yaml")
 
+    limits = {"memory": _option(args.memory_limit, "--memory-limit", parse_size),
+              "cpu_time": _option(args.cpu_time_limit, "--cpu-time-limit", parse_time),
+              "wall_time": _option(args.wall_time_limit, "--wall-time-limit", parse_time)}
+
     def ready(url):
-        print(f"serving {url} (state {args.state}, policy {args.policy})", flush=True)
+        isolation = json.loads((Path(args.state) / "server.json").read_text()).get("isolation")
+        print(f"serving {url} (state {args.state}, policy {args.policy}, isolation {isolation})", flush=True)
     serve(args.cluster, tenants, args.state, host=args.host, port=args.port, ready=ready, policy=args.policy,
-          emulate=args.emulate, backend=args.backend, address=args.address, mapper=args.mapper)
+          emulate=args.emulate, backend=args.backend, address=args.address, mapper=args.mapper,
+          isolation="none" if args.no_isolation else "auto", limits=limits)
     return 0
+
+
+def _option(text, flag: str, parse):
+    if text is None:
+        return None
+    try:
+        value = parse(text)
+    except ValueError as exc:
+        raise StreamMapError(f"{flag} {text!r}: {exc}") from None
+    if value <= 0:
+        raise StreamMapError(f"{flag} {text!r}: must be > 0", hint=f"leave {flag} out for no limit")
+    return value

@@ -13,7 +13,15 @@ One scheduler thread wakes on every submission, cancellation and worker exit (an
 tenants file's cluster, ``streammap`` by default: gang admission, weighted DRF, priorities,
 backfill, preemption where configured), and starts a worker for each: the job is compiled against
 the sub-cluster of exactly the devices it was granted. Preempted jobs are stopped (SIGTERM to the
-worker's process group) and queued again.
+worker's process group, SIGKILL after ``KILL_GRACE`` seconds) and queued again.
+
+Containment: a worker is started by the sandbox launcher (:mod:`.sandbox`), which runs it in
+namespaces of its own (``isolation="namespaces"``: it sees its own folder and program, nothing of
+the state folder, the tenants file or other jobs) under the job's limits (the tenant's, else the
+service's defaults). A job past its wall-time limit is stopped and failed; a worker that ends
+without an exit note is failed with what the launcher's exit status says (the signal, the limit it hit).
+Without namespaces on the machine, a service of more than one tenant refuses to start unless
+``isolation="none"`` says to go on without.
 
 Restart: queued jobs are queued again in their order; a running job whose worker is still alive
 (same pid, its command line naming the job's folder) is *found again* and keeps its devices; one
@@ -39,7 +47,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,15 +57,19 @@ from streammap.cluster.model import load_cluster
 from streammap.compiler import load_source_graph
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write_text
+from streammap.tenancy import sandbox
 from streammap.tenancy.admission import Job, Scheduler
 from streammap.tenancy.estimate import Demand, Estimator, Option, sub_cluster_spec
 from streammap.tenancy.store import ACTIVE, JobStore
-from streammap.tenancy.tenants import load_tenants
+from streammap.tenancy.tenants import limits_from, load_tenants
 
 log = logging.getLogger("streammap.tenancy")
 
 #: Largest request body accepted (a program's source).
 MAX_BODY = 8 << 20
+
+#: Seconds a stopped worker has between SIGTERM and SIGKILL.
+KILL_GRACE = 5.0
 
 
 class Refused(Exception):
@@ -87,12 +98,23 @@ class JobService:
         ``local`` (one machine) or ``ray`` with the Ray address.
     mapper : str
         The mapper that re-maps each admitted job onto its granted devices.
+    isolation : str
+        ``auto`` (namespaces where the machine has them; without them, a service of more than one
+        tenant refuses to start), ``namespaces`` (required) or ``none`` (jobs see what the
+        service sees: for one trusted tenant, or knowingly). See :mod:`.sandbox`.
+    limits : dict or Limits
+        Default per-job limits (``memory``, ``cpu_time``, ``wall_time``) for tenants whose
+        ``limits`` do not say.
     """
 
     def __init__(self, cluster, tenants, state_dir, *, policy: str = "streammap", emulate: bool = False,
-                 backend: str = "local", address: str | None = None, mapper: str = "auto", tick: float = 1.0):
+                 backend: str = "local", address: str | None = None, mapper: str = "auto", tick: float = 1.0,
+                 isolation: str = "auto", limits=None):
         self.cluster = load_cluster(cluster)
         self.tenants = load_tenants(tenants)
+        self.tenants_file = Path(tenants).resolve()
+        self.isolation = _choose_isolation(isolation, len(self.tenants), backend)
+        self.limits = limits_from(limits)
         if backend == "local" and len(self.cluster.spec.nodes) > 1:
             raise StreamMapError(f"cluster '{self.cluster.name}' has {len(self.cluster.spec.nodes)} nodes; the local "
                                  "executor runs one machine", path=cluster,
@@ -106,6 +128,7 @@ class JobService:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._procs: dict[str, subprocess.Popen | int] = {}
+        self._deadlines: dict[str, float | None] = {}      # job -> end of its wall time (None: no limit)
         self._thread: threading.Thread | None = None
         self.recover()
 
@@ -250,13 +273,11 @@ class JobService:
         with self._lock:
             for job_id, proc in list(self._procs.items()):
                 if _alive(proc, self.store.job_dir(job_id)):
+                    if time.time() > (self._deadline(job_id) or float("inf")):
+                        self._stop_past_wall_time(job_id)
                     continue
                 del self._procs[job_id]
-                if job_id in self.scheduler.running:
-                    self.scheduler.finish(job_id)
-                if not self._finish_from_note(job_id):
-                    self.store.update(job_id, state="failed", finished=time.time(), pid=None,
-                                      error="the worker exited without an exit note (killed?)")
+                self._reap(job_id, proc)
             starts, preempted = self.scheduler.schedule(time.time())
             for job_id in preempted:
                 self._kill(job_id)
@@ -264,6 +285,12 @@ class JobService:
                 log.warning("preempted job %s", job_id)
             for s in starts:
                 self._launch(s)
+
+    def health(self) -> dict:
+        """The service's own state, for a status or health answer: isolation, default limits, counts."""
+        rows = self.store.list(states=ACTIVE)
+        return {"isolation": self.isolation, "limits": self.limits.as_dict(), "tenants": len(self.tenants),
+                "running": sum(r["state"] == "running" for r in rows), "queued": sum(r["state"] == "queued" for r in rows)}
 
     def _launch(self, start) -> None:
         row = self.store.get(start.job_id)
@@ -274,34 +301,132 @@ class JobService:
                "cluster": sub_cluster_spec(self.cluster, devices, name=f"{self.cluster.name}-{start.job_id}"),
                "emulate": self.emulate, "backend": self.backend, "address": self.address}
         atomic_write_text(folder / "job.json", json.dumps(job, indent=1), what="job description")
+        limits = self.tenants.limits(row["tenant"], self.limits).as_dict()
+        policy = sandbox.policy(self.isolation, state_dir=self.store.dir, tenants_file=self.tenants_file,
+                                limits=limits)
         with open(folder / "log.txt", "ab") as logf:
-            proc = subprocess.Popen([sys.executable, "-m", "streammap.tenancy.worker", str(folder.resolve())],
-                                    stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=folder)
+            proc = subprocess.Popen(sandbox.command(folder, policy), stdout=logf, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder)
         self._procs[start.job_id] = proc
+        started = time.time()
+        self._deadlines[start.job_id] = started + limits["wall_time"] if limits["wall_time"] else None
         o = start.option
-        self.store.update(start.job_id, state="running", started=time.time(), pid=proc.pid,
+        self.store.update(start.job_id, state="running", started=started, pid=proc.pid,
                           attempts=row["attempts"] + 1,
                           grant={"model": o.model, "gpus": o.gpus, "duration": o.duration, "memory": o.memory,
-                                 "devices": list(start.devices)})
+                                 "devices": list(start.devices), "isolation": self.isolation, "limits": limits})
+
+    def _deadline(self, job_id: str) -> float | None:
+        """When the running ``job_id`` passes its wall time (from the store for a job found again)."""
+        if job_id not in self._deadlines:
+            row = self.store.get(job_id)
+            wall = ((row.get("grant") or {}).get("limits") or {}).get("wall_time")
+            self._deadlines[job_id] = row["started"] + wall if wall and row["started"] else None
+        return self._deadlines[job_id]
+
+    def _stop_past_wall_time(self, job_id: str) -> None:
+        limits = self.store.get(job_id)["grant"]["limits"]
+        self._kill(job_id)
+        if job_id in self.scheduler.running:
+            self.scheduler.finish(job_id)
+        self.store.update(job_id, state="failed", finished=time.time(), pid=None,
+                          error=sandbox.wall_time_exceeded(limits))
+        log.warning("job %s passed its wall-time limit: stopped", job_id)
+
+    def _reap(self, job_id: str, proc) -> None:
+        """Finish a job whose worker ended: from its exit note, else from how its process ended."""
+        self._deadlines.pop(job_id, None)
+        if job_id in self.scheduler.running:
+            self.scheduler.finish(job_id)
+        row = self.store.get(job_id)
+        limits = (row.get("grant") or {}).get("limits")
+        note = _exit_note(self.store.job_dir(job_id))
+        if note is not None:
+            error = note.get("error")
+            if note["status"] == "failed":
+                error = sandbox.out_of_memory(str(error), limits)
+            self.store.update(job_id, state=note["status"], finished=time.time(), pid=None, error=error)
+            return
+        returncode = proc.returncode if isinstance(proc, subprocess.Popen) else None
+        self.store.update(job_id, state="failed", finished=time.time(), pid=None,
+                          error=sandbox.ending(returncode, limits))
 
     def _kill(self, job_id: str) -> None:
         proc = self._procs.pop(job_id, None)
+        self._deadlines.pop(job_id, None)
         self._kill_pid(job_id, proc.pid if isinstance(proc, subprocess.Popen) else proc, proc)
 
     def _kill_pid(self, job_id: str, pid: int | None, proc=None) -> None:
-        """Stop the worker of ``job_id`` (its whole process group), if ``pid`` is still it."""
-        if pid and _is_worker(pid, self.store.job_dir(job_id)):
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            if isinstance(proc, subprocess.Popen):
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    os.killpg(pid, signal.SIGKILL)
-                    proc.wait()
+        """Stop the job of ``job_id`` (its launcher's whole process group), if ``pid`` is still its launcher.
+
+        SIGTERM first; SIGKILL to the group after :data:`KILL_GRACE` seconds. In a pid namespace,
+        the job's init ending takes every process of the job with it.
+        """
+        folder = self.store.job_dir(job_id)
+        if not pid or not _is_worker(pid, folder):
+            return
+        _signal_group(pid, signal.SIGTERM)
+        if not _wait_gone(proc if isinstance(proc, subprocess.Popen) else pid, folder, KILL_GRACE):
+            _signal_group(pid, signal.SIGKILL)
+            _wait_gone(proc if isinstance(proc, subprocess.Popen) else pid, folder, KILL_GRACE)
+
+
+def _choose_isolation(isolation: str, tenants: int, backend: str) -> str:
+    """The isolation the service runs its jobs with; refuses what it cannot give (see ``JobService``)."""
+    if isolation not in ("auto", *sandbox.ISOLATIONS):
+        raise StreamMapError(f"isolation {isolation!r}: choose auto, namespaces or none")
+    if isolation == "none":
+        log.warning("jobs run without isolation: each sees what the service sees (--no-isolation)")
+        return "none"
+    ok, why = sandbox.available()
+    if backend == "ray":     # see sandbox's docstring: Ray's workers run the kernels, outside any sandbox
+        ok, why = False, "with --backend ray, a job's kernels run in Ray's workers, outside the service's sandbox"
+    if ok:
+        return "namespaces"
+    if isolation == "namespaces" or tenants > 1:
+        fix = ("give tenants who must not meet separate Ray clusters and services" if backend == "ray" else
+               "run on Linux >= 5.12 with unprivileged user namespaces (sysctl user.max_user_namespaces > 0, "
+               "kernel.unprivileged_userns_clone=1)")
+        raise StreamMapError(
+            f"jobs cannot be contained ({why}); with {tenants} tenant(s), one tenant's job could read the "
+            "tenants file (every token), the job database and the other tenants' jobs",
+            hint=f"{fix}, or serve knowingly without isolation: --no-isolation")
+    log.warning("jobs run without isolation (%s); one tenant, so the service starts", why)
+    return "none"
+
+
+def _exit_note(folder: Path) -> dict | None:
+    """The worker's exit note, or ``None`` where there is none or it is not one (a job can write its folder)."""
+    try:
+        note = json.loads((folder / "exit.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(note, dict) or note.get("status") not in ("done", "failed"):
+        return None
+    return note
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_gone(proc, folder: Path, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for a worker (a ``Popen``, or the pid of one found again) to end."""
+    if isinstance(proc, subprocess.Popen):
+        try:
+            proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    deadline = time.time() + timeout
+    while _alive(proc, folder):
+        if time.time() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _job_of(row: dict) -> Job:
@@ -329,6 +454,8 @@ def _public(row: dict, planned: tuple[float, str] | None = None) -> dict:
     g = row.get("grant")
     out["devices"] = g["devices"] if g else None
     out["model"] = g["model"] if g else None
+    out["isolation"] = g.get("isolation") if g else None
+    out["limits"] = g.get("limits") if g else None
     out["estimated_start"], out["estimated_model"] = planned if planned else (None, None)
     return out
 
@@ -449,7 +576,8 @@ def serve(cluster, tenants, state_dir, *, host: str = "127.0.0.1", port: int = 8
     service = JobService(cluster, tenants, state_dir, **options)
     server = make_server(service, host, port)
     url = f"http://{host}:{server.server_address[1]}"
-    atomic_write_text(Path(state_dir) / "server.json", json.dumps({"url": url, "pid": os.getpid()}),
+    atomic_write_text(Path(state_dir) / "server.json",
+                      json.dumps({"url": url, "pid": os.getpid(), "isolation": service.isolation}),
                       what="server note")
     service.start()
     if ready is not None:

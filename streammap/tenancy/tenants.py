@@ -7,6 +7,7 @@ A tenants file is YAML::
         weight: 2                        # fair-share weight under contention (default 1)
         token: s3cret-vision             # bearer token of the job service
         quota: {gpus: 16, gpu_memory: 1TiB, models: {A100-SXM4-80GB: 8}}
+        limits: {memory: 64GiB, cpu_time: 4h, wall_time: 2h}   # per job; see below
       - name: nlp
         token: s3cret-nlp                # no quota: the whole cluster
     preemption: false                    # may a higher-priority job preempt lower-priority work?
@@ -16,6 +17,12 @@ Quotas are hard limits on what a tenant holds at any instant: ``gpus`` (devices 
 counts), and ``models`` (GPUs per device model). A missing quota is unbounded. Weights only matter
 under contention: the admission core (:mod:`.admission`) gives each tenant a share of the cluster
 in proportion to its weight (weighted dominant-resource fairness, Ghodsi et al. 2011).
+
+Limits bound each job of a tenant (the job service enforces them, :mod:`.sandbox`): ``memory``
+(private memory of each of the job's processes, ``RLIMIT_DATA``), ``cpu_time`` (CPU seconds of
+each process, ``RLIMIT_CPU``) and ``wall_time`` (seconds from its start; the service stops it
+past that). A tenant's limit replaces the service's default (``streammap serve --memory-limit``,
+``--cpu-time-limit``, ``--wall-time-limit``) field by field; a limit given nowhere is none.
 
 Errors name the file, the line and the field, like cluster files do.
 """
@@ -29,7 +36,7 @@ from typing import Optional
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from streammap.cluster.model import Size
+from streammap.cluster.model import Size, Time
 from streammap.errors import StreamMapError
 from streammap.io.yamlfile import load_yaml, validation_error
 
@@ -56,12 +63,39 @@ class Quota(BaseModel):
         return self
 
 
+class Limits(BaseModel):
+    """Per-job limits; ``None`` is no limit (or, in a tenant, the service's default)."""
+
+    model_config = ConfigDict(extra="forbid")
+    memory: Optional[Size] = Field(default=None, gt=0)
+    cpu_time: Optional[Time] = Field(default=None, gt=0)
+    wall_time: Optional[Time] = Field(default=None, gt=0)
+
+    def over(self, defaults: "Limits") -> "Limits":
+        """These limits, with ``defaults`` where these give none."""
+        return Limits(**{k: v if v is not None else getattr(defaults, k) for k, v in self})
+
+    def as_dict(self) -> dict:
+        return {"memory": self.memory, "cpu_time": self.cpu_time, "wall_time": self.wall_time}
+
+
+def limits_from(data) -> Limits:
+    """Validate limits given as :class:`Limits`, a dict (``{memory: 8GiB, wall_time: 2h}``) or ``None``."""
+    if isinstance(data, Limits):
+        return data
+    try:
+        return Limits.model_validate(data or {})
+    except pydantic.ValidationError as exc:
+        raise validation_error(exc, "<limits>", {}, TenantsError, "limits") from None
+
+
 class Tenant(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=_NAME)
     weight: float = Field(default=1.0, gt=0)
     token: Optional[str] = Field(default=None, min_length=8)
     quota: Quota = Field(default_factory=Quota)
+    limits: Limits = Field(default_factory=Limits)
 
 
 class TenantsSpec(BaseModel):
@@ -106,6 +140,10 @@ class Tenants:
 
     def quota(self, name: str) -> Quota:
         return self.by_name[name].quota
+
+    def limits(self, name: str, defaults: Limits | None = None) -> Limits:
+        """The limits of each job of tenant ``name``: its own, else ``defaults``."""
+        return self.by_name[name].limits.over(defaults or Limits())
 
     def authenticate(self, token: str | None) -> Tenant | None:
         """The tenant whose token this is, or ``None``; compares in constant time."""

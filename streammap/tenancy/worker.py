@@ -8,6 +8,11 @@ runs it with :func:`streammap.runtime.run_plan` (the local executor, or Ray), an
 ``exit.json`` (``{"status": "done"}`` or ``{"status": "failed", "error": ...}``) as its last act.
 Its own process (and session) means a cancelled or preempted job is a signal away, and a job
 outlives a service that is killed: the restarted service finds the worker again by its pid.
+
+The service does not start it itself: the sandbox launcher (:mod:`.sandbox`) starts it inside the
+job's namespaces, under the job's limits, with ``DIR`` as working directory and the only folder
+it may write (besides a private ``/tmp``). A worker that dies before its exit note (a signal, a
+limit, ``os._exit``) is failed by the service from the launcher's exit status.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def ray_cluster():
 def test_the_service_runs_a_job_on_the_ray_executor(ray_cluster, tmp_path):
     (tmp_path / "cluster.yaml").write_text(RAY_CLUSTER)
     (tmp_path / "tenants.yaml").write_text(TENANTS)
-    svc = Service(tmp_path, "--backend", "ray", "--address", ray_cluster.address)
+    svc = Service(tmp_path, "--backend", "ray", "--address", ray_cluster.address, "--no-isolation")
     try:
         vision = svc.client(VISION)
         fm = ROOT / "samples" / "fm_radio.py"
