@@ -386,11 +386,15 @@ def _public(row: dict, planned: tuple[float, str] | None = None) -> dict:
     keys = ("id", "tenant", "state", "priority", "submitted", "started", "finished", "source", "params", "entry",
             "attempts", "error")
     out = {k: row[k] for k in keys}
-    out["gpus"] = row["demand"]["gpus"]
-    out["estimates"] = {o["model"]: o["duration"] for o in row["demand"]["options"]}
-    g = row.get("grant")
-    out["devices"] = g["devices"] if g else None
-    out["model"] = g["model"] if g else None
+    d = row["demand"] or {}            # empty on a damaged row (failed at recovery)
+    out["gpus"] = d.get("gpus")
+    try:
+        out["estimates"] = {o["model"]: o["duration"] for o in d.get("options", ())}
+    except (TypeError, KeyError):
+        out["estimates"] = {}
+    g = row.get("grant") or {}
+    out["devices"] = g.get("devices")
+    out["model"] = g.get("model")
     out["estimated_start"], out["estimated_model"] = planned if planned else (None, None)
     return out
 
