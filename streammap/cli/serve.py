@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 from streammap.errors import StreamMapError
+from streammap.tenancy.api import HttpLimits
+from streammap.tenancy.check import CheckLimits
 from streammap.tenancy.service import serve
 from streammap.units import parse_size, parse_time
 
@@ -29,6 +31,18 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--cpu-time-limit", metavar="TIME", help="default CPU time of each job process (e.g. 2h)")
     parser.add_argument("--wall-time-limit", metavar="TIME",
                         help="default wall time of a job (e.g. 30min): the service stops it past that")
+    parser.add_argument("--check-timeout", type=float, default=CheckLimits.seconds, metavar="S",
+                        help="refuse a submitted program whose check (compile and sizing) takes longer (default %(default)g s)")
+    parser.add_argument("--check-memory", type=int, default=CheckLimits.memory_mib, metavar="MIB",
+                        help="refuse a submitted program whose check needs more memory (default %(default)d MiB)")
+    parser.add_argument("--checks", type=int, default=CheckLimits.concurrency, metavar="N",
+                        help="programs checked at once; more submissions wait their turn (default %(default)d)")
+    parser.add_argument("--max-requests", type=int, default=HttpLimits.max_requests, metavar="N",
+                        help="requests handled at once; more are answered 503 (default %(default)d)")
+    parser.add_argument("--header-timeout", type=float, default=HttpLimits.head_seconds, metavar="S",
+                        help="close a connection that sends no full request head within S seconds (default %(default)g)")
+    parser.add_argument("--body-timeout", type=float, default=HttpLimits.body_seconds, metavar="S",
+                        help="answer 408 to a request body that takes longer (default %(default)g s)")
     parser.set_defaults(func=run)
 
 
@@ -42,9 +56,12 @@ def run(args) -> int:
     def ready(url):
         isolation = json.loads((Path(args.state) / "server.json").read_text()).get("isolation")
         print(f"serving {url} (state {args.state}, policy {args.policy}, isolation {isolation})", flush=True)
+    check = CheckLimits(seconds=args.check_timeout, memory_mib=args.check_memory, concurrency=max(1, args.checks))
+    http = HttpLimits(max_requests=max(1, args.max_requests), head_seconds=args.header_timeout,
+                      body_seconds=args.body_timeout)
     serve(args.cluster, tenants, args.state, host=args.host, port=args.port, ready=ready, policy=args.policy,
           emulate=args.emulate, backend=args.backend, address=args.address, mapper=args.mapper,
-          isolation="none" if args.no_isolation else "auto", limits=limits)
+          isolation="none" if args.no_isolation else "auto", limits=limits, check=check, http=http)
     return 0
 
 

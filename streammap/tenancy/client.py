@@ -3,7 +3,9 @@
 Each talks HTTP/JSON to ``streammap serve`` at ``--server`` (default ``$STREAMMAP_SERVER``, else
 ``http://127.0.0.1:8470``) with the tenant's token (``--token``, default ``$STREAMMAP_TOKEN``).
 A refusal (no or wrong token, another tenant's job, a program that cannot run) is printed as the
-service's message and exits with status 2, like every other bad input.
+service's message and exits with status 2, like every other bad input. A busy service (503: too
+many requests at once, or every program check taken) did nothing with the request, so the client
+asks again, a few times, after the pause the service's ``Retry-After`` names.
 
 The Python API is :class:`Client`::
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,6 +28,8 @@ from streammap.io.files import atomic_write
 from streammap.plan import read_plan
 
 DEFAULT_SERVER = "http://127.0.0.1:8470"
+#: Times a request the service answered 503 (busy, nothing done) is sent again.
+BUSY_RETRIES = 3
 
 
 class ServiceError(StreamMapError):
@@ -38,6 +43,16 @@ class Client:
         self.timeout = timeout
 
     def _call(self, method: str, path: str, body: dict | None = None) -> tuple[bytes, str]:
+        for attempt in range(BUSY_RETRIES + 1):
+            try:
+                return self._call_once(method, path, body)
+            except _Busy as busy:
+                if attempt == BUSY_RETRIES:
+                    raise ServiceError(busy.message, hint="the service is busy; try again in a moment") from None
+                time.sleep(busy.pause)
+        raise AssertionError("unreachable")
+
+    def _call_once(self, method: str, path: str, body: dict | None = None) -> tuple[bytes, str]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         if self.token:
@@ -52,6 +67,8 @@ class Client:
                 msg = json.loads(exc.read()).get("error", exc.reason)
             except (ValueError, AttributeError):
                 msg = exc.reason
+            if exc.code == 503:
+                raise _Busy(str(msg), exc.headers.get("Retry-After")) from None
             raise ServiceError(f"{msg}", hint=_HINTS.get(exc.code)) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
@@ -103,6 +120,18 @@ class Client:
         data, _ = self._call("GET", f"/jobs/{job_id}/result")
         atomic_write(output, lambda f: f.write(data), binary=True, what="outputs")
         return Path(output)
+
+
+class _Busy(Exception):
+    """A 503 answer: the service did nothing with the request and asks to be asked again."""
+
+    def __init__(self, message: str, retry_after: str | None):
+        super().__init__(message)
+        self.message = message
+        try:
+            self.pause = min(max(float(retry_after or 1), 0.1), 5.0)
+        except ValueError:
+            self.pause = 1.0
 
 
 _HINTS = {401: "pass the tenant's token with --token or STREAMMAP_TOKEN",

@@ -23,12 +23,23 @@ without an exit note is failed with what the launcher's exit status says (the si
 Without namespaces on the machine, a service of more than one tenant refuses to start unless
 ``isolation="none"`` says to go on without.
 
+Submission checks and sizes the program in a child process under time and memory limits
+(:mod:`.check`), so a program built to freeze the compiler costs its submitter a refusal and the
+service nothing; at most a few checks run at once.
+
 Restart: queued jobs are queued again in their order; a running job whose worker is still alive
 (same pid, its command line naming the job's folder) is *found again* and keeps its devices; one
 whose worker is gone is finished from its exit note, or, without one, queued again to re-run.
+Recovery never stops the service: whatever is wrong with one job's row or folder (an exit note
+that is not a note, a missing folder, a damaged row) fails that job with a message saying what,
+and the others go on. A worker that exits leaving a note that is not one fails its job at the next
+reaping, like a worker that left none.
 
-API (HTTP/JSON; stdlib ``ThreadingHTTPServer``: the service needs a handful of routes, no
-framework). Every request carries ``Authorization: Bearer TOKEN``; the token names the tenant.
+Files: the service runs with umask 077 (its state folder is 0700, ``jobs.db`` 0600), so no other
+user reads jobs, results, logs or the store; see :mod:`.store`.
+
+API (HTTP/JSON, served by uvicorn; limits, timeouts and error answers are :mod:`.api`'s). Every
+request carries ``Authorization: Bearer TOKEN``; the token names the tenant.
 A tenant sees, cancels and fetches only its own jobs: another tenant's job is "not found".
 
 ``POST /jobs``                 submit ``{tenant, source_name, source_text, params, entry, priority, gpus}``
@@ -45,41 +56,37 @@ import hashlib
 import json
 import logging
 import os
+import re
+import resource
 import signal
+import stat
 import subprocess
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse
 
 from streammap.cluster.model import load_cluster
-from streammap.compiler import load_source_graph
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write_text
 from streammap.tenancy import sandbox
 from streammap.tenancy.admission import Job, Scheduler
+from streammap.tenancy.api import HttpLimits, Refused, listen, make_server
+from streammap.tenancy.check import Checker, CheckLimits, CheckRefused
 from streammap.tenancy.estimate import Demand, Estimator, Option, sub_cluster_spec
-from streammap.tenancy.store import ACTIVE, JobStore
+from streammap.tenancy.store import ACTIVE, JobStore, StateError
 from streammap.tenancy.tenants import limits_from, load_tenants
 
 log = logging.getLogger("streammap.tenancy")
 
-#: Largest request body accepted (a program's source).
-MAX_BODY = 8 << 20
+__all__ = ["JobService", "Refused", "serve"]
 
 #: Seconds a stopped worker has between SIGTERM and SIGKILL.
 KILL_GRACE = 5.0
 
-
-class Refused(Exception):
-    """A request the service answers with an HTTP error and a message."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
+#: Largest exit note read (a worker's is a few hundred bytes; a bigger one is not a note).
+MAX_NOTE = 1 << 20
+#: What a kept program's file name looks like.
+PROGRAM_NAME = re.compile(r"^[\w.\-]{1,200}\.py$")
 
 class JobService:
     """The service without its HTTP front: submit, list, cancel, and the scheduling loop.
@@ -105,13 +112,16 @@ class JobService:
     limits : dict or Limits
         Default per-job limits (``memory``, ``cpu_time``, ``wall_time``) for tenants whose
         ``limits`` do not say.
+    check : CheckLimits
+        Time, memory and concurrency limits of checking submitted programs (:mod:`.check`).
     """
 
     def __init__(self, cluster, tenants, state_dir, *, policy: str = "streammap", emulate: bool = False,
                  backend: str = "local", address: str | None = None, mapper: str = "auto", tick: float = 1.0,
-                 isolation: str = "auto", limits=None):
+                 isolation: str = "auto", limits=None, check: CheckLimits | None = None):
         self.cluster = load_cluster(cluster)
         self.tenants = load_tenants(tenants)
+        _warn_plain_tokens(self.tenants, tenants)
         self.tenants_file = Path(tenants).resolve()
         self.isolation = _choose_isolation(isolation, len(self.tenants), backend)
         self.limits = limits_from(limits)
@@ -120,7 +130,8 @@ class JobService:
                                  "executor runs one machine", path=cluster,
                                  hint="serve with --backend ray --address HEAD:6379 on a Ray cluster")
         self.store = JobStore(state_dir)
-        self.estimator = Estimator(self.cluster, mapper="heft")
+        self.estimator = Estimator(self.cluster, mapper="heft")    # refuses a cluster without accelerators
+        self.checker = Checker(self.cluster, self.store.incoming, check)
         self.scheduler = Scheduler(self.cluster, self.tenants, policy=policy)
         self.emulate, self.backend, self.address, self.mapper = emulate, backend, address, mapper
         self.tick = tick
@@ -134,69 +145,98 @@ class JobService:
 
     # -- restart ----------------------------------------------------------------------------
     def recover(self) -> None:
-        """Rebuild the scheduler from the store (see the module docstring)."""
+        """Rebuild the scheduler from the store (see the module docstring).
+
+        Each job is recovered on its own: whatever goes wrong with one fails that job only.
+        """
         for row in self.store.list(states=ACTIVE):
-            job = _job_of(row)
-            if job.tenant not in self.tenants.by_name:
-                self._kill_pid(row["id"], row["pid"])
-                self.store.update(row["id"], state="failed", finished=time.time(), pid=None,
-                                  error=f"tenant {job.tenant} is no longer in the tenants file")
-                continue
-            if row["state"] == "running":
-                pid = row["pid"]
-                g = row["grant"]
-                known = all(d in self.scheduler.pool.model_of for d in g["devices"])
-                if pid and known and _is_worker(pid, self.store.job_dir(row["id"])):
-                    self.scheduler.restore(job, _option(g), g["devices"], row["started"] or time.time())
-                    self._procs[row["id"]] = pid
-                    log.warning("found running job %s again (pid %d)", row["id"], pid)
-                    continue
-                if not known:        # the cluster file changed under it: run it again on what exists
-                    self._kill_pid(row["id"], pid)
-                if self._finish_from_note(row["id"]):
-                    continue
-                self.store.update(row["id"], state="queued", pid=None, grant=None, started=None)
-                log.warning("job %s lost its worker: queued to run again", row["id"])
-            self.scheduler.submit(job)
+            try:
+                self._recover_job(row)
+            except Exception as exc:  # noqa: BLE001 - one damaged job must not stop the service
+                log.exception("job %s could not be recovered", row["id"])
+                self._fail(row["id"], f"the service could not recover this job after a restart "
+                                      f"({type(exc).__name__}): it was failed")
+
+    def _recover_job(self, row: dict) -> None:
+        if row["damaged"]:
+            self._fail(row["id"], f"this job's record in jobs.db is damaged ({row['damaged']}): it was failed")
+            return
+        job = _job_of(row)
+        pid = row["pid"] if isinstance(row["pid"], int) and row["pid"] > 0 else None
+        if job.tenant not in self.tenants.by_name:
+            self._kill_pid(row["id"], pid)
+            self._fail(row["id"], f"tenant {job.tenant} is no longer in the tenants file")
+            return
+        folder = self.store.job_dir(row["id"])
+        if not (folder / row["source"]).is_file():
+            self._kill_pid(row["id"], pid)
+            self._fail(row["id"], "this job's program is gone from the state folder: it was failed")
+            return
+        if row["state"] == "running":
+            g = row["grant"] or {}
+            devices = g.get("devices")
+            known = isinstance(devices, list) and all(d in self.scheduler.pool.model_of for d in devices)
+            if pid and known and _is_worker(pid, folder):
+                self.scheduler.restore(job, _option(g), devices, row["started"] or time.time())
+                self._procs[row["id"]] = pid
+                log.warning("found running job %s again (pid %d)", row["id"], pid)
+                return
+            if not known:        # the cluster file changed under it: run it again on what exists
+                self._kill_pid(row["id"], pid)
+            if self._finish_from_note(row["id"]):
+                return
+            self.store.update(row["id"], state="queued", pid=None, grant=None, started=None)
+            log.warning("job %s lost its worker: queued to run again", row["id"])
+        self.scheduler.submit(job)
+
+    def _fail(self, job_id: str, error: str) -> None:
+        self.store.update(job_id, state="failed", finished=time.time(), pid=None, error=error)
 
     def _finish_from_note(self, job_id: str) -> bool:
+        """Finish a job whose worker is gone from its exit note; ``False`` if it left none.
+
+        A note that is not one (unreadable, not JSON, not ``{"status": "done"|"failed"}``) fails
+        the job: its worker ended, and what it said about how cannot be trusted.
+        """
         note = self.store.job_dir(job_id) / "exit.json"
-        if not note.exists():
+        if not (note.exists() or note.is_symlink()):
             return False
-        status = json.loads(note.read_text())
-        self.store.update(job_id, state=status["status"], finished=time.time(), pid=None, error=status.get("error"))
+        status = _read_note(note)
+        if status is None:
+            self._fail(job_id, "the worker exited leaving an exit note that is not one (exit.json is not "
+                               '{"status": "done" | "failed", "error": ...}): the job is failed')
+        else:
+            self.store.update(job_id, state=status["status"], finished=time.time(), pid=None,
+                              error=status.get("error"))
         return True
 
     # -- requests ----------------------------------------------------------------------------
     def submit(self, tenant: str, source_name: str, source_text: str, params: dict | None = None,
                entry: str | None = None, priority: int = 0, gpus: int | None = None) -> str:
-        """Queue a program; returns its id. Raises :class:`Refused` for a program that cannot run."""
+        """Queue a program; returns its id. Raises :class:`Refused` for a program that cannot run.
+
+        The program is checked and sized in a child process (:class:`~.check.Checker`) before it
+        gets an id: a program that does not compile, or whose check runs past its limits, is
+        refused with a message saying so.
+        """
         name = Path(source_name or "").name
         if not name.endswith(".py"):
-            raise Refused(400, f"{source_name!r}: the service runs programs (.py with # @stream directives); "
+            raise Refused(400, f"{source_name[:200]!r}: the service runs programs (.py with # @stream directives); "
                                "a workflow has no kernels to run")
+        if not PROGRAM_NAME.match(name):
+            raise Refused(400, f"{name[:200]!r}: a program's name may hold letters, digits, '_', '-' and '.' only")
         params = {str(k): v for k, v in (params or {}).items()}
         quota = self.tenants.quota(tenant)
 
         def prepare(job_id, folder):
             atomic_write_text(folder / name, source_text, what="program")
 
-        # Check and size the program in a scratch folder before it gets an id.
-        scratch = self.store.dir / "incoming" / f"{os.getpid()}-{threading.get_ident()}"
-        scratch.mkdir(parents=True, exist_ok=True)
+        key = ("program", hashlib.sha256(source_text.encode("utf-8", "surrogatepass")).hexdigest(), name,
+               tuple(sorted((k, str(v)) for k, v in params.items())), entry)
         try:
-            atomic_write_text(scratch / name, source_text, what="program")
-            try:
-                graph = load_source_graph(scratch / name, params, entry)
-                key = ("program", hashlib.sha256(source_text.encode()).hexdigest(), name,
-                       tuple(sorted((k, str(v)) for k, v in params.items())), entry)
-                demand = self.estimator.demand(key, graph, gpus, max_gpus=quota.gpus)
-            except StreamMapError as exc:
-                raise Refused(400, exc.format().replace(str(scratch / name), name)) from None
-        finally:
-            for f in scratch.iterdir():
-                f.unlink()
-            scratch.rmdir()
+            demand = self.checker.demand(key, name, source_text, params, entry, gpus, quota.gpus)
+        except CheckRefused as exc:
+            raise Refused(exc.status, exc.message, {"Retry-After": "2"} if exc.status == 503 else None) from None
         fits = [o for o in demand.options if self.scheduler.quota_allows(tenant, o, ever=True)]
         if not fits:
             raise Refused(400, f"the job needs {demand.gpus} device(s) of {', '.join(o.model for o in demand.options)}; "
@@ -235,21 +275,35 @@ class JobService:
         return self.public(self.store.get(job_id))
 
     def logs(self, tenant: str, job_id: str) -> str:
+        path = self.log_path(tenant, job_id)
+        return path.read_text(errors="replace") if path is not None else ""
+
+    def log_path(self, tenant: str, job_id: str) -> Path | None:
+        """The job's log file, or ``None`` before it has one."""
         self.job(tenant, job_id)
         path = self.store.job_dir(job_id) / "log.txt"
-        return path.read_text(errors="replace") if path.exists() else ""
+        return path if _plain_file(path) else None
 
     def result(self, tenant: str, job_id: str) -> bytes:
+        return self.result_path(tenant, job_id).read_bytes()
+
+    def result_path(self, tenant: str, job_id: str) -> Path:
+        """The job's outputs (``.npz``); refused until it is done."""
         row = self.job(tenant, job_id)
         if row["state"] != "done":
             raise Refused(409, f"job {job_id} is {row['state']}: results exist once it is done"
                           + (f"\n{row['error']}" if row.get("error") else ""))
-        return (self.store.job_dir(job_id) / "result.npz").read_bytes()
+        path = self.store.job_dir(job_id) / "result.npz"
+        if not _plain_file(path):
+            raise Refused(410, f"job {job_id} is done but its outputs are gone from the service")
+        return path
 
     # -- the scheduling loop ----------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="streammap-scheduler", daemon=True)
         self._thread.start()
+        # The checker's forkserver imports the compiler (seconds): start it now, not on the first submission.
+        threading.Thread(target=self.checker.warm_up, name="streammap-checker-warm-up", daemon=True).start()
 
     def stop(self) -> None:
         """Stop scheduling (running workers go on; a restarted service finds them again)."""
@@ -277,7 +331,11 @@ class JobService:
                         self._stop_past_wall_time(job_id)
                     continue
                 del self._procs[job_id]
-                self._reap(job_id, proc)
+                try:
+                    self._reap(job_id, proc)
+                except Exception as exc:  # noqa: BLE001 - one job's damage must not stop the others' reaping
+                    log.exception("reaping job %s failed", job_id)
+                    self._fail(job_id, f"the service could not read how this job ended ({type(exc).__name__})")
             starts, preempted = self.scheduler.schedule(time.time())
             for job_id in preempted:
                 self._kill(job_id)
@@ -449,13 +507,17 @@ def _public(row: dict, planned: tuple[float, str] | None = None) -> dict:
     keys = ("id", "tenant", "state", "priority", "submitted", "started", "finished", "source", "params", "entry",
             "attempts", "error")
     out = {k: row[k] for k in keys}
-    out["gpus"] = row["demand"]["gpus"]
-    out["estimates"] = {o["model"]: o["duration"] for o in row["demand"]["options"]}
-    g = row.get("grant")
-    out["devices"] = g["devices"] if g else None
-    out["model"] = g["model"] if g else None
-    out["isolation"] = g.get("isolation") if g else None
-    out["limits"] = g.get("limits") if g else None
+    d = row["demand"] or {}            # empty on a damaged row (failed at recovery)
+    out["gpus"] = d.get("gpus")
+    try:
+        out["estimates"] = {o["model"]: o["duration"] for o in d.get("options", ())}
+    except (TypeError, KeyError):
+        out["estimates"] = {}
+    g = row.get("grant") or {}
+    out["devices"] = g.get("devices")
+    out["model"] = g.get("model")
+    out["isolation"] = g.get("isolation")
+    out["limits"] = g.get("limits")
     out["estimated_start"], out["estimated_model"] = planned if planned else (None, None)
     return out
 
@@ -485,111 +547,83 @@ def _alive(proc, folder: Path) -> bool:
         return True
 
 
-# -- HTTP ----------------------------------------------------------------------------------------
-
-class _Handler(BaseHTTPRequestHandler):
-    service: JobService = None      # set on a subclass per server
-    server_version = "streammap-serve"
-
-    def log_message(self, fmt, *args):     # requests are not worth a line each on stderr
-        log.debug("%s " + fmt, self.address_string(), *args)
-
-    def do_GET(self):
-        self._handle("GET")
-
-    def do_POST(self):
-        self._handle("POST")
-
-    def _handle(self, method: str) -> None:
-        try:
-            tenant = self._tenant()
-            url = urlparse(self.path)
-            parts = [p for p in url.path.split("/") if p]
-            svc = self.service
-            if parts == ["jobs"] and method == "GET":
-                all_states = parse_qs(url.query).get("all", ["0"])[0] not in ("0", "")
-                return self._json(200, {"jobs": svc.jobs(tenant, all_states)})
-            if parts == ["jobs"] and method == "POST":
-                body = self._body()
-                if body.get("tenant", tenant) != tenant:
-                    raise Refused(403, f"this token belongs to tenant {tenant}, not {body.get('tenant')}")
-                job_id = svc.submit(tenant, body.get("source_name", ""), body.get("source_text", ""),
-                                    body.get("params") or {}, body.get("entry"), int(body.get("priority") or 0),
-                                    body.get("gpus"))
-                return self._json(201, {"id": job_id})
-            if len(parts) == 2 and parts[0] == "jobs" and method == "GET":
-                return self._json(200, svc.public(svc.job(tenant, parts[1])))
-            if len(parts) == 3 and parts[0] == "jobs" and method == "POST" and parts[2] == "cancel":
-                return self._json(200, svc.cancel(tenant, parts[1]))
-            if len(parts) == 3 and parts[0] == "jobs" and method == "GET" and parts[2] == "logs":
-                return self._bytes(200, svc.logs(tenant, parts[1]).encode(), "text/plain; charset=utf-8")
-            if len(parts) == 3 and parts[0] == "jobs" and method == "GET" and parts[2] == "result":
-                return self._bytes(200, svc.result(tenant, parts[1]), "application/octet-stream")
-            raise Refused(404, f"no such route: {method} {url.path}")
-        except Refused as exc:
-            self._json(exc.status, {"error": exc.message})
-        except Exception as exc:  # noqa: BLE001 - a request must get an answer
-            log.exception("request failed")
-            self._json(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
-
-    def _tenant(self) -> str:
-        auth = self.headers.get("Authorization", "")
-        if not auth.startswith("Bearer "):
-            raise Refused(401, "missing token: send 'Authorization: Bearer TOKEN' (streammap --token or $STREAMMAP_TOKEN)")
-        t = self.service.tenants.authenticate(auth[len("Bearer "):].strip())
-        if t is None:
-            raise Refused(401, "invalid token: it belongs to no tenant of this service")
-        return t.name
-
-    def _body(self) -> dict:
-        n = int(self.headers.get("Content-Length") or 0)
-        if n > MAX_BODY:
-            raise Refused(413, f"request too large ({n} bytes; at most {MAX_BODY})")
-        try:
-            body = json.loads(self.rfile.read(n) or b"{}")
-        except json.JSONDecodeError as exc:
-            raise Refused(400, f"the request is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise Refused(400, "the request must be a JSON object")
-        return body
-
-    def _json(self, status: int, obj) -> None:
-        self._bytes(status, json.dumps(obj).encode(), "application/json")
-
-    def _bytes(self, status: int, data: bytes, ctype: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+def _read_note(note: Path) -> dict | None:
+    """A worker's exit note, or ``None`` when the file is not one (see ``_finish_from_note``)."""
+    try:
+        if not _plain_file(note) or note.stat().st_size > MAX_NOTE:
+            return None
+        status = json.loads(note.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(status, dict) or status.get("status") not in ("done", "failed"):
+        return None
+    error = status.get("error")
+    return {"status": status["status"], "error": error if isinstance(error, str) or error is None else str(error)}
 
 
-def make_server(service: JobService, host: str = "127.0.0.1", port: int = 8470) -> ThreadingHTTPServer:
-    handler = type("Handler", (_Handler,), {"service": service})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server
+def _plain_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file itself (not a link a job may have planted to elsewhere)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
-def serve(cluster, tenants, state_dir, *, host: str = "127.0.0.1", port: int = 8470, ready=None, **options) -> None:
-    """Run the service until SIGTERM/SIGINT; writes ``STATE/server.json`` with its URL once listening."""
+def _warn_plain_tokens(tenants, path) -> None:
+    """Warn when the tenants file holds plain tokens and other users may read it."""
+    plain = tenants.plain_tokens()
+    if not plain:
+        return
+    try:
+        readable = bool(os.stat(path).st_mode & 0o044)
+    except OSError:
+        readable = False
+    log.warning("%s holds the tokens of %s in plain text%s: prefer token_sha256 "
+                "(python -m streammap.tenancy.tenants makes one)", path, ", ".join(plain),
+                " and other users may read it" if readable else "")
+
+
+# -- the server ----------------------------------------------------------------------------------
+
+def serve(cluster, tenants, state_dir, *, host: str = "127.0.0.1", port: int = 8470, ready=None,
+          http: HttpLimits | None = None, **options) -> None:
+    """Run the service until SIGTERM/SIGINT; writes ``STATE/server.json`` with its URL once listening.
+
+    ``http`` bounds the HTTP front (:class:`~.api.HttpLimits`); ``options`` go to :class:`JobService`.
+    """
+    os.umask(0o077)           # jobs, results, logs and the store are this user's only (workers inherit it)
+    http = http or HttpLimits()
+    _raise_open_files(http.max_connections + 256)
     service = JobService(cluster, tenants, state_dir, **options)
-    server = make_server(service, host, port)
-    url = f"http://{host}:{server.server_address[1]}"
-    atomic_write_text(Path(state_dir) / "server.json",
-                      json.dumps({"url": url, "pid": os.getpid(), "isolation": service.isolation}),
+    try:
+        sock = listen(host, port, http.backlog)
+    except OSError as exc:
+        service.stop()
+        raise StateError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                         hint="pick another --port (0 picks a free one)") from None
+    url = f"http://{host}:{sock.getsockname()[1]}"
+    atomic_write_text(Path(state_dir) / "server.json", json.dumps({"url": url, "pid": os.getpid(), "isolation": service.isolation}),
                       what="server note")
     service.start()
     if ready is not None:
         ready(url)
-
-    def _stop(signum, frame):
-        threading.Thread(target=server.shutdown, daemon=True).start()
-    signal.signal(signal.SIGTERM, _stop)
+    server = make_server(service, http)
+    # uvicorn stops gracefully on SIGTERM/SIGINT, then raises the signal again for its previous
+    # handler: this one lets the service stop its loop and close the store afterwards.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
-        server.serve_forever(poll_interval=0.2)
+        server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
-        server.server_close()
+        signal.signal(signal.SIGTERM, previous)
+        sock.close()
         service.stop()
+
+
+def _raise_open_files(want: int) -> None:
+    """Raise the soft limit on open files towards ``want`` (each connection holds one)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

@@ -9,15 +9,29 @@ outputs and the worker's exit note.
 States: ``queued`` -> ``running`` -> ``done`` | ``failed``; ``cancelled`` from either of the
 first two. A running job whose worker is gone when the service starts, and that left no exit
 note, goes back to ``queued`` (``attempts`` counts its starts).
+
+Files. The state folder is the service's alone: it is made (or made again) ``0700``, and
+``jobs.db`` and its WAL files ``0600``; the service runs with umask ``077``, so whatever it and its
+workers write there (sources, plans, logs, results) is readable by its user only. ``incoming/``
+is the scratch of programs being checked; what a killed service left there is removed at start.
+
+Damage. A row whose JSON columns do not parse (a hand-edited or damaged database) is still
+listed, with ``damaged`` saying what is wrong and empty values in place of the bad ones, so one
+bad row fails its own job (see the service's recovery) and never the listing of all the others.
+A ``jobs.db`` that is not a database at all is a :class:`StateError` naming the file.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
 import threading
 import time
 from pathlib import Path
+
+from streammap.errors import StreamMapError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -47,20 +61,52 @@ ACTIVE = ("queued", "running")
 FINAL = ("done", "failed", "cancelled")
 
 
+class StateError(StreamMapError):
+    """The state folder cannot be used (not a folder, not writable, a damaged database)."""
+
+
 class JobStore:
     """The jobs table; every method is one transaction, safe to call from any thread."""
 
     def __init__(self, state_dir):
         self.dir = Path(state_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "jobs").mkdir(exist_ok=True)
-        self._db = sqlite3.connect(self.dir / "jobs.db", check_same_thread=False, isolation_level=None)
+        db_path = self.dir / "jobs.db"
+        try:
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.dir, 0o700)
+            (self.dir / "jobs").mkdir(mode=0o700, exist_ok=True)
+            self.clear_incoming()
+            self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None)
+        except OSError as exc:
+            raise StateError(f"cannot use the state folder: {exc.strerror or exc}", path=self.dir,
+                             hint="give --state a folder this user may create and write") from None
         self._db.row_factory = sqlite3.Row
         self._lock = threading.Lock()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(SCHEMA)
+        try:
+            with self._lock:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StateError(f"the job store is damaged: {exc}", path=db_path,
+                             hint="move it aside to start with an empty queue, or restore it from a backup") from None
+        for f in (db_path, db_path.with_name("jobs.db-wal"), db_path.with_name("jobs.db-shm")):
+            if f.exists():
+                os.chmod(f, 0o600)
+
+    @property
+    def incoming(self) -> Path:
+        """Scratch folder of the programs being checked (one sub-folder per check)."""
+        return self.dir / "incoming"
+
+    def clear_incoming(self) -> None:
+        """Remove what checks of a killed service left behind, and make the scratch folder anew."""
+        if self.incoming.is_dir() and not self.incoming.is_symlink():
+            shutil.rmtree(self.incoming, ignore_errors=True)
+        elif self.incoming.exists() or self.incoming.is_symlink():
+            self.incoming.unlink()
+        self.incoming.mkdir(mode=0o700, exist_ok=True)
 
     def close(self) -> None:
         with self._lock:
@@ -122,11 +168,26 @@ class JobStore:
 
 
 def _row(row) -> dict | None:
+    """A row as a dict with its JSON columns parsed; ``damaged`` names the columns that did not."""
     if row is None:
         return None
     d = dict(row)
-    d["params"] = json.loads(d["params"])
-    d["demand"] = json.loads(d["demand"])
-    g = d.pop("grant_")
-    d["grant"] = json.loads(g) if g else None
+    d["grant"] = d.pop("grant_")
+    damaged = []
+    for col, empty, kind in (("params", {}, dict), ("demand", None, dict), ("grant", None, dict)):
+        raw = d[col]
+        if raw is None or raw == "":
+            d[col] = empty if col != "grant" else None
+            if col == "demand":
+                damaged.append(col)
+            continue
+        try:
+            value = json.loads(raw)
+        except (TypeError, ValueError, RecursionError):
+            value = None
+        if not isinstance(value, kind):
+            damaged.append(col)
+            value = empty
+        d[col] = value
+    d["damaged"] = ", ".join(damaged) or None
     return d

@@ -5,11 +5,11 @@ A tenants file is YAML::
     tenants:
       - name: vision
         weight: 2                        # fair-share weight under contention (default 1)
-        token: s3cret-vision             # bearer token of the job service
+        token_sha256: 5e88...            # SHA-256 (hex) of the bearer token of the job service
         quota: {gpus: 16, gpu_memory: 1TiB, models: {A100-SXM4-80GB: 8}}
         limits: {memory: 64GiB, cpu_time: 4h, wall_time: 2h}   # per job; see below
       - name: nlp
-        token: s3cret-nlp                # no quota: the whole cluster
+        token: s3cret-nlp                # the token itself (plain text: prefer token_sha256)
     preemption: false                    # may a higher-priority job preempt lower-priority work?
 
 Quotas are hard limits on what a tenant holds at any instant: ``gpus`` (devices granted),
@@ -24,12 +24,23 @@ each process, ``RLIMIT_CPU``) and ``wall_time`` (seconds from its start; the ser
 past that). A tenant's limit replaces the service's default (``streammap serve --memory-limit``,
 ``--cpu-time-limit``, ``--wall-time-limit``) field by field; a limit given nowhere is none.
 
+Tokens. A tenant's bearer token is given either as ``token`` (the token itself) or, better, as
+``token_sha256`` (the hex SHA-256 of the token), so the file holds no secret:
+``python -m streammap.tenancy.tenants`` prints a fresh random token with its ``token_sha256`` line.
+The service hashes the presented token and compares it with every tenant's digest in constant
+time (:func:`hmac.compare_digest`, no early exit), so neither a token nor its prefix leaks
+through timing. Tokens are random strings (at least 8 characters; the helper makes 43): a fast
+hash is enough for a high-entropy secret, where a password would need a slow one.
+
 Errors name the file, the line and the field, like cluster files do.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import secrets
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -94,8 +105,23 @@ class Tenant(BaseModel):
     name: str = Field(pattern=_NAME)
     weight: float = Field(default=1.0, gt=0)
     token: Optional[str] = Field(default=None, min_length=8)
+    token_sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
     quota: Quota = Field(default_factory=Quota)
     limits: Limits = Field(default_factory=Limits)
+
+    @model_validator(mode="after")
+    def _one_token(self):
+        if self.token is not None and self.token_sha256 is not None:
+            raise ValueError(f"tenant '{self.name}' has both token and token_sha256: give one")
+        return self
+
+    def token_digest(self) -> bytes | None:
+        """The SHA-256 of this tenant's token (from either field), or ``None`` without one."""
+        if self.token_sha256 is not None:
+            return bytes.fromhex(self.token_sha256)
+        if self.token is not None:
+            return token_digest(self.token)
+        return None
 
 
 class TenantsSpec(BaseModel):
@@ -110,10 +136,11 @@ class TenantsSpec(BaseModel):
             if t.name in names:
                 raise ValueError(f"tenant name '{t.name}' appears twice")
             names.add(t.name)
-            if t.token is not None:
-                if t.token in tokens:
+            digest = t.token_digest()
+            if digest is not None:
+                if digest in tokens:
                     raise ValueError(f"tenant '{t.name}' has the same token as another tenant")
-                tokens.add(t.token)
+                tokens.add(digest)
         return self
 
 
@@ -125,6 +152,7 @@ class Tenants:
         self.path = path
         self.by_name = {t.name: t for t in spec.tenants}
         self.preemption = spec.preemption
+        self._digests = [(t, t.token_digest()) for t in spec.tenants]
 
     def __iter__(self):
         return iter(self.spec.tenants)
@@ -146,14 +174,34 @@ class Tenants:
         return self.by_name[name].limits.over(defaults or Limits())
 
     def authenticate(self, token: str | None) -> Tenant | None:
-        """The tenant whose token this is, or ``None``; compares in constant time."""
+        """The tenant whose token this is, or ``None``; compares in constant time.
+
+        Every tenant's digest is compared (no early exit), each comparison with
+        :func:`hmac.compare_digest`, so the time taken says nothing about which tenant matched.
+        """
         if not token:
             return None
+        presented = token_digest(token)
         found = None
-        for t in self.spec.tenants:
-            if t.token is not None and hmac.compare_digest(t.token.encode(), token.encode()):
+        for t, digest in self._digests:
+            if digest is not None and hmac.compare_digest(digest, presented):
                 found = t
         return found
+
+    def plain_tokens(self) -> list[str]:
+        """Names of the tenants whose token the file holds in plain text (``token:``)."""
+        return [t.name for t in self.spec.tenants if t.token is not None]
+
+
+def token_digest(token: str) -> bytes:
+    """The SHA-256 of a bearer token (what ``token_sha256`` holds, as hex)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+def new_token() -> tuple[str, str]:
+    """A fresh random bearer token and its ``token_sha256`` (hex)."""
+    token = secrets.token_urlsafe(32)
+    return token, token_digest(token).hex()
 
 
 def load_tenants(path) -> Tenants:
@@ -187,3 +235,23 @@ def tenants_from_dict(data) -> Tenants:
     except pydantic.ValidationError as exc:
         raise validation_error(exc, "<tenants>", {}, TenantsError, "tenants") from None
     return Tenants(spec)
+
+
+def main(argv=None) -> int:
+    """``python -m streammap.tenancy.tenants [TOKEN]``: a ``token_sha256`` line for the tenants file.
+
+    Without ``TOKEN`` a fresh random token is made and printed too (give it to the tenant; keep
+    only its digest in the file).
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv:
+        print(f"token_sha256: {token_digest(argv[0]).hex()}")
+    else:
+        token, digest = new_token()
+        print(f"token: {token}        # give this to the tenant (STREAMMAP_TOKEN)")
+        print(f"token_sha256: {digest}     # put this in the tenants file")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -192,7 +192,7 @@ def test_a_killed_service_restarts_with_its_queue_intact(tmp_path, capsys):
     svc = Service(tmp_path)
     try:
         c = svc.client(VISION)
-        first = c.submit(tmp_path / "sleepy.py", "vision", {"SECONDS": "4", "VALUE": "1"})
+        first = c.submit(tmp_path / "sleepy.py", "vision", {"SECONDS": "8", "VALUE": "1"})
         rest = [c.submit(tmp_path / "sleepy.py", "vision", {"SECONDS": "0.01", "VALUE": str(v)}, priority=p)
                 for v, p in ((2, 0), (3, 0))]
         wait_for(c, first, states=("running",))
