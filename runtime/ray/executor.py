@@ -74,7 +74,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from streammap.cluster.ray import connect, ray_node_names
 from streammap.errors import KernelError, StreamMapError
@@ -122,6 +122,23 @@ class InputMissing(Exception):
 
 
 # -- the actor -----------------------------------------------------------------------------
+
+class ActorStep(NamedTuple):
+    """A task as the driver hands it to its device's actor for a segment (:meth:`DeviceActor.prepare`),
+    by its index in the segment's plan. Plain data: it is pickled to the actor."""
+
+    task_id: str
+    kernel: str                     #: the kernel's name in the program
+    args: list                      #: the task's argument specs (``ref``, ``value``, ``list``, ...)
+    kwargs: dict                    #: keyword name → argument spec
+    remote_ids: tuple               #: per extra ``run`` argument, the result id it carries (``None``:
+                                    #: an ordering-only dep's completion ref)
+    frees: tuple                    #: ids of results on this actor to free (or count down: threaded
+                                    #: actors, :class:`.sharing.ShareGate`) once the task has finished
+    store: bool                     #: keep the result on the actor (a consumer or the outputs need it)
+    retries: int                    #: further attempts after the kernel raises
+    site: str                       #: the call site, for the error of a failing task
+
 
 class DeviceActor:
     """Runs the tasks of one plan device (wrapped with ``ray.remote`` by :func:`_actor_class`)."""
@@ -206,9 +223,8 @@ class DeviceActor:
         return rec.to_dict({})
 
     def prepare(self, steps: dict) -> None:
-        """The next segment's steps: index → (task id, kernel, args, kwargs, remote ids, frees,
-        store, retries, site). Shared copies of the last segment are freed: its consumers are
-        done or gone."""
+        """The next segment's steps: task index → :class:`ActorStep`. Shared copies of the last
+        segment are freed: its consumers are done or gone."""
         self.steps = steps
         self.shared.clear()
 
@@ -282,7 +298,7 @@ class DeviceActor:
         keep: list = []
         with dev.device:
             desc = share(dev.cupy, out, dev.ordinal, dev.stream, keep)
-        tid = self.steps[k][0]
+        tid = self.steps[k].task_id
         self.shared[tid] = (keep, [])
         if self.spill is not None:        # the copy takes device memory until its consumers are done
             self.spill.hold_shared(tid, nbytes_of(out))
@@ -752,8 +768,9 @@ class RayExecutor:
                     remote_ids.append(None)
                     remote_refs.append(("meta", dep))
             store = t.id in outputs or t.id in used
-            steps[d][k] = (t.id, t.kernel, t.args, t.kwargs, tuple(remote_ids), tuple(frees.get(t.id, ())),
-                           store, t.retries, t.site)
+            steps[d][k] = ActorStep(task_id=t.id, kernel=t.kernel, args=t.args, kwargs=t.kwargs,
+                                    remote_ids=tuple(remote_ids), frees=tuple(frees.get(t.id, ())), store=store,
+                                    retries=t.retries, site=t.site)
             calls.append((k, t, remote_refs))
         spilling = spill_tables(plan, todo, dev_of, self._held, outputs) if oversubscribed(plan) else {}
         if plan_shares_devices(plan):
@@ -762,7 +779,7 @@ class RayExecutor:
             limit = (plan.cluster.spec or {}).get("max_tasks_per_device")
             ready = []
             for d, s in steps.items():
-                s = {k: (*v[:5], share_frees[v[0]], *v[6:]) for k, v in s.items()}
+                s = {k: step._replace(frees=share_frees[step.task_id]) for k, step in s.items()}
                 ready.append(self.actors[d].prepare.remote(s))
                 ready.append(self.actors[d].prepare_sharing.remote(admission.get(d, {}), uses.get(d, {}), limit))
                 if d in spilling:
