@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import sys
 import textwrap
 import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
-from runtime_helpers import cpu_devices, make_plan, ref, task
+from runtime_helpers import cpu_devices, make_fake_cupy, make_plan, ref, task
 from telemetry_helpers import ScriptedSampler
 
 import streammap
@@ -26,7 +27,7 @@ from streammap.runtime import run_plan
 from streammap.runtime.devices import check_devices, make_devices
 from streammap.runtime.lifecycle import RunSession
 from streammap.runtime.loader import load_program
-from streammap.runtime.local import HostStep, LocalExecutor, SharedFree, Wait
+from streammap.runtime.local import GpuStep, HostStep, LocalExecutor, SharedFree, Wait
 from streammap.runtime.pipeline import PipelineExecutor
 from streammap.runtime.ray.monitor import SegmentState
 from streammap.runtime.shared import SharingExecutor
@@ -129,6 +130,25 @@ def test_a_step_runs_its_call_on_the_results(tmp_path):
     ex = executor_for(plan)
     (src_step,) = [s for s in ex.steps[plan.tasks[0].device] if s.index == 0]
     np.testing.assert_allclose(src_step.call(ex.results), np.arange(4.0))
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5])
+def test_gpu_tasks_compile_into_gpu_steps_that_run_alone_or_sharing_the_gpu(tmp_path, monkeypatch, share):
+    monkeypatch.setitem(sys.modules, "cupy", make_fake_cupy(2))
+    devices = [{"id": f"node0/gpu{i}", "kind": "gpu", "vendor": "nvidia", "index": i} for i in range(2)]
+    tasks = [task("src", "source", "node0/gpu0")]
+    tasks += [{**task(f"s{k}", "scale", f"node0/gpu{k % 2}", ref("src"), k), "share": share} for k in range(4)]
+    tasks.append(task("sum", "total", "node0/gpu1", *[ref(f"s{k}") for k in range(4)]))
+    plan = make_plan(tmp_path, FAN, tasks, devices=devices, outputs=ref("sum"))
+    cls = SharingExecutor if share < 1 else LocalExecutor
+    ex = cls(plan, load_program(plan).kernels, make_devices(check_devices(plan)))
+    steps = [s for d in ex.steps.values() for s in d]
+    assert all(isinstance(s, GpuStep) for s in steps) and len(steps) == len(plan.tasks)
+    (sum_step,) = [s for s in steps if s.index == ex.index["sum"]]
+    assert len(sum_step.arg_getters) == 4 and sum_step.kwarg_getters == []
+    out = ex.run()
+    assert out.error is None
+    np.testing.assert_allclose(out.outputs["result"], np.arange(4.0) * 10)
 
 
 # -- the executor view ---------------------------------------------------------------------------
