@@ -1,24 +1,154 @@
-"""The end of every run, on every backend: the outputs written (only when the run succeeded), the run
-record written (also when it failed), then the outputs returned or the run's error raised.
+"""The set-up and tear-down of every run, on every backend: :class:`RunSession` and :func:`finish_run`.
 
 The local executor (:func:`streammap.runtime.run.run_plan`) and the Ray executor
-(:func:`streammap.runtime.ray.executor.run_plan_ray`) both end here, so the two backends write the
-same files in the same order.
+(:func:`streammap.runtime.ray.executor.run_plan_ray`) both run inside a :class:`RunSession`, so
+the two backends check, open, watch, close and write the same things in the same order, and a fix
+to any of it lands once. A run goes:
+
+1. ``RunSession(plan, options, ...)``: the plan is made runnable (read, its source checked:
+   :func:`~streammap.runtime.loader.runnable_plan`) and the record's path decided; nothing is
+   opened yet, so the backend's own checks (devices, options) can still refuse the run cheaply.
+2. ``with session:`` the alert rules are read and checked, then the metrics port is opened (when
+   ``metrics`` is a port). The backend opens its own resources (the program, a Ray connection)
+   and hands their closing to the session (:meth:`RunSession.defer`); :meth:`RunSession.begin`
+   stamps the start; :meth:`RunSession.supervise` starts watching (alerts, metrics, telemetry:
+   :class:`~streammap.runtime.supervisor.RunSupervisor`).
+3. Leaving the ``with`` (also on an error) closes everything in the reverse order it was opened:
+   the supervisor first (a last sample, while the backend's resources are still up; its
+   telemetry and alerts are kept for the record and the supervisor itself is dropped, so that
+   what monitoring allocated is freed before the record's YAML and JSON work), then what the
+   backend deferred, then the metrics the session opened.
+4. :meth:`RunSession.finish` (:func:`finish_run`): the outputs written (only when the run
+   succeeded), the run record written (also when it failed), then the outputs returned or the
+   run's error raised.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy
 
 from streammap.errors import KernelError, StreamMapError
 from streammap.io.files import atomic_write
+from streammap.monitoring.alerts import AlertManager, alert_config
+from streammap.monitoring.metrics import open_metrics
+from streammap.monitoring.options import MonitorOptions
 from streammap.plan import Plan
-from streammap.runrecord import DeviceRun, RunRecord, write_run_record
+from streammap.runrecord import DeviceRun, RunRecord, run_record_path, write_run_record
+from streammap.runtime.loader import runnable_plan
 from streammap.runtime.local import Outcome
+from streammap.runtime.supervisor import RunSupervisor
+
+
+class RunSession:
+    """One run's set-up and tear-down (see the module docstring).
+
+    Parameters
+    ----------
+    plan : Plan, str or Path
+        The plan, or a plan file to read.
+    options : MonitorOptions
+    backend : str
+        Named in the run record (``local``, ``ray``).
+    emulate : bool
+    plan_path, outputs_path, record_path : str or Path, optional
+        As for :func:`streammap.runtime.run_plan`; ``record_path`` defaults to beside
+        ``outputs_path``.
+
+    Attributes
+    ----------
+    plan, plan_path, source
+        The runnable plan, the file it was read from, its program's source file.
+    metrics : streammap.monitoring.metrics.RunMetrics or None
+        The run's metrics, once the session is entered.
+    supervisor : RunSupervisor or None
+        The run's monitoring, from :meth:`supervise` until the session closes.
+    telemetry, alerts
+        The run record's telemetry and alerts, kept when the supervisor stops. A backend whose
+        telemetry comes from elsewhere (Ray: the actors' own series) sets ``telemetry`` itself.
+    """
+
+    def __init__(self, plan, options: MonitorOptions, *, backend: str, emulate: bool, plan_path=None,
+                 outputs_path=None, record_path=None):
+        self.plan, self.plan_path, self.source = runnable_plan(plan, plan_path)
+        self.options = options
+        self.backend = backend
+        self.emulate = emulate
+        self.outputs_path = outputs_path
+        if record_path is None and outputs_path is not None:
+            record_path = run_record_path(outputs_path)
+        self.record_path = record_path
+        self.alert_config = None
+        self.metrics = None
+        self.supervisor: Optional[RunSupervisor] = None
+        self.started: Optional[str] = None
+        self.telemetry: Optional[dict] = None
+        self.alerts: list = []
+        self._record_telemetry = True
+        self._closers = ExitStack()
+
+    # -- set-up --------------------------------------------------------------------------------
+    def __enter__(self) -> "RunSession":
+        o = self.options
+        self.alert_config = alert_config(o.alerts)         # a bad rule is refused before a port opens
+        self.metrics, own = open_metrics(o.metrics, dcgm_names=o.dcgm_names, addr=o.metrics_addr)
+        if own:
+            self._closers.callback(self.metrics.close)
+        return self
+
+    def defer(self, close: Callable, *args) -> None:
+        """Call ``close(*args)`` when the session closes (in the reverse order of the calls)."""
+        self._closers.callback(close, *args)
+
+    def begin(self) -> None:
+        """The run starts now (its resources are up): the record's ``started``."""
+        self.started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+    def supervise(self, placements: dict, *, remap=None, telemetry: Optional[bool] = None, samplers=None,
+                  record_telemetry: bool = True) -> RunSupervisor:
+        """Start the run's monitoring: a :class:`RunSupervisor` with the run's alert rules and
+        metrics, stopped when the session closes.
+
+        ``telemetry`` and ``samplers`` default to the options'; ``remap`` (a
+        :class:`~streammap.monitoring.alerts.RemapConfig`) lets slow or lost devices drain the
+        run. ``record_telemetry=False``: the record's telemetry does not come from this
+        supervisor's samples (the backend sets :attr:`telemetry`).
+        """
+        o = self.options
+        if samplers is None and o.samplers is not None:
+            samplers = list(o.samplers)
+        manager = AlertManager(self.alert_config, metrics=self.metrics, context={
+            "plan": str(self.plan_path) if self.plan_path is not None else None, "source": self.plan.source.path})
+        self.supervisor = RunSupervisor(
+            self.plan, placements, telemetry=o.telemetry if telemetry is None else telemetry, metrics=self.metrics,
+            alerts=manager, remap=remap, interval=o.sample_interval, samplers=samplers)
+        self._record_telemetry = record_telemetry
+        self._closers.callback(self._stop_supervisor)
+        return self.supervisor
+
+    # -- tear-down -----------------------------------------------------------------------------
+    def __exit__(self, *exc) -> bool:
+        return self._closers.__exit__(*exc)
+
+    def _stop_supervisor(self) -> None:
+        supervisor, self.supervisor = self.supervisor, None
+        supervisor.stop()
+        if self.record_path is not None:
+            if self._record_telemetry:
+                self.telemetry = supervisor.telemetry_dict()
+            self.alerts = supervisor.alert_list()
+
+    def finish(self, outcome: Outcome) -> dict:
+        """:func:`finish_run` for this session: write the outputs and the record; return the
+        outputs or raise the run's error."""
+        return finish_run(self.plan, outcome, outputs_path=self.outputs_path, record_path=self.record_path,
+                          emulate=self.emulate, started=self.started, plan_path=self.plan_path,
+                          backend=self.backend, telemetry=self.telemetry, alerts=self.alerts)
 
 
 def finish_run(plan: Plan, outcome: Outcome, *, outputs_path, record_path, emulate: bool, started: str,

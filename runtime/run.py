@@ -1,13 +1,15 @@
 """Run a plan: the executors that run it: in this process (:mod:`.local`, the default) or on a Ray cluster
-(:mod:`.ray_executor`, ``backend="ray"``).
+(:mod:`.ray.executor`, ``backend="ray"``).
 
 :func:`run_plan` is the one entry point: it checks the plan can run here (source unchanged,
 devices available, or ``emulate``), loads the program, runs it with the local executor, and
-writes the outputs (``.npz``) and the run record (``.run.json``).
+writes the outputs (``.npz``) and the run record (``.run.json``). What every backend does around
+its run (checks, metrics and alerts opened, the supervisor, closing, the record) is
+:class:`~streammap.runtime.lifecycle.RunSession`.
 
-Monitoring (``supervisor.py``): unless ``telemetry=False``, a daemon thread samples the devices
-(NVML, the CPU), feeds Prometheus metrics when asked (``metrics=``), evaluates the alert rules
-(``alerts=``) and watches for a device that runs consistently slower than its model. When it finds
+Monitoring (``supervisor.py``, options in :class:`~streammap.monitoring.options.MonitorOptions`):
+unless ``telemetry=False``, a daemon thread samples the devices (NVML, the CPU), feeds Prometheus
+metrics when asked (``metrics=``), evaluates the alert rules (``alerts=``) and watches for a device that runs consistently slower than its model. When it finds
 one and re-mapping is on, the executor drains (running tasks finish, nothing new starts), the rest
 of the plan is re-mapped (:func:`streammap.remap.remap_plan`) and a new executor continues with
 the results held; the run record lists each re-mapping.
@@ -15,21 +17,17 @@ the results held; the run record lists each re-mapping.
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import time
 from typing import Optional
 
 from streammap.errors import StreamMapError
-from streammap.monitoring.alerts import AlertManager, alert_config
-from streammap.monitoring.metrics import open_metrics
-from streammap.monitoring.telemetry import DEFAULT_INTERVAL
+from streammap.monitoring.options import MonitorOptions, monitor_options
 from streammap.plan import Plan
 from streammap.remap import RemapError, remap_plan
-from streammap.runrecord import run_record_path
 from streammap.runtime.devices import check_devices, make_devices
-from streammap.runtime.lifecycle import finish_run
-from streammap.runtime.loader import load_program, runnable_plan
+from streammap.runtime.lifecycle import RunSession
+from streammap.runtime.loader import load_program
 from streammap.runtime.local import LocalExecutor, Outcome
 from streammap.runtime.pipeline import PipelineExecutor
 from streammap.runtime.ray.executor import DEFAULT_MAX_RECOVERIES, run_plan_ray
@@ -42,9 +40,9 @@ log = logging.getLogger("streammap.runtime")
 
 
 def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None, progress: bool = True,
-             plan_path=None, telemetry: bool = True, interval: float | None = None, metrics=None,
-             dcgm_names: bool = False, metrics_addr: str = "127.0.0.1", alerts=None, samplers=None,
-             backend: str = "local", address: Optional[str] = None, max_recoveries: Optional[int] = None) -> dict:
+             plan_path=None, backend: str = "local", address: Optional[str] = None,
+             max_recoveries: Optional[int] = None, monitoring: Optional[MonitorOptions] = None,
+             **monitoring_keywords) -> dict:
     """Run ``plan`` on this machine and return its outputs.
 
     Parameters
@@ -63,30 +61,22 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
         Show a progress bar (on stderr).
     plan_path : str or Path, optional
         The plan file the plan was read from, named in the run record.
-    telemetry : bool
-        Sample the devices during the run (NVML for the GPUs it uses, the CPU) into the run record;
-        with ``False`` and no ``metrics`` or ``alerts``, nothing watches the run at all.
-    interval : float, optional
-        Seconds between samples (default :data:`streammap.monitoring.telemetry.DEFAULT_INTERVAL`).
-    metrics : int or streammap.monitoring.metrics.RunMetrics, optional
-        A port to serve Prometheus metrics on during the run (on ``metrics_addr``; 0 picks a free
-        port), or a :class:`~streammap.monitoring.metrics.RunMetrics` the caller serves and closes.
-    dcgm_names : bool
-        With a port: also export the DCGM exporter's metric names.
-    alerts : str, Path, dict or streammap.monitoring.alerts.AlertConfig, optional
-        Alert rules and re-mapping settings (default :data:`streammap.monitoring.alerts.DEFAULT_CONFIG`:
-        alerts on, re-mapping on except under ``emulate``).
-    samplers : list, optional
-        Telemetry samplers to use instead of this machine's (tests).
     backend : str
-        ``"local"`` (default: this process) or ``"ray"`` (:mod:`.ray_executor`: one actor per plan
+        ``"local"`` (default: this process) or ``"ray"`` (:mod:`.ray.executor`: one actor per plan
         device on a Ray cluster; needs ``pip install 'streammap[cluster]'``). Monitoring works alike
-        on both (:mod:`.ray_monitor`), except that Ray does not re-map a slow device.
+        on both (:mod:`.ray.monitor`), except that Ray does not re-map a slow device.
     address : str, optional
         With ``backend="ray"``: the Ray cluster (``auto``, ``host:port``); default: the cluster
         this process is connected to, else ``RAY_ADDRESS``, else a new local Ray.
     max_recoveries : int, optional
         With ``backend="ray"``: how many lost nodes/actors to recover from (default 3).
+    monitoring : streammap.monitoring.options.MonitorOptions, optional
+        How the run is watched: telemetry, its interval, Prometheus metrics, alert rules (see
+        :class:`~streammap.monitoring.options.MonitorOptions`; default: telemetry and the default
+        alert rules).
+    **monitoring_keywords
+        Instead of ``monitoring``, its fields one by one: ``telemetry``, ``interval``, ``metrics``,
+        ``dcgm_names``, ``metrics_addr``, ``alerts``, ``samplers``.
 
     Returns
     -------
@@ -104,6 +94,8 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
     KernelError
         A kernel raised (after its retries); carries the task id, call site, device and the
         kernel's own traceback text.
+    TypeError
+        An unknown keyword, or both ``monitoring`` and monitoring keywords.
 
     Notes
     -----
@@ -112,76 +104,46 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
     cycles behind): what the program leaves running past the run (a thread it started, an object
     whose methods read its globals) must not rely on its module-level names.
     """
+    options = monitor_options(monitoring, caller="run_plan", **monitoring_keywords)
     if backend == "ray":
         return run_plan_ray(plan, emulate=emulate, outputs_path=outputs_path, record_path=record_path,
                             progress=progress, plan_path=plan_path, address=address,
                             max_recoveries=DEFAULT_MAX_RECOVERIES if max_recoveries is None else max_recoveries,
-                            telemetry=telemetry, interval=interval, metrics=metrics, alerts=alerts,
-                            dcgm_names=dcgm_names, metrics_addr=metrics_addr)
+                            monitoring=options)
     if backend != "local":
         raise StreamMapError(f"unknown backend {backend!r}", hint="use 'local' or 'ray'")
-    plan, plan_path, _ = runnable_plan(plan, plan_path)
+    session = RunSession(plan, options, backend="local", emulate=emulate, plan_path=plan_path,
+                         outputs_path=outputs_path, record_path=record_path)
+    plan = session.plan
     placements = check_devices(plan, emulate=emulate)        # refuses before anything runs
-    if record_path is None and outputs_path is not None:
-        record_path = run_record_path(outputs_path)
-
-
-    config = alert_config(alerts)
-    metrics, own = open_metrics(metrics, dcgm_names=dcgm_names, addr=metrics_addr)
-    own_metrics = metrics if own else None
-    try:
+    with session:
         program = load_program(plan)
-    except BaseException:
-        if own_metrics is not None:
-            own_metrics.close()
-        raise
-    started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    supervisor = None
-    monitored: tuple = (None, None)         # the record's telemetry and alerts
-    try:
+        session.defer(program.unload)
+        session.begin()
         devices = make_devices(placements)
-        watch = telemetry or metrics is not None or alerts is not None
-        # a pipeline plan streams its items (.pipeline): monitored alike, but not re-mapped
-        remap = config.remap if config.remap.active(emulate) and config.remap.max_remaps > 0 else None
+        if options.watching:        # a local run nobody asked to watch runs without a supervisor
+            # a pipeline plan streams its items (.pipeline): monitored alike, but not re-mapped
+            config = session.alert_config
+            remap = config.remap if config.remap.active(emulate) and config.remap.max_remaps > 0 else None
+            session.supervise(placements, remap=remap if plan.pipeline is None else None)
         if plan.pipeline is not None:
-            remap = None
-        if watch:
-            manager = AlertManager(config, metrics=metrics, context={
-                "plan": str(plan_path) if plan_path is not None else None, "source": plan.source.path})
-            supervisor = RunSupervisor(
-                plan, placements, telemetry=telemetry, metrics=metrics, alerts=manager,
-                remap=remap,
-                interval=interval or _default_interval(), samplers=samplers)
-        if plan.pipeline is not None:
-            executor = PipelineExecutor(plan, program.kernels, devices)
-            if supervisor is not None:
-                supervisor.start()
-                supervisor.attach(executor)
-            outcome = executor.run()
-            if supervisor is not None:
-                supervisor.detach()
+            outcome = _stream(plan, program.kernels, devices, session.supervisor)
         else:
             outcome = _execute(plan, program.kernels, devices, placements, emulate=emulate, progress=progress,
-                               supervisor=supervisor)
-    finally:
-        program.unload()
-        if supervisor is not None:
-            supervisor.stop()
-            if record_path is not None:
-                monitored = (supervisor.telemetry_dict(), supervisor.alert_list())
-            # freed now, not after the record is built: what monitoring allocated no longer counts
-            # towards the collector's next young-generation pass (which the record's YAML and JSON
-            # work would otherwise set off more often in monitored runs)
-            supervisor = manager = None
-        if own_metrics is not None:
-            own_metrics.close()
-
-    return finish_run(plan, outcome, outputs_path=outputs_path, record_path=record_path, emulate=emulate,
-                      started=started, plan_path=plan_path, telemetry=monitored[0], alerts=monitored[1])
+                               supervisor=session.supervisor)
+    return session.finish(outcome)
 
 
-def _default_interval() -> float:
-    return DEFAULT_INTERVAL
+def _stream(plan: Plan, kernels: dict, devices: dict, supervisor: Optional[RunSupervisor]) -> Outcome:
+    """Run a pipeline plan (:mod:`.pipeline`), followed by ``supervisor`` when there is one."""
+    executor = PipelineExecutor(plan, kernels, devices)
+    if supervisor is not None:
+        supervisor.start()
+        supervisor.attach(executor)
+    outcome = executor.run()
+    if supervisor is not None:
+        supervisor.detach()
+    return outcome
 
 
 def _execute(plan: Plan, kernels: dict, devices: dict, placements: dict, *, emulate: bool, progress: bool,

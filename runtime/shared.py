@@ -219,7 +219,7 @@ class SharingExecutor(LocalExecutor):
         set_current_device(dev)
         tasks, results, attempts = self.plan.tasks, self.results, self.attempts
         perf = time.perf_counter
-        calls = {step[0]: step[1] for step in self.steps[d]}
+        calls = {step.index: step.call for step in self.steps[d]}         # HostStep
         if self.spiller is not None:
             results = HostView(results)
         try:
@@ -262,7 +262,7 @@ class SharingExecutor(LocalExecutor):
         set_current_device(dev)
         tasks, results, attempts, events = self.plan.tasks, self.results, self.attempts, self.events
         view = HostView(results) if self.spiller is not None else results
-        steps = {step[0]: step for step in self.steps[d]}
+        steps = {step.index: step for step in self.steps[d]}              # GpuStep
         try:
             with dev.device:
                 stream = dev.stream if j == 0 else dev.cupy.cuda.Stream(non_blocking=True)
@@ -274,7 +274,8 @@ class SharingExecutor(LocalExecutor):
                         k, _ = got
                         share = tasks[k].share
                         try:
-                            _, fn, (argg, kwg) = steps[k][:3]
+                            step = steps[k]
+                            fn, argg, kwg = step.kernel, step.arg_getters, step.kwarg_getters
                             try:
                                 args = [g(view) for g in argg]
                                 kwargs = {key: g(view) for key, g in kwg}

@@ -8,7 +8,8 @@ which, in this order:
    always), records the readings, updates the device gauges, checks the memory, temperature,
    lost-device and ECC/Xid rules;
 2. *harvests* the tasks that finished since the last tick from the executor's own lists (``done``,
-   ``starts``/``finishes``, ``gpu_events``): a cursor per device, because a device finishes its
+   ``starts``/``finishes``, ``gpu_events``; everything it reads of an executor is named by
+   :class:`~streammap.runtime.view.ExecutorView`): a cursor per device, because a device finishes its
    tasks in plan order, so a tick costs O(new tasks). Each finished task feeds the duration
    histogram, the slow-task rule and the :class:`~streammap.remap.SlowDeviceDetector`; the task
    a device is running (``attempts`` set, not ``done``) is checked against the slow-task rule too;
@@ -38,10 +39,11 @@ import statistics
 import threading
 import time
 from collections import deque
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from streammap.monitoring.telemetry import DEFAULT_INTERVAL, TICKER, CpuSampler, NvmlSampler, TelemetryRecorder
 from streammap.remap import SlowDeviceDetector
+from streammap.runtime.view import ExecutorView
 
 log = logging.getLogger("streammap.runtime")
 
@@ -74,7 +76,21 @@ class Trigger:
         self.lost = lost or []
 
 
-def finished_durations(state) -> list:
+class FinishedSegment(NamedTuple):
+    """What :meth:`RunSupervisor._hand_over` gives the metrics of a segment whose workers are done:
+    the executor's final lists and where the harvest cursors stopped, counted at the next scrape."""
+
+    order: dict                     #: :attr:`ExecutorView.order`
+    cursor: dict                    #: plan device → the index in ``order`` its harvest reached
+    done: list                      #: :attr:`ExecutorView.done`
+    attempts: list                  #: :attr:`ExecutorView.attempts`
+    starts: list                    #: :attr:`ExecutorView.starts`
+    finishes: list                  #: :attr:`ExecutorView.finishes`
+    tasks: list                     #: the segment's ``plan.tasks``
+    failed: int                     #: 1 when the segment ended with an error, else 0
+
+
+def finished_durations(state: FinishedSegment) -> list:
     """``(kernel, plan device, seconds)`` of the tasks an executor finished past the cursors, from
     the ``state`` :meth:`RunSupervisor._hand_over` gives the metrics."""
     order, cursor, done, _, starts, finishes, tasks, _ = state
@@ -89,7 +105,7 @@ def finished_durations(state) -> list:
     return out
 
 
-def task_counts(state) -> tuple:
+def task_counts(state: FinishedSegment) -> tuple:
     """(pending, running, done, failed) tasks of a finished executor (see :func:`finished_durations`)."""
     order, cursor, done, attempts, _, _, _, failed = state
     running = 0
@@ -157,7 +173,7 @@ class RunSupervisor:
         self.trigger: Optional[Trigger] = None
         self.remaps_done = 0
         self._lock = threading.RLock()
-        self._ex = None
+        self._ex: Optional[ExecutorView] = None
         self._cursor: dict[str, int] = {}
         self._running_seen: dict[int, float] = {}
         self._ratios: deque = deque(maxlen=256)
@@ -187,7 +203,7 @@ class RunSupervisor:
         self.thread_cpu += time.thread_time() - c0
         self.ticks += 1
 
-    def attach(self, executor) -> None:
+    def attach(self, executor: ExecutorView) -> None:
         """Follow ``executor`` (a new segment of the run, after a re-mapping)."""
         c0 = time.perf_counter()
         with self._lock:
@@ -225,13 +241,13 @@ class RunSupervisor:
         rule = self.alerts.config.slow_task if self.alerts is not None else None
         return rule is not None and (rule.baseline != "run" or self._median is not None)
 
-    def _hand_over(self, ex) -> None:
+    def _hand_over(self, ex: ExecutorView) -> None:
         """Give the metrics what :meth:`_harvest` would, as the executor's lists (which no longer
         change: its workers are done), read at the next scrape by :func:`finished_durations` and
-        :func:`task_counts`. One tuple: a closure per figure would leave a dozen more objects for
+        :func:`task_counts`. One record: a closure per figure would leave a dozen more objects for
         the garbage collector to count until the scrape."""
-        state = (ex.order, self._cursor, ex.done, ex.attempts, ex.starts, ex.finishes, ex.plan.tasks,
-                 1 if ex.error is not None else 0)
+        state = FinishedSegment(ex.order, self._cursor, ex.done, ex.attempts, ex.starts, ex.finishes, ex.plan.tasks,
+                                1 if ex.error is not None else 0)
         m = self.metrics
         m.observe_tasks_from(finished_durations, len(ex.done), state)
         m.set_tasks_from(task_counts, state)
@@ -383,7 +399,7 @@ class RunSupervisor:
             m.set_tasks(max(0, len(done) - n_done - running - failed), running, n_done, failed)
 
     @staticmethod
-    def _duration(ex, k, starts, finishes, gpu_events) -> Optional[float]:
+    def _duration(ex: ExecutorView, k, starts, finishes, gpu_events) -> Optional[float]:
         pair = gpu_events[k]
         if pair is not None:
             try:

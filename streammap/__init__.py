@@ -48,9 +48,11 @@ def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: boo
     progress : bool
         Show a progress bar.
     **monitoring
-        ``telemetry`` (default True), ``interval``, ``metrics`` (a port or a
-        :class:`~streammap.monitoring.metrics.RunMetrics`), ``dcgm_names``, ``alerts`` (a config file, dict or
-        :class:`~streammap.monitoring.alerts.AlertConfig`): see :func:`streammap.runtime.run_plan`.
+        ``monitoring=`` a :class:`~streammap.monitoring.options.MonitorOptions`, or its fields one by
+        one: ``telemetry`` (default True), ``interval``, ``metrics`` (a port or a
+        :class:`~streammap.monitoring.metrics.RunMetrics`), ``dcgm_names``, ``metrics_addr``, ``alerts`` (a
+        config file, dict or :class:`~streammap.monitoring.alerts.AlertConfig`): see
+        :func:`streammap.runtime.run_plan`.
 
     Returns
     -------

@@ -68,35 +68,32 @@ Policy
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from streammap.cluster.ray import connect, ray_node_names
 from streammap.errors import KernelError, StreamMapError
 from streammap.ir import item, resolve_spec, spec_refs
-from streammap.monitoring.alerts import AlertManager, alert_config
-from streammap.monitoring.metrics import open_metrics
-from streammap.monitoring.telemetry import DEFAULT_INTERVAL, TICKER, CpuSampler, NvmlSampler, TelemetryRecorder, on_node
+from streammap.monitoring.options import MonitorOptions, monitor_options
+from streammap.monitoring.telemetry import TICKER, CpuSampler, NvmlSampler, TelemetryRecorder, on_node
 from streammap.plan import Plan
 from streammap.remap import RemapError, remap_plan
-from streammap.runrecord import run_record_path
 from streammap.runtime.accelerators import cupy_platform
 from streammap.runtime.context import set_current_device
 from streammap.runtime.devices import Placement, make_devices, node_of, raise_not_executable, to_host
-from streammap.runtime.lifecycle import finish_run
-from streammap.runtime.loader import load_program, runnable_plan
+from streammap.runtime.lifecycle import RunSession
+from streammap.runtime.loader import load_program
 from streammap.runtime.local import Outcome, name_outputs, user_traceback
 from streammap.runtime.ray.ipc import NOSET_VISIBLE, ShareLost, cuda_ordinal, has_shared, receive, share
 from streammap.runtime.ray.monitor import BoardSampler, SegmentState, start_board
 from streammap.runtime.ray.sharing import ShareGate, actor_concurrency, plan_shares_devices, sharing_steps
 from streammap.runtime.ray.spill import ActorSpill, host_value, oversubscribed, spill_tables
 from streammap.runtime.spill import nbytes_of
-from streammap.runtime.supervisor import RunSupervisor, nvml_index
+from streammap.runtime.supervisor import nvml_index
 
 log = logging.getLogger("streammap.runtime")
 
@@ -122,6 +119,23 @@ class InputMissing(Exception):
 
 
 # -- the actor -----------------------------------------------------------------------------
+
+class ActorStep(NamedTuple):
+    """A task as the driver hands it to its device's actor for a segment (:meth:`DeviceActor.prepare`),
+    by its index in the segment's plan. Plain data: it is pickled to the actor."""
+
+    task_id: str
+    kernel: str                     #: the kernel's name in the program
+    args: list                      #: the task's argument specs (``ref``, ``value``, ``list``, ...)
+    kwargs: dict                    #: keyword name → argument spec
+    remote_ids: tuple               #: per extra ``run`` argument, the result id it carries (``None``:
+                                    #: an ordering-only dep's completion ref)
+    frees: tuple                    #: ids of results on this actor to free (or count down: threaded
+                                    #: actors, :class:`.sharing.ShareGate`) once the task has finished
+    store: bool                     #: keep the result on the actor (a consumer or the outputs need it)
+    retries: int                    #: further attempts after the kernel raises
+    site: str                       #: the call site, for the error of a failing task
+
 
 class DeviceActor:
     """Runs the tasks of one plan device (wrapped with ``ray.remote`` by :func:`_actor_class`)."""
@@ -206,9 +220,8 @@ class DeviceActor:
         return rec.to_dict({})
 
     def prepare(self, steps: dict) -> None:
-        """The next segment's steps: index → (task id, kernel, args, kwargs, remote ids, frees,
-        store, retries, site). Shared copies of the last segment are freed: its consumers are
-        done or gone."""
+        """The next segment's steps: task index → :class:`ActorStep`. Shared copies of the last
+        segment are freed: its consumers are done or gone."""
         self.steps = steps
         self.shared.clear()
 
@@ -282,7 +295,7 @@ class DeviceActor:
         keep: list = []
         with dev.device:
             desc = share(dev.cupy, out, dev.ordinal, dev.stream, keep)
-        tid = self.steps[k][0]
+        tid = self.steps[k].task_id
         self.shared[tid] = (keep, [])
         if self.spill is not None:        # the copy takes device memory until its consumers are done
             self.spill.hold_shared(tid, nbytes_of(out))
@@ -397,63 +410,48 @@ def _own_cuda_ordinal() -> int:
 
 def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=None, progress: bool = True,
                  plan_path=None, address: Optional[str] = None, max_recoveries: int = DEFAULT_MAX_RECOVERIES,
-                 telemetry: bool = True, interval: Optional[float] = None, metrics=None, alerts=None,
-                 dcgm_names: bool = False, metrics_addr: str = "127.0.0.1") -> dict:
+                 monitoring: Optional[MonitorOptions] = None, **monitoring_keywords) -> dict:
     """:func:`streammap.runtime.run_plan` with ``backend="ray"`` (same outputs, record, errors).
 
     ``address``: the Ray cluster (``auto``, ``host:port``, ``ray://...``); default: the cluster
-    this process is connected to, else ``RAY_ADDRESS``, else a new local Ray. Every actor samples
-    its device (NVML for its GPU, else its node's CPU) every ``interval`` s into the run record's
-    telemetry. The driver evaluates the alert rules and feeds the Prometheus metrics as a local
-    run does (:mod:`.ray_monitor`), except re-mapping a slow device.
+    this process is connected to, else ``RAY_ADDRESS``, else a new local Ray. ``monitoring`` (or
+    its fields as keywords): every actor samples its device (NVML for its GPU, else its node's
+    CPU) every ``interval`` s into the run record's telemetry, unless ``telemetry=False``. The
+    driver always evaluates the alert rules and feeds the Prometheus metrics as a local run does
+    (:mod:`.monitor`), except re-mapping a slow device; ``samplers`` are not used (the driver
+    reads what the actors sample).
     """
-
-
-    plan, plan_path, source = runnable_plan(plan, plan_path)
+    options = monitor_options(monitoring, caller="run_plan_ray", **monitoring_keywords)
+    session = RunSession(plan, options, backend="ray", emulate=emulate, plan_path=plan_path,
+                         outputs_path=outputs_path, record_path=record_path)
     if max_recoveries < 0:
         raise StreamMapError("--max-recoveries must be 0 or more")
-    if record_path is None and outputs_path is not None:
-        record_path = run_record_path(outputs_path)
-    config = alert_config(alerts)
-    interval = interval or DEFAULT_INTERVAL
-    metrics, own_metrics = open_metrics(metrics, dcgm_names=dcgm_names, addr=metrics_addr)
-    try:
+    plan = session.plan
+    with session:
         ray, own = connect(address)
-    except BaseException:
-        if own_metrics:
-            metrics.close()
-        raise
-    started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    supervisor = board = None
-    alert_list: list = []
-    try:
-        if telemetry:
-            board = start_board(ray)
-        executor = RayExecutor(plan, source.read_bytes(), emulate=emulate, progress=progress,
-                               max_recoveries=max_recoveries, telemetry_interval=interval if telemetry else None,
-                               board=board)
-        manager = AlertManager(config, metrics=metrics, context={
-            "plan": str(plan_path) if plan_path is not None else None, "source": plan.source.path})
-        samplers = [BoardSampler(ray, board, executor.actor_info)] if board is not None else []
-        supervisor = executor.supervisor = RunSupervisor(plan, {}, telemetry=bool(samplers), metrics=metrics,
-                                                         alerts=manager, interval=interval, samplers=samplers)
-        outcome = executor.run()
-    finally:
-        if supervisor is not None:
-            supervisor.stop()                # a last sample: the board is still up
-            alert_list = supervisor.alert_list()
-        if board is not None:
-            try:
-                ray.kill(board)
-            except Exception:      # noqa: BLE001
-                pass
         if own:
-            ray.shutdown()
-        if own_metrics:
-            metrics.close()
-    return finish_run(plan, outcome, outputs_path=outputs_path, record_path=record_path, emulate=emulate,
-                      started=started, plan_path=plan_path, backend="ray", telemetry=executor.telemetry,
-                      alerts=alert_list)
+            session.defer(ray.shutdown)
+        session.begin()
+        board = start_board(ray) if options.telemetry else None
+        if board is not None:
+            session.defer(_kill_quietly, ray, board)
+        executor = RayExecutor(plan, session.source.read_bytes(), emulate=emulate, progress=progress,
+                               max_recoveries=max_recoveries,
+                               telemetry_interval=options.sample_interval if options.telemetry else None, board=board)
+        samplers = [BoardSampler(ray, board, executor.actor_info)] if board is not None else []
+        # the supervisor stops first when the session closes: a last sample while the board is up
+        executor.supervisor = session.supervise({}, telemetry=bool(samplers), samplers=samplers,
+                                                record_telemetry=False)
+        outcome = executor.run()
+        session.telemetry = executor.telemetry            # the actors' own series, every reading
+    return session.finish(outcome)
+
+
+def _kill_quietly(ray, actor) -> None:
+    try:
+        ray.kill(actor)
+    except Exception:      # noqa: BLE001 -- already gone with its node
+        pass
 
 
 class _Lost(Exception):
@@ -752,8 +750,9 @@ class RayExecutor:
                     remote_ids.append(None)
                     remote_refs.append(("meta", dep))
             store = t.id in outputs or t.id in used
-            steps[d][k] = (t.id, t.kernel, t.args, t.kwargs, tuple(remote_ids), tuple(frees.get(t.id, ())),
-                           store, t.retries, t.site)
+            steps[d][k] = ActorStep(task_id=t.id, kernel=t.kernel, args=t.args, kwargs=t.kwargs,
+                                    remote_ids=tuple(remote_ids), frees=tuple(frees.get(t.id, ())), store=store,
+                                    retries=t.retries, site=t.site)
             calls.append((k, t, remote_refs))
         spilling = spill_tables(plan, todo, dev_of, self._held, outputs) if oversubscribed(plan) else {}
         if plan_shares_devices(plan):
@@ -762,7 +761,7 @@ class RayExecutor:
             limit = (plan.cluster.spec or {}).get("max_tasks_per_device")
             ready = []
             for d, s in steps.items():
-                s = {k: (*v[:5], share_frees[v[0]], *v[6:]) for k, v in s.items()}
+                s = {k: step._replace(frees=share_frees[step.task_id]) for k, step in s.items()}
                 ready.append(self.actors[d].prepare.remote(s))
                 ready.append(self.actors[d].prepare_sharing.remote(admission.get(d, {}), uses.get(d, {}), limit))
                 if d in spilling:

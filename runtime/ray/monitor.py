@@ -113,7 +113,8 @@ class BoardSampler(Sampler):
 
 
 class SegmentState:
-    """What the supervisor reads of one segment of a Ray run (see the module docstring).
+    """What the supervisor reads of one segment of a Ray run (see the module docstring): an
+    :class:`~streammap.runtime.view.ExecutorView`.
 
     ``finished``: the tasks of ``plan`` done in earlier segments (done from the start, with no
     times: they were counted then).
@@ -130,7 +131,8 @@ class SegmentState:
         self.starts: list = [None] * n
         self.finishes: list = [None] * n
         self.attempts = [0] * n
-        self.gpu_events = [None] * n
+        self.gpu_events = [None] * n         # the actors time their tasks: no CUDA events here
+        self.devices: dict = {}              # read only for tasks with gpu_events: none
         self.error: Optional[BaseException] = None
         self.draining = False
 

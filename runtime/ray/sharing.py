@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import NamedTuple
 
 from streammap.ir import spec_refs
 
@@ -38,11 +39,19 @@ def actor_concurrency(plan, device: str) -> int:
     return max(1, min(n, MAX_CONCURRENCY))
 
 
+class Admission(NamedTuple):
+    """What the gate of a task's actor needs to admit it (one per task of the segment)."""
+
+    task_id: str
+    share: float                    #: the fraction of the device the task uses while it runs
+    deps: tuple                     #: ids of the tasks on the same actor it must wait for
+
+
 class ShareGate:
     """Admission of one actor's calls by share, task slots and same-device dependencies."""
 
     def __init__(self, admission: dict, uses: dict, limit: float | None):
-        self.admission = admission          # step index -> (task id, share, local deps)
+        self.admission = admission          # task index -> Admission
         self.uses = dict(uses)              # result id -> local consumers still to finish
         self.limit = math.inf if not limit else float(limit)
         self.cond = threading.Condition()
@@ -52,21 +61,22 @@ class ShareGate:
         self.local = threading.local()
 
     def enter(self, k: int) -> None:
-        tid, share, deps = self.admission[k]
+        step = self.admission[k]
+        share = step.share
         with self.cond:
-            while not (all(d in self.finished for d in deps) and self.used + share <= 1.0 + SHARE_EPS
+            while not (all(d in self.finished for d in step.deps) and self.used + share <= 1.0 + SHARE_EPS
                        and self.running < self.limit):
                 self.cond.wait()
             self.used += share
             self.running += 1
 
     def leave(self, k: int, ok: bool) -> None:
-        tid, share, _ = self.admission[k]
+        step = self.admission[k]
         with self.cond:
-            self.used -= share
+            self.used -= step.share
             self.running -= 1
             if ok:
-                self.finished.add(tid)
+                self.finished.add(step.task_id)
             self.cond.notify_all()
 
     def free(self, values: dict, frees, drop=None) -> None:
@@ -94,8 +104,9 @@ class ShareGate:
 
 
 def sharing_steps(plan, todo: list, dev_of: dict, outputs: set, held: dict) -> tuple[dict, dict, dict]:
-    """Per device: the gate's admission table and local use counts, and per task the local
-    results it frees (for :class:`ShareGate`)."""
+    """Per device: the gate's admission table (task index → :class:`Admission`) and local use
+    counts (result id → its consumers on the device), and per task id the local results it frees
+    (for :class:`ShareGate`; they replace :attr:`.executor.ActorStep.frees`)."""
     tasks = plan.tasks
     todo_ids = {tasks[k].id for k in todo}
     admission: dict[str, dict] = {}
@@ -105,7 +116,7 @@ def sharing_steps(plan, todo: list, dev_of: dict, outputs: set, held: dict) -> t
         t = tasks[k]
         d = t.device
         deps = tuple(x for x in t.deps if x in todo_ids and dev_of[x] == d)
-        admission.setdefault(d, {})[k] = (t.id, t.share, deps)
+        admission.setdefault(d, {})[k] = Admission(t.id, t.share, deps)
         local = []
         for r in dict.fromkeys(r for s in (*t.args, *t.kwargs.values()) for r in spec_refs(s)):
             if dev_of[r] == d and (r in todo_ids or r in held.get(d, ())) and r not in outputs:

@@ -9,6 +9,7 @@ from pathlib import Path
 from streammap.cli.common import console, serve_metrics
 from streammap.cost.history import record_after_run
 from streammap.monitoring.alerts import load_alert_config
+from streammap.monitoring.options import MonitorOptions
 from streammap.plan import read_plan
 from streammap.runrecord import run_record_path
 from streammap.runtime import run_plan
@@ -37,15 +38,15 @@ def run(args) -> int:
     plan = read_plan(plan_path)
     output = Path(args.output) if args.output else plan_path.with_name(plan_path.stem + ".out.npz")
     record = Path(args.record) if args.record else run_record_path(output)
-    monitoring = monitoring_kwargs(args)    # a bad alerts file is reported before anything runs
+    monitoring = monitoring_options(args)    # a bad alerts file is reported before anything runs
     t0 = time.perf_counter()
     try:
         outputs = run_plan(plan, emulate=args.emulate, outputs_path=output, record_path=record, plan_path=plan_path,
                            progress=not args.no_progress and sys.stderr.isatty(), backend=args.backend,
-                           address=args.address, max_recoveries=args.max_recoveries, **monitoring)
+                           address=args.address, max_recoveries=args.max_recoveries, monitoring=monitoring)
     finally:
-        if monitoring.get("metrics") is not None:
-            monitoring["metrics"].close()
+        if monitoring.metrics is not None:       # served here (serve_metrics), so closed here
+            monitoring.metrics.close()
     elapsed = time.perf_counter() - t0
     names = ", ".join(f"{k} {getattr(v, 'shape', ())}" for k, v in outputs.items())
     console().print(f"ran {len(plan.tasks)} tasks{' on Ray' if args.backend == 'ray' else ''} in {format_time(elapsed)}"
@@ -70,9 +71,10 @@ def add_monitoring_arguments(parser) -> None:
                         help="seconds between telemetry samples (default 0.2)")
 
 
-def monitoring_kwargs(args) -> dict:
-    """Keyword arguments for :func:`streammap.runtime.run_plan` from the options above. Loads the
-    alerts file now, so that a bad file is reported before anything runs."""
+def monitoring_options(args) -> MonitorOptions:
+    """The run's :class:`~streammap.monitoring.options.MonitorOptions` from the options above.
+    Loads the alerts file now, so that a bad file is reported before anything runs; with
+    ``--metrics-port``, serves the metrics now (the caller closes ``metrics``)."""
 
     kw: dict = {"telemetry": not getattr(args, "no_telemetry", False)}
     if getattr(args, "sample_interval", None):
@@ -81,4 +83,4 @@ def monitoring_kwargs(args) -> dict:
         kw["alerts"] = load_alert_config(args.alerts)
     if getattr(args, "metrics_port", None) is not None:
         kw["metrics"] = serve_metrics(args)
-    return kw
+    return MonitorOptions(**kw)

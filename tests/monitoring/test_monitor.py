@@ -9,7 +9,7 @@ from rich.console import Console
 from telemetry_helpers import fake_nvml, gpu
 
 from streammap.cli import build_parser
-from streammap.cli.run import monitoring_kwargs
+from streammap.cli.run import monitoring_options
 from streammap.cluster.model import cluster_from_dict
 from streammap.monitoring.alerts import AlertConfig, AlertConfigError
 from streammap.monitoring.live import DeviceMonitor, monitor
@@ -56,15 +56,15 @@ def test_monitor_parser_and_run_options(tmp_path):
     cfg = tmp_path / "a.yaml"
     cfg.write_text("temperature: 70\n")
     a = p.parse_args(["run", "p.yaml", "--alerts", str(cfg), "--no-telemetry", "--sample-interval", "0.5"])
-    kw = monitoring_kwargs(a)
-    assert kw["telemetry"] is False and kw["interval"] == 0.5 and isinstance(kw["alerts"], AlertConfig)
-    assert kw["alerts"].temperature == 70 and "metrics" not in kw
+    o = monitoring_options(a)
+    assert o.telemetry is False and o.interval == 0.5 and isinstance(o.alerts, AlertConfig)
+    assert o.alerts.temperature == 70 and o.metrics is None
     a = p.parse_args(["run", "p.yaml", "--metrics-port", "0", "--dcgm-names"])
-    kw = monitoring_kwargs(a)
+    o = monitoring_options(a)
     try:
-        assert kw["metrics"].dcgm_names and kw["metrics"].port > 0 and kw["metrics"].addr == "127.0.0.1"
+        assert o.metrics.dcgm_names and o.metrics.port > 0 and o.metrics.addr == "127.0.0.1"
     finally:
-        kw["metrics"].close()
+        o.metrics.close()
     cfg.write_text("temperature: hot\n")
     with pytest.raises(AlertConfigError):
-        monitoring_kwargs(p.parse_args(["run", "p.yaml", "--alerts", str(cfg)]))
+        monitoring_options(p.parse_args(["run", "p.yaml", "--alerts", str(cfg)]))

@@ -93,15 +93,16 @@ def test_device_actors_hand_a_result_gpu_to_gpu_and_free_it_after_its_consumer(c
     import ray
 
     from streammap.runtime.ray import executor as ray_executor
+    Step = ray_executor.ActorStep      # task id, kernel, args, kwargs, remote ids, frees, store, retries, site
     plan = _fan_plan(tmp_path)
     ordinals = iter([0, 1])
     monkeypatch.setattr(ray_executor, "_own_cuda_ordinal", lambda: next(ordinals))
     source = Path(plan.source.path).read_bytes()
     producer = ray_executor.DeviceActor(plan, source, "node0/gpu0", "cupy", False)
     consumer = ray_executor.DeviceActor(plan, source, "node0/gpu1", "cupy", False)
-    step = {0: ("src", "source", [], {}, (), (), True, 0, "prog.py:src")}
+    step = {0: Step("src", "source", [], {}, (), (), True, 0, "prog.py:src")}
     producer.prepare(step)
-    consumer.prepare({1: ("a", "scale", plan.tasks[1].args, {}, ("src",), (), True, 0, "prog.py:a")})
+    consumer.prepare({1: Step("a", "scale", plan.tasks[1].args, {}, ("src",), (), True, 0, "prog.py:a")})
     meta, desc = producer.run_share(0, None)
     assert meta[0] == 0 and ipc.has_shared(desc) and "src" in producer.shared
     uploads = cp.fake_stats["uploads"]
@@ -112,7 +113,7 @@ def test_device_actors_hand_a_result_gpu_to_gpu_and_free_it_after_its_consumer(c
 
     # the driver passes the consumer's completion ref with the producer's next call: once done,
     # the shared copy is freed
-    producer.prepare({2: ("sum", "total", plan.tasks[4].args, {}, ("a",), (), True, 0, "prog.py:sum")})
+    producer.prepare({2: Step("sum", "total", plan.tasks[4].args, {}, ("a",), (), True, 0, "prog.py:sum")})
     producer.shared["src"] = ([object()], [])
     monkeypatch.setattr(ray, "wait", lambda refs, **kw: (list(refs), []))
     producer._reap([("src", ["consumer-done"])])

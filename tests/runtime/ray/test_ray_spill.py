@@ -26,6 +26,7 @@ def test_a_gpu_actor_spills_around_an_ipc_copy_and_every_consumer_gets_the_right
     from streammap.runtime.ray import ipc
     from streammap.runtime.ray.spill import spill_tables
     from streammap.runtime.spill import Spilled
+    Step = ray_executor.ActorStep      # task id, kernel, args, kwargs, remote ids, frees, store, retries, site
 
     devices = [{"id": "node0/gpu0", "kind": "gpu", "vendor": "nvidia", "memory": 3 * ROW},
                {"id": "node0/gpu1", "kind": "gpu", "vendor": "nvidia", "memory": 1e9}]
@@ -42,11 +43,11 @@ def test_a_gpu_actor_spills_around_an_ipc_copy_and_every_consumer_gets_the_right
     producer = ray_executor.DeviceActor(plan, source, "node0/gpu0", "cupy", False)
     consumer = ray_executor.DeviceActor(plan, source, "node0/gpu1", "cupy", False)
     t = plan.tasks
-    producer.prepare({0: ("src", "source", [], {}, (), (), True, 0, "prog.py:src"),
-                      1: ("a", "scale", t[1].args, {}, (), (), True, 0, "prog.py:a"),
-                      2: ("b", "scale", t[2].args, {}, (), ("src",), True, 0, "prog.py:b"),
-                      4: ("sum", "total", t[4].args, {}, (), ("a", "b"), True, 0, "prog.py:sum")})
-    consumer.prepare({3: ("c", "scale", t[3].args, {}, ("a",), (), True, 0, "prog.py:c")})
+    producer.prepare({0: Step("src", "source", [], {}, (), (), True, 0, "prog.py:src"),
+                      1: Step("a", "scale", t[1].args, {}, (), (), True, 0, "prog.py:a"),
+                      2: Step("b", "scale", t[2].args, {}, (), ("src",), True, 0, "prog.py:b"),
+                      4: Step("sum", "total", t[4].args, {}, (), ("a", "b"), True, 0, "prog.py:sum")})
+    consumer.prepare({3: Step("c", "scale", t[3].args, {}, ("a",), (), True, 0, "prog.py:c")})
     tables = spill_tables(plan, list(range(5)), {x.id: x.device for x in t}, {}, {"sum", "c"})
     producer.prepare_spilling(tables["node0/gpu0"])
     consumer.prepare_spilling(tables["node0/gpu1"])
