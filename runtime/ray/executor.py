@@ -36,13 +36,13 @@ Driver (this process):
 Actor: the program (loaded once, params set), its device, and ``values``: task id → result,
 resident on the device (CuPy on a GPU), freed after the last consumer *on this actor* in the
 current segment (unless an output). Under ``memory_oversubscription`` > 1 the actor also keeps
-its device within capacity by spilling held results to host memory (:mod:`.ray_spill`).
+its device within capacity by spilling held results to host memory (:mod:`.spill`).
 
 Policy
 ------
 - **Submission**: every task is submitted at once, in plan order, to its device's actor
   (``max_concurrency=1``: calls run in submission order; a plan that shares devices gets threaded
-  actors that admit calls by share, :mod:`.ray_sharing`), as ``run(k, *refs)``: ``refs`` are the
+  actors that admit calls by share, :mod:`.sharing`), as ``run(k, *refs)``: ``refs`` are the
   export or share refs of the data it needs from other actors and the completion refs of
   cross-actor ordering-only deps, so Ray does all waiting. GPU actors see all GPUs of their node
   (``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES``) and select their own, so that they can open
@@ -159,15 +159,15 @@ class DeviceActor:
         self.steps: dict = {}
         #: task id -> (the allocations of its shared copies, the consumers' completion refs)
         self.shared: dict = {}
-        self.gate = None                  # a ShareGate when the plan shares devices (ray_sharing.py)
-        self.spill = None                 # an ActorSpill under memory oversubscription (ray_spill.py)
+        self.gate = None                  # a ShareGate when the plan shares devices (sharing.py)
+        self.spill = None                 # an ActorSpill under memory oversubscription (spill.py)
 
     def prepare_sharing(self, admission: dict, uses: dict, limit) -> None:
-        """Admit this segment's calls by share (see :mod:`.ray_sharing`)."""
+        """Admit this segment's calls by share (see :mod:`.sharing`)."""
         self.gate = ShareGate(admission, uses, limit)
 
     def prepare_spilling(self, table: dict) -> None:
-        """Keep this device within its capacity in this segment (see :mod:`.ray_spill`)."""
+        """Keep this device within its capacity in this segment (see :mod:`.spill`)."""
         carried = self.spill.report() if self.spill is not None else None
         self.spill = ActorSpill(self.device_id, self.dev, self.values, table, carried)
 
@@ -188,7 +188,7 @@ class DeviceActor:
     def start_telemetry(self, t0: float, interval: float, board=None) -> list:
         """Sample this actor's device every ``interval`` s (its GPU through NVML, else the node's
         CPU), with times relative to the driver's ``t0`` (``time.time()``; clocks in sync), and
-        hand each tick's readings to the run's ``board`` (:mod:`.ray_monitor`) when there is one.
+        hand each tick's readings to the run's ``board`` (:mod:`.monitor`) when there is one.
         Returns the devices it samples (:class:`~streammap.monitoring.telemetry.DeviceInfo`)."""
 
         samplers = []
@@ -467,7 +467,7 @@ class RayExecutor:
         import ray  # noqa: PLC0415
         self.ray = ray
         self.telemetry_interval = telemetry_interval
-        #: the driver's monitoring (:mod:`.ray_monitor`): the readings board, and the RunSupervisor
+        #: the driver's monitoring (:mod:`.monitor`): the readings board, and the RunSupervisor
         #: that run_plan_ray sets once the board's sampler can read this executor's actor_info
         self.board, self.supervisor = board, None
         self._state = None
@@ -619,7 +619,7 @@ class RayExecutor:
                        planned_device={t: original[t] for t in ids if final[t] != original[t]})
 
     def _collect_spills(self) -> dict:
-        """Per device: its actor's spill figures (:mod:`.ray_spill`); a dead actor's are lost."""
+        """Per device: its actor's spill figures (:mod:`.spill`); a dead actor's are lost."""
         refs = {d: a.spill_report.remote() for d, a in self.actors.items()}
         out = {}
         for d, r in refs.items():

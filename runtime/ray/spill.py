@@ -1,7 +1,7 @@
 """Spilling on Ray: each device's actor keeps its real memory within capacity.
 
 Under ``memory_oversubscription`` F > 1 the plan may hold up to F x capacity on a device; the
-local executor spills (:mod:`.spill`), and so does every :class:`~.ray_executor.DeviceActor`, with
+local executor spills (:mod:`.spill`), and so does every :class:`~.executor.DeviceActor`, with
 the same policy (:class:`streammap.placement.spilling.SpillBook`: least-soon-needed results go to host
 memory first, a spilled input comes back before its task runs, inputs of running tasks are pinned)
 and the same run-record fields (``devices[].spill``).

@@ -15,10 +15,9 @@ node by a small actor (:mod:`streammap.monitoring.live_ray`), named ``node/devic
 ``--metrics-port PORT`` also serves the device gauges of :mod:`streammap.monitoring.metrics` while it runs
 (a small exporter for machines without dcgm-exporter; ``--dcgm-names`` as for ``run``).
 
-For the lead's CLI: :func:`add_monitor_parser` adds the command, and
-:func:`add_run_monitoring_arguments` / :func:`run_monitoring_kwargs` the ``run`` options
-``--metrics-port``, ``--metrics-addr``, ``--dcgm-names``, ``--alerts``, ``--no-telemetry``,
-``--sample-interval``.
+The command's options are in :mod:`streammap.cli.monitor`; the monitoring options of ``run``
+(``--metrics-port``, ``--metrics-addr``, ``--dcgm-names``, ``--alerts``, ``--no-telemetry``,
+``--sample-interval``) in :mod:`streammap.cli.run`.
 """
 
 from __future__ import annotations
