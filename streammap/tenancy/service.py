@@ -80,6 +80,10 @@ log = logging.getLogger("streammap.tenancy")
 
 __all__ = ["JobService", "Refused", "serve"]
 
+#: The error of a job whose worker left an exit note that is not one (a job can write its own folder).
+GARBAGE_NOTE = ('the worker exited leaving an exit note that is not one (exit.json is not '
+                '{"status": "done" | "failed", "error": ...}): the job is failed')
+
 #: Seconds a stopped worker has between SIGTERM and SIGKILL.
 KILL_GRACE = 5.0
 
@@ -203,8 +207,7 @@ class JobService:
             return False
         status = _read_note(note)
         if status is None:
-            self._fail(job_id, "the worker exited leaving an exit note that is not one (exit.json is not "
-                               '{"status": "done" | "failed", "error": ...}): the job is failed')
+            self._fail(job_id, GARBAGE_NOTE)
         else:
             self.store.update(job_id, state=status["status"], finished=time.time(), pid=None,
                               error=status.get("error"))
@@ -398,9 +401,13 @@ class JobService:
             self.scheduler.finish(job_id)
         row = self.store.get(job_id)
         limits = (row.get("grant") or {}).get("limits")
-        note = _exit_note(self.store.job_dir(job_id))
-        if note is not None:
-            error = note.get("error")
+        path = self.store.job_dir(job_id) / "exit.json"
+        if path.exists() or path.is_symlink():
+            note = _read_note(path)
+            if note is None:
+                self._fail(job_id, GARBAGE_NOTE)
+                return
+            error = note["error"]
             if note["status"] == "failed":
                 error = sandbox.out_of_memory(str(error), limits)
             self.store.update(job_id, state=note["status"], finished=time.time(), pid=None, error=error)
@@ -451,17 +458,6 @@ def _choose_isolation(isolation: str, tenants: int, backend: str) -> str:
             hint=f"{fix}, or serve knowingly without isolation: --no-isolation")
     log.warning("jobs run without isolation (%s); one tenant, so the service starts", why)
     return "none"
-
-
-def _exit_note(folder: Path) -> dict | None:
-    """The worker's exit note, or ``None`` where there is none or it is not one (a job can write its folder)."""
-    try:
-        note = json.loads((folder / "exit.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(note, dict) or note.get("status") not in ("done", "failed"):
-        return None
-    return note
 
 
 def _signal_group(pid: int, sig: int) -> None:
