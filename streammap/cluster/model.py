@@ -29,9 +29,12 @@ from streammap.units import parse_flops, parse_rate, parse_size, parse_time
 def _unit(parser):
     def convert(v):
         try:
-            return parser(v)
-        except ValueError as exc:
-            raise ValueError(str(exc)) from None
+            value = parser(v)
+        except (ValueError, OverflowError, TypeError) as exc:   # OverflowError: a 400-digit number
+            raise ValueError(str(exc) or f"cannot read {v!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{str(v)[:40]} is not a finite quantity")
+        return value
     return BeforeValidator(convert)
 
 
