@@ -327,10 +327,10 @@ class GraphBuilder(Evaluator):
         items = self._list_of(call.func.value, container, f"used with .{method}()")
         value = self.eval(call.args[0])
         if method == "append":
-            self.built(call, len(items) + 1)
+            self.built(call, len(items) + 1, 1)
             items.append(value)
         elif isinstance(value, SList):
-            self.built(call, len(items) + len(value.items))
+            self.built(call, len(items) + len(value.items), len(value.items))
             items.extend(value.items)
         else:
             raise self.loc.error(call.args[0], f".extend() needs a static list, not "
@@ -348,12 +348,13 @@ class GraphBuilder(Evaluator):
         return ("the graph body does too much work at compile time: use smaller params, or "
                 "describe repetition with a pipeline")
 
-    def built(self, node, items: int) -> None:
-        """A static list of ``items`` items is being built at ``node``: check and count it."""
+    def built(self, node, items: int, added: int | None = None) -> None:
+        """A static list of ``items`` items is being built at ``node``, ``added`` of them copied
+        or computed now (default: all): check its length, and count the work."""
         if items > MAX_LIST_LEN:
             raise self.loc.error(node, f"a static list of {items} items is longer than the limit "
                                  f"of {MAX_LIST_LEN}", "use smaller params")
-        self.spend(node, items)
+        self.spend(node, items if added is None else added)
 
     # -- expressions ---------------------------------------------------------------------------
 
@@ -412,7 +413,7 @@ class GraphBuilder(Evaluator):
 
     def _comprehension(self, node: ast.ListComp, level: int, out: list) -> None:
         if level == len(node.generators):
-            self.built(node, len(out) + 1)
+            self.built(node, len(out) + 1, 1)
             out.append(self.eval(node.elt))
             return
         gen = node.generators[level]

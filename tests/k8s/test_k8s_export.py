@@ -4,6 +4,7 @@ the plan's devices the way HAMi, Volcano and Kueue expect, and carry the plan ba
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import pytest
@@ -273,8 +274,9 @@ def test_cli_exports_a_program_plan_with_its_program(tmp_path, capsys):
         {"name": "gpu0", "kind": "gpu", "vendor": "nvidia", "memory": "16GiB", "uuid": "GPU-aaa"},
         {"name": "gpu1", "kind": "gpu", "vendor": "nvidia", "memory": "16GiB", "uuid": "GPU-bbb"},
         {"name": "cpu", "kind": "cpu", "cores": 8}]}]}
-    plan = streammap.compile(Path(__file__).resolve().parents[2] / "samples" / "fm_radio.py", cluster=cluster,
-                             params={"N": 4096}, history=False)
+    # A plan exports the program beside it (a plan file names no program outside its folder).
+    shutil.copy(Path(__file__).resolve().parents[2] / "samples" / "fm_radio.py", tmp_path / "fm_radio.py")
+    plan = streammap.compile(tmp_path / "fm_radio.py", cluster=cluster, params={"N": 4096}, history=False)
     streammap.write_plan(plan, tmp_path / "plan.yaml")
     assert main(["export", "k8s", str(tmp_path / "plan.yaml"), "-o", str(tmp_path / "k8s"), "--image", IMAGE,
                  "--node", "node0=gpu-a1", "--kind", "job"]) == 0
