@@ -8,7 +8,9 @@ Inputs, a fixed mix generated from ``--seed`` (so a run can be repeated):
 
 ``program``  a sample program with a few tokens inserted, deleted or replaced, or lines dropped
              or doubled, parsed into its task graph (default ``max_tasks``);
-``compile``  the same, compiled end to end onto a small cluster;
+``compile``  the same, compiled end to end onto a small cluster (``max_tasks`` of
+             :data:`COMPILE_MAX_TASKS`: mapping a mutant grown to 100,000 tasks is slow work, not
+             a front-end failure);
 ``expr``     a random expression of the directive language (and outside it), evaluated;
 ``cluster``  a mutant of ``samples/clusters/tiny-gpus.yaml``, loaded;
 ``plan``     a mutant of a compiled plan, read and its source checked;
@@ -57,6 +59,7 @@ CLUSTER_TEXT = (ROOT / "samples" / "clusters" / "tiny-gpus.yaml").read_text()
 SMALL_CLUSTER = {"name": "fuzz", "nodes": [{"name": "n", "link": {"bandwidth": "10 GB/s"}, "devices": [
     {"name": "gpu0", "kind": "gpu", "memory": "16GiB"}, {"name": "cpu", "kind": "cpu", "memory": "64GiB"}]}]}
 MEMORY_LIMIT = 1 << 30
+COMPILE_MAX_TASKS = 2_000
 TIME_LIMIT = 10
 #: Kinds of input and their share of the mix.
 MIX = {"program": 0.35, "compile": 0.05, "expr": 0.30, "cluster": 0.10, "plan": 0.10, "json": 0.10}
@@ -181,7 +184,7 @@ def run_one(kind: str, text: str, folder: Path) -> None:
     if kind == "program":
         parse_program(path)
     elif kind == "compile":
-        streammap.compile(path, cluster=SMALL_CLUSTER, history=False)
+        streammap.compile(path, cluster=SMALL_CLUSTER, history=False, max_tasks=COMPILE_MAX_TASKS)
     elif kind == "cluster":
         load_cluster(path)
     elif kind == "plan":
@@ -282,13 +285,36 @@ def compiled_plan_text(folder: Path) -> str:
     return (folder / "plan.yaml").read_text()
 
 
+def replay(args) -> int:
+    """Run chosen inputs in this process and show each outcome (a traceback in full)."""
+    with tempfile.TemporaryDirectory(prefix="streammap-fuzz-") as tmp:
+        folder = Path(tmp)
+        inputs = generate(max(args.replay) + 1, args.seed, compiled_plan_text(folder))
+        for i in args.replay:
+            kind, text = inputs[i]
+            t0 = time.perf_counter()
+            try:
+                run_one(kind, text, folder)
+                outcome = "ok"
+            except StreamMapError as exc:
+                outcome = f"clean: {exc.message}"
+            except Exception:  # noqa: BLE001
+                outcome = traceback.format_exc()
+            print(f"--- input {i} ({kind}, {time.perf_counter() - t0:.2f} s): {outcome}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--count", type=int, default=10_000, help="inputs to run (default 10000)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("--seed", type=int, default=15, help="seed of the input mix (default 15)")
-    p.add_argument("--show", type=int, default=5, help="tracebacks to print in full (default 5)")
+    p.add_argument("--show", type=int, default=5, help="failures to print in full, tracebacks first (default 5)")
+    p.add_argument("--replay", type=int, nargs="+", metavar="INDEX",
+                   help="run these inputs of the mix in this process, unbounded, and print what they raise")
     args = p.parse_args(argv)
+    if args.replay:
+        return replay(args)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="streammap-fuzz-") as tmp:
         folder = Path(tmp)
@@ -307,11 +333,11 @@ def main(argv=None) -> int:
     print(f"tracebacks: {outcomes['traceback']}")
     print(f"runs over {TIME_LIMIT} s: {outcomes['timeout']}")
     print(f"runs over 1 GiB: {outcomes['memory']}")
-    shown = 0
-    for i, (outcome, _, detail) in sorted(results.items()):
-        if outcome in ("traceback", "timeout", "memory") and shown < args.show:
-            shown += 1
-            print(f"\n--- input {i} ({inputs[i][0]}): {outcome}\n{inputs[i][1][:400]!r}\n{detail}")
+    failures = sorted((["traceback", "memory", "timeout"].index(r[0]), i) for i, r in results.items()
+                      if r[0] in ("traceback", "timeout", "memory"))
+    for _, i in failures[:args.show]:
+        outcome, _, detail = results[i]
+        print(f"\n--- input {i} ({inputs[i][0]}): {outcome} (replay: --replay {i})\n{detail}")
     return 0 if outcomes["traceback"] == outcomes["timeout"] == outcomes["memory"] == 0 else 1
 
 

@@ -447,7 +447,9 @@ class Evaluator:
         """Refuse operations whose result would be huge, before computing them."""
         ints = isinstance(left, int) and isinstance(right, int)
         if op is ast.Pow and ints and right > 0 and abs(left) > 1:
-            if right * math.log2(abs(left)) > MAX_INT_BITS + 1:
+            # |left| >= 2, so a right beyond the limit is too large, and comparing first keeps a
+            # 1,000-digit right from overflowing the float product.
+            if right > MAX_INT_BITS + 1 or right * math.log2(abs(left)) > MAX_INT_BITS + 1:
                 raise self.loc.error(node, f"{left} ** {right} is too large "
                                            f"(limit: {MAX_INT_BITS}-bit integers)")
         elif op is ast.Mod and isinstance(left, str):    # '%0999999999d' % 1

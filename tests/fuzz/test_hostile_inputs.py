@@ -12,6 +12,7 @@ import yaml
 
 import streammap
 from streammap.cli import main
+from streammap.directives.safe_eval import Locator, safe_eval
 from streammap.errors import DirectiveError, PlanError, StreamMapError
 from streammap.strategies.kernels import gather, scatter
 
@@ -104,6 +105,13 @@ def test_a_huge_override_is_refused(workdir, capsys):
 def test_deeply_nested_code_anywhere_in_a_file_with_a_directive_is_refused(workdir, capsys, expr):
     path = program(workdir, head=f"X = {expr}\n")
     refused(compile_args(path), capsys, "p.py:1:", "nested more than 100 levels deep")
+
+
+@pytest.mark.parametrize("expr", ["2 ** (10**400)", "(-3) ** 10**1000", "1 << 10**400"])
+def test_powers_and_shifts_by_huge_exponents_are_refused_before_computing(expr):
+    """Found by benchmarks/fuzz.py: the size check itself overflowed a float."""
+    with pytest.raises(DirectiveError, match="too large"):
+        safe_eval(expr, {}, Locator("<expr>", [expr]))
 
 
 def test_deeply_nested_directive_clauses_are_refused(workdir, capsys):
