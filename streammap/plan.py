@@ -79,7 +79,7 @@ class PlanDevice(_Strict):
     kind: str
     vendor: Optional[str] = None
     model: Optional[str] = None
-    index: Optional[int] = Field(default=None, ge=0)
+    index: Optional[int] = Field(default=None, ge=0, le=65535)
     memory: Optional[float] = None
 
 

@@ -29,12 +29,9 @@ from streammap.units import parse_flops, parse_rate, parse_size, parse_time
 def _unit(parser):
     def convert(v):
         try:
-            value = parser(v)
+            return parser(v)
         except (ValueError, OverflowError, TypeError) as exc:   # OverflowError: a 400-digit number
             raise ValueError(str(exc) or f"cannot read {v!r}") from None
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"{str(v)[:40]} is not a finite quantity")
-        return value
     return BeforeValidator(convert)
 
 
@@ -71,7 +68,7 @@ class DeviceSpec(BaseModel):
     mem_bandwidth: Optional[Rate] = Field(default=None, gt=0)
     speed: float = Field(default=1.0, gt=0)
     # Filled in by discovery; the runtime uses ``index`` to find the local GPU.
-    index: Optional[int] = Field(default=None, ge=0)
+    index: Optional[int] = Field(default=None, ge=0, le=65535)
     uuid: Optional[str] = None
     sm_count: Optional[int] = None
     clock_mhz: Optional[int] = None
