@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from streammap.directives.build import build_graph
+from streammap.directives.build import MAX_TASKS, build_graph
 from streammap.directives.program import GraphFunc, Kernel, Param, Program, Signature, read_program
 from streammap.errors import DirectiveError
 
@@ -33,7 +33,8 @@ __all__ = ["parse_program", "read_program", "param_values", "Program", "Param", 
            "GraphFunc", "Signature", "DirectiveError"]
 
 
-def parse_program(path, overrides: dict | None = None, entry: str | None = None) -> nx.DiGraph:
+def parse_program(path, overrides: dict | None = None, entry: str | None = None,
+                  max_tasks: int = MAX_TASKS) -> nx.DiGraph:
     """The IR of graph function ``entry`` of the file at ``path``.
 
     Parameters
@@ -45,10 +46,12 @@ def parse_program(path, overrides: dict | None = None, entry: str | None = None)
         (``{"N": "1<<12"}``), other values are used as they are.
     entry : str, optional
         The ``# @stream graph`` function to build; may be omitted when the file has one.
+    max_tasks : int
+        Refuse a graph of more tasks than this (:data:`~.build.MAX_TASKS` by default).
     """
     prog = read_program(path)
     params = prog.param_values(overrides)
-    return build_graph(prog, params, prog.entry_point(entry))
+    return build_graph(prog, params, prog.entry_point(entry), max_tasks=max_tasks)
 
 
 def param_values(path, overrides: dict | None = None) -> dict:

@@ -34,6 +34,16 @@ Policy
 * Calls of a ``stateful`` kernel see each other's state, so each depends on the kernel's previous
   call (an edge that carries no data): they run in program order, whatever the mapping.
 * Every error is a :class:`DirectiveError` at the file, line and column of the offending node.
+
+Budgets
+-------
+A body is a program, so it can ask for unbounded work (``for i in range(40): a = a + a``). Three
+budgets bound what one build may do, each an error at the statement that goes over it:
+
+* ``max_tasks`` kernel calls (default :data:`MAX_TASKS`; ``--max-tasks`` on the command line);
+* :data:`MAX_UNROLL` loop and comprehension iterations in all;
+* :data:`MAX_LIST_LEN` items in one static list, and :data:`MAX_GRAPH_WORK` steps in all, where
+  a step is a node evaluated or an item copied into a static list.
 """
 
 from __future__ import annotations
@@ -44,13 +54,27 @@ from collections import Counter
 import networkx as nx
 
 from streammap.directives.program import CLAUSE_HINT, BindError, GraphFunc, Kernel, Program, clause_attr, clause_problem
-from streammap.directives.safe_eval import _BINOPS, FUNCTION_LIST, FUNCTIONS, Evaluator, Unavailable, describe
+from streammap.directives.safe_eval import (
+    _BINOPS,
+    FUNCTION_LIST,
+    FUNCTIONS,
+    MAX_SEQ_LEN,
+    Evaluator,
+    Unavailable,
+    describe,
+)
 from streammap.directives.scan import basename
 from streammap.errors import DirectiveError
 from streammap.ir import add_task, new_graph, spec_refs
 
 #: Most loop/comprehension iterations one graph may unroll to.
 MAX_UNROLL = 1_000_000
+#: Default most tasks (kernel calls) one graph may have; real programs have far fewer.
+MAX_TASKS = 200_000
+#: Most items in one static list or tuple of a graph body.
+MAX_LIST_LEN = 1_000_000
+#: Most steps (nodes evaluated, items copied into lists) one graph build may take.
+MAX_GRAPH_WORK = 20_000_000
 
 GRAPH_HINT = ("a graph body may contain: assignments of kernel calls, names, static lists and "
               "constant expressions; `for NAME in range(...)` loops; `if` on static conditions; "
@@ -112,18 +136,21 @@ def spec(value) -> dict:
     return {"value": value}
 
 
-def build_graph(prog: Program, params: dict, entry: GraphFunc) -> nx.DiGraph:
-    """The IR of graph function ``entry`` with param values ``params``."""
-    return GraphBuilder(prog, params, entry).build()
+def build_graph(prog: Program, params: dict, entry: GraphFunc, max_tasks: int = MAX_TASKS) -> nx.DiGraph:
+    """The IR of graph function ``entry`` with param values ``params`` (at most ``max_tasks``)."""
+    return GraphBuilder(prog, params, entry, max_tasks=max_tasks).build()
 
 
 class GraphBuilder(Evaluator):
     """Executes one graph function; expressions are the safe language plus lists and kernels."""
 
-    def __init__(self, prog: Program, params: dict, entry: GraphFunc):
+    max_work = MAX_GRAPH_WORK
+
+    def __init__(self, prog: Program, params: dict, entry: GraphFunc, max_tasks: int = MAX_TASKS):
         super().__init__({}, prog.locator(), context="a graph body", hint=GRAPH_HINT,
                          names_hint=None)
         self.prog, self.params, self.entry = prog, params, entry
+        self.max_tasks = max_tasks
         self.kernels = prog.kernels
         self.file = basename(prog.path)
         self.g = new_graph(entry.name, "program", source=prog.path, entry=entry.name,
@@ -300,8 +327,10 @@ class GraphBuilder(Evaluator):
         items = self._list_of(call.func.value, container, f"used with .{method}()")
         value = self.eval(call.args[0])
         if method == "append":
+            self.built(call, len(items) + 1, 1)
             items.append(value)
         elif isinstance(value, SList):
+            self.built(call, len(items) + len(value.items), len(value.items))
             items.extend(value.items)
         else:
             raise self.loc.error(call.args[0], f".extend() needs a static list, not "
@@ -312,6 +341,20 @@ class GraphBuilder(Evaluator):
             return value.items
         raise self.loc.error(node, f"'{ast.unparse(node)}' is {_kind(value)}; only a static "
                              f"list can be {what}", GRAPH_HINT)
+
+    # -- budgets -------------------------------------------------------------------------------
+
+    def budget_hint(self) -> str:
+        return ("the graph body does too much work at compile time: use smaller params, or "
+                "describe repetition with a pipeline")
+
+    def built(self, node, items: int, added: int | None = None) -> None:
+        """A static list of ``items`` items is being built at ``node``, ``added`` of them copied
+        or computed now (default: all): check its length, and count the work."""
+        if items > MAX_LIST_LEN:
+            raise self.loc.error(node, f"a static list of {items} items is longer than the limit "
+                                 f"of {MAX_LIST_LEN}", "use smaller params")
+        self.spend(node, items if added is None else added)
 
     # -- expressions ---------------------------------------------------------------------------
 
@@ -347,16 +390,17 @@ class GraphBuilder(Evaluator):
                 if not isinstance(items, SList):
                     raise self.loc.error(node.args[0], f"{func.id}() takes a static list here, "
                                          f"not {_kind(items)}", GRAPH_HINT)
+                self.built(node, len(items.items))
                 return SList(list(items.items), func.id)
             if func.id in FUNCTIONS:
                 return super().eval_Call(node)
         raise _not_a_kernel(self, node)     # the validator catches these first
 
     def eval_Tuple(self, node: ast.Tuple):
-        return SList(self._items(node.elts), "tuple")
+        return SList(self._items(node), "tuple")
 
     def eval_List(self, node: ast.List):
-        return SList(self._items(node.elts), "list")
+        return SList(self._items(node), "list")
 
     def eval_ListComp(self, node: ast.ListComp):
         out: list = []
@@ -369,6 +413,7 @@ class GraphBuilder(Evaluator):
 
     def _comprehension(self, node: ast.ListComp, level: int, out: list) -> None:
         if level == len(node.generators):
+            self.built(node, len(out) + 1, 1)
             out.append(self.eval(node.elt))
             return
         gen = node.generators[level]
@@ -392,7 +437,9 @@ class GraphBuilder(Evaluator):
                       for b in (s.lower, s.upper, s.step)]
             if bounds[2] == 0:
                 raise self.loc.error(s.step, "slice step cannot be zero")
-            return SList(base.items[slice(*bounds)], base.kind)
+            items = base.items[slice(*bounds)]
+            self.built(node, len(items))
+            return SList(items, base.kind)
         if not isinstance(base, SList):
             raise self._not_indexable(node, base)
         return base.items[self._index(node, base)]
@@ -416,18 +463,21 @@ class GraphBuilder(Evaluator):
         return self.loc.error(node, f"'{ast.unparse(node.value)}' is {_kind(base)}; only static "
                               "lists can be indexed in a graph body", GRAPH_HINT)
 
-    def _items(self, elts: list[ast.expr]) -> list:
+    def _items(self, node, elts: list[ast.expr] | None = None) -> list:
+        """The values of ``elts`` (default: ``node.elts``), ``*xs`` unpacked; counted at ``node``."""
         items: list = []
-        for elt in elts:
+        for elt in node.elts if elts is None else elts:
             if isinstance(elt, ast.Starred):
                 items.extend(self._starred(elt))
             else:
                 items.append(self.eval(elt))
+        self.built(node, len(items))
         return items
 
     def _starred(self, node: ast.Starred) -> list:
         value = self.eval(node.value)
         if isinstance(value, SList):
+            self.built(node, len(value.items))
             return list(value.items)
         if isinstance(value, TaskRef):
             raise self.loc.error(node, f"'*{ast.unparse(node.value)}' unpacks a task result, "
@@ -441,12 +491,12 @@ class GraphBuilder(Evaluator):
             op = type(node.op)
             if op is ast.Add and isinstance(left, SList) and isinstance(right, SList) \
                     and left.kind == right.kind:
+                self.built(node, len(left.items) + len(right.items))
                 return SList(left.items + right.items, left.kind)
             if op is ast.Mult:
                 seq, n = (left, right) if isinstance(left, SList) else (right, left)
                 if isinstance(n, int) and not isinstance(n, (bool, SList)):
-                    if len(seq.items) * n > MAX_UNROLL:
-                        raise self.loc.error(node, f"list repetition is longer than {MAX_UNROLL}")
+                    self.built(node, len(seq.items) * max(n, 0))
                     return SList(seq.items * n, seq.kind)
             raise self.loc.error(node, "unsupported operation on a static list",
                                  "static lists support + (concatenation) and * int (repetition)")
@@ -494,9 +544,11 @@ class GraphBuilder(Evaluator):
         bounds = [self._int(arg, "a range() bound") for arg in call.args]
         try:
             r = range(*bounds)
+            self.steps += len(r)
         except ValueError as exc:
             raise self.loc.error(call, f"invalid range: {exc}") from None
-        self.steps += len(r)
+        except OverflowError:           # len() of a range of more than 2**63 items
+            self.steps = MAX_UNROLL + 1
         if self.steps > MAX_UNROLL:
             raise self.loc.error(where, f"the graph unrolls to more than {MAX_UNROLL} loop "
                                  "iterations", "use smaller params, or describe repetition "
@@ -506,7 +558,12 @@ class GraphBuilder(Evaluator):
     # -- kernel calls --------------------------------------------------------------------------
 
     def call_kernel(self, node: ast.Call, kernel: Kernel) -> TaskRef:
-        args = self._items(node.args)
+        if self.g.number_of_nodes() >= self.max_tasks:
+            raise self.loc.error(node, f"the graph has more than {self.max_tasks} tasks "
+                                 f"(limit: max_tasks={self.max_tasks})",
+                                 "use smaller params, or raise the limit with --max-tasks "
+                                 "(max_tasks= in the API) if the program really has that many")
+        args = self._items(node, node.args)
         kwargs = [(kw.arg, self.eval(kw.value), kw) for kw in node.keywords]
         try:
             bound = kernel.signature.bind(kernel.name, args, kwargs)
@@ -628,6 +685,12 @@ class _CallEnv:
                 where=(self.builder.loc, self.call))
         if isinstance(value, (SList, list)):
             items = value.items if isinstance(value, SList) else value
+            # A clause sees a list argument as a tuple: bounded like any value of a clause.
+            self.builder.built(self.call, len(items))
+            if len(items) > MAX_SEQ_LEN:
+                return Unavailable(f"kernel '{self.kernel.name}': clause '{self.clause}' uses "
+                                   f"argument '{name}', a list of more than {MAX_SEQ_LEN} items",
+                                   _STATIC_HINT, where=(self.builder.loc, self.call))
             return tuple(self._static(name, v) for v in items)
         if isinstance(value, dict):
             return Unavailable(f"kernel '{self.kernel.name}': clause '{self.clause}' uses "
@@ -757,6 +820,10 @@ class _Validator:
                         raise self.error(value, "'**' is not allowed in a returned dict")
                     if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                         raise self.error(key, "keys of a returned dict must be constant strings")
+                    if not key.value.isidentifier():
+                        raise self.error(key, f"output name {key.value!r} is not an identifier",
+                                         "a returned dict's keys name the outputs (.npz members): "
+                                         "letters, digits and _, not starting with a digit")
                     self.expr(value)
             elif s.value is not None:
                 self.expr(s.value)

@@ -26,7 +26,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from streammap.directives.safe_eval import FUNCTION_LIST, Evaluator, Locator
+from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, Evaluator, Locator
 from streammap.directives.scan import Clause, Directive, Source, basename, scan
 from streammap.errors import DirectiveError
 
@@ -205,6 +205,8 @@ class Program:
         try:
             ev = Evaluator(env, loc, context=f"the override of param '{name}'",
                            names_hint=self._param_names_hint(name))
+            if len(value) > MAX_EXPR_CHARS:
+                raise DirectiveError(f"longer than {MAX_EXPR_CHARS} characters")
             node = ast.parse(value.strip(), mode="eval").body
             ev.check(node)
             return ev.eval(node)
@@ -212,8 +214,8 @@ class Program:
             msg = exc.msg
         except DirectiveError as exc:
             msg = exc.message
-        except (ValueError, RecursionError, MemoryError) as exc:
-            msg = str(exc)
+        except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
+            msg = str(exc) or type(exc).__name__
         if self._declared_as_string(name, env):
             # `-D MODE=slow` for a string param: the shell already ate any quotes, so a value that
             # is not an expression is the string itself.
@@ -442,9 +444,11 @@ def clause_problem(name: str, value) -> str | None:
     def number(v):
         return isinstance(v, (int, float)) and not isinstance(v, bool)
     if name in SIZE_CLAUSES:
-        if value is None or (number(value) and math.isfinite(value) and value >= 0):
+        if value is None or (number(value) and _finite(value) and value >= 0):
             return None
-        return f"{name} must be a non-negative number, got {value!r}"
+        if number(value) and value >= 0:           # inf, nan, or an int beyond the float range
+            return f"{name} must be a finite number (at most ~1.8e308), got {_short(value)}"
+        return f"{name} must be a non-negative number, got {_short(value)}"
     if name == "device":
         return None if isinstance(value, str) and value.strip() else \
             f"device must be a non-empty string, got {value!r}"
@@ -463,6 +467,19 @@ def clause_problem(name: str, value) -> str | None:
         return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
             else f"items must be an int >= 0, got {value!r}"
     return None
+
+
+def _finite(v) -> bool:
+    """Whether a number is finite as a float (an int beyond ~1.8e308 is not: it overflows)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
 
 
 def clause_attr(name: str, value):

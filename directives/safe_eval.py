@@ -15,7 +15,12 @@ Policy
 * **Bounded work.** An expression is short, but ``10**10**10``, ``1 << 10**9`` or ``"a" * 10**9``
   would still hang or exhaust memory. Powers and shifts are checked *before* they are computed,
   and every int result is limited to :data:`MAX_INT_BITS` bits, every str/tuple to
-  :data:`MAX_SEQ_LEN` items.
+  :data:`MAX_SEQ_LEN` items *in all*: a tuple's size counts the items of the tuples inside it
+  (``((1,)*10000,)*10000`` is 10**8 items, though each tuple is short), and repetition is
+  checked on that size before it is done. Nesting is measured before anything recurses
+  (:data:`MAX_DEPTH` levels, by :meth:`Evaluator.check` and :func:`parse_expr`), and one evaluator
+  does at most ``max_work`` steps (a node evaluated, or an item of a value built), so the total
+  work of an expression is bounded, not only each of its values.
 * **Positions are file positions.** An expression may come from the file itself (a graph body) or
   from a snippet cut out of a comment (a clause). A :class:`Locator` maps the ``ast`` positions of
   the snippet (line within the snippet, UTF-8 byte offset) back to 1-based file line and character
@@ -43,6 +48,12 @@ MAX_INT_BITS = 4096
 MAX_SEQ_LEN = 10_000
 #: ``round(x, n)`` with a huge ``n`` computes ``10**n``; real code never needs more than this.
 MAX_ROUND_DIGITS = 100
+#: Deepest nesting of an expression (``-(-(-...))``, a long ``a + b + ...`` nests one level a term).
+MAX_DEPTH = 100
+#: Longest expression text parsed (a clause, a param override).
+MAX_EXPR_CHARS = 10_000
+#: Most steps one evaluator takes (nodes evaluated plus items of the values built).
+MAX_WORK = 1_000_000
 
 
 def _round(x, ndigits=None):
@@ -160,22 +171,47 @@ class Unavailable:
 
 
 def _preorder(node: ast.AST):
-    """Nodes in source order (parents before children), so the first error is the leftmost."""
-    stack = [node]
+    """``(node, depth)`` in source order (parents before children), so the first error is the
+    leftmost; iterative, so that a deep tree is measured without recursing."""
+    stack = [(node, 0)]
     while stack:
-        sub = stack.pop()
-        yield sub
-        stack.extend(reversed(list(ast.iter_child_nodes(sub))))
+        sub, depth = stack.pop()
+        yield sub, depth
+        stack.extend((child, depth + 1) for child in reversed(list(ast.iter_child_nodes(sub))))
+
+
+def deepest(node: ast.AST, limit: int = MAX_DEPTH):
+    """The first node nested more than ``limit`` levels below ``node`` (with a position), or None."""
+    last_positioned = node
+    for sub, depth in _preorder(node):
+        if hasattr(sub, "lineno"):
+            last_positioned = sub
+        if depth > limit:
+            return last_positioned
+    return None
+
+
+def too_deep(loc: Locator, node: ast.AST, what: str = "expression") -> DirectiveError:
+    return loc.error(node, f"{what} is nested more than {MAX_DEPTH} levels deep (limit: {MAX_DEPTH})",
+                     "split it into smaller expressions (a param for a part, a sum in a kernel)")
 
 
 def parse_expr(text: str, loc: Locator, what: str = "invalid expression", hint=None) -> ast.expr:
-    """Parse ``text`` as one expression; errors at its file position."""
+    """Parse ``text`` as one expression; errors at its file position (also for a text longer
+    than :data:`MAX_EXPR_CHARS` or nested deeper than :data:`MAX_DEPTH`)."""
+    if len(text) > MAX_EXPR_CHARS:
+        raise loc.error(loc.position(1, 0), f"{what}: expression is {len(text)} characters long "
+                        f"(limit: {MAX_EXPR_CHARS})", hint)
     try:
-        return ast.parse(text, mode="eval").body
+        node = ast.parse(text, mode="eval").body
     except SyntaxError as exc:
         raise loc.syntax_error(exc, what, hint) from None
-    except (RecursionError, MemoryError, ValueError) as exc:
-        raise loc.error(loc.position(1, 0), f"{what}: {exc}", hint) from None
+    except (RecursionError, MemoryError, ValueError, OverflowError) as exc:
+        raise loc.error(loc.position(1, 0), f"{what}: {exc or type(exc).__name__}", hint) from None
+    deep = deepest(node)
+    if deep is not None:
+        raise too_deep(loc, deep)
+    return node
 
 
 class Evaluator:
@@ -197,6 +233,8 @@ class Evaluator:
     """
 
     functions = FUNCTIONS
+    #: Most steps this evaluator takes (see the module docstring).
+    max_work = MAX_WORK
 
     def __init__(self, env: Mapping, loc: Locator, *, context: str = "an expression",
                  names_hint: str | None = None, hint: str | None = None):
@@ -204,6 +242,8 @@ class Evaluator:
         self.loc = loc
         self.context = context
         self.names_hint = names_hint
+        self.work = 0
+        self._sizes: dict[int, tuple] = {}       # id(tuple) -> (tuple, its size in items)
         self.hint = hint or (
             "expressions may use constants, params, arithmetic, comparisons, `and`/`or`, "
             f"`x if c else y`, tuples and the functions {FUNCTION_LIST}")
@@ -214,10 +254,21 @@ class Evaluator:
         method = getattr(self, "eval_" + type(node).__name__, None)
         if method is None:
             raise self.refuse(node)
+        self.spend(node, 1)
         try:
             return method(node)
         except RecursionError:
-            raise self.loc.error(node, "expression is too deeply nested") from None
+            raise too_deep(self.loc, node) from None
+
+    def spend(self, node, steps: int) -> None:
+        """Count ``steps`` of work; an error at ``node`` once the budget is spent."""
+        self.work += steps
+        if self.work > self.max_work:
+            raise self.loc.error(node, f"{self.context} needs more than {self.max_work} steps to "
+                                 f"evaluate (limit: {self.max_work})", self.budget_hint())
+
+    def budget_hint(self) -> str:
+        return "simplify the expression: it builds or compares values that are too large"
 
     def check(self, node: ast.AST, names=None) -> set[str]:
         """Check ``node`` without evaluating it; return the names it uses.
@@ -227,9 +278,13 @@ class Evaluator:
         compute today. With ``names``, a name outside it is an "unknown name" error.
         """
         used: set[str] = set()
-        for sub in _preorder(node):
+        last = node
+        for sub, depth in _preorder(node):
             if not hasattr(sub, "lineno"):   # operators and contexts: checked with their node
                 continue
+            if depth > MAX_DEPTH:
+                raise too_deep(self.loc, last)
+            last = sub
             kind = type(sub)
             if kind not in ALLOWED_NODES:
                 raise self.refuse(sub)
@@ -296,7 +351,7 @@ class Evaluator:
             if isinstance(elt, ast.Starred):
                 raise self.refuse(elt)
             items.append(self.eval(elt))
-        return tuple(items)
+        return self.limit(node, tuple(items))
 
     def eval_BinOp(self, node):
         return self.binop(node, self.eval(node.left), self.eval(node.right))
@@ -392,7 +447,9 @@ class Evaluator:
         """Refuse operations whose result would be huge, before computing them."""
         ints = isinstance(left, int) and isinstance(right, int)
         if op is ast.Pow and ints and right > 0 and abs(left) > 1:
-            if right * math.log2(abs(left)) > MAX_INT_BITS + 1:
+            # |left| >= 2, so a right beyond the limit is too large, and comparing first keeps a
+            # 1,000-digit right from overflowing the float product.
+            if right > MAX_INT_BITS + 1 or right * math.log2(abs(left)) > MAX_INT_BITS + 1:
                 raise self.loc.error(node, f"{left} ** {right} is too large "
                                            f"(limit: {MAX_INT_BITS}-bit integers)")
         elif op is ast.Mod and isinstance(left, str):    # '%0999999999d' % 1
@@ -404,8 +461,27 @@ class Evaluator:
         elif op is ast.Mult:
             for seq, n in ((left, right), (right, left)):
                 if isinstance(seq, (str, tuple)) and isinstance(n, int) and \
-                        len(seq) * n > MAX_SEQ_LEN:
-                    raise self.loc.error(node, f"repetition is too long (limit: {MAX_SEQ_LEN})")
+                        self.size(seq) * n > MAX_SEQ_LEN:
+                    raise self.loc.error(node, f"repetition is too long (limit: {MAX_SEQ_LEN} "
+                                               "items in all)")
+
+    def size(self, value) -> int:
+        """Items of a value in all: a str its length, a tuple the sizes of its items (+1 each)."""
+        if isinstance(value, str):
+            return len(value)
+        if not isinstance(value, tuple):
+            return 1
+        known = self._sizes.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
+        total = len(value)
+        for item in value:
+            if isinstance(item, (str, tuple)):
+                total += self.size(item)
+            if total > MAX_SEQ_LEN:
+                break                       # too large already; no need to count further
+        self._sizes[id(value)] = (value, total)   # the value is kept, so its id stays its own
+        return total
 
     def limit(self, node, value):
         if isinstance(value, complex):   # (-2) ** 0.5
@@ -413,9 +489,12 @@ class Evaluator:
         if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
             raise self.loc.error(node, f"integer too large in {self.context} "
                                        f"(limit: {MAX_INT_BITS} bits)")
-        if isinstance(value, (str, tuple)) and len(value) > MAX_SEQ_LEN:
-            raise self.loc.error(node, f"value too long in {self.context} "
-                                       f"(limit: {MAX_SEQ_LEN} items)")
+        if isinstance(value, (str, tuple)):
+            size = self.size(value)
+            if size > MAX_SEQ_LEN:
+                raise self.loc.error(node, f"value too long in {self.context} "
+                                           f"(limit: {MAX_SEQ_LEN} items in all)")
+            self.spend(node, size)
         return value
 
 

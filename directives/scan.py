@@ -20,6 +20,10 @@ that :mod:`.safe_eval` can check and evaluate. A directive may continue on follo
 while its parenthesis is open. Positions inside the comment are mapped back to file columns by a
 :class:`~.safe_eval.Locator`.
 
+Bounds: a program file is at most :data:`MAX_SOURCE_BYTES`, and its syntax tree at most
+:data:`~.safe_eval.MAX_DEPTH` levels deep below a statement's expression, checked on the ``ast``
+tree before libcst (which recurses, and fails inside itself on deep input) sees the file.
+
 This module checks the *form* of directives (known directive, known clauses, ``name=value``
 syntax). What they mean (a param above an assignment, clause values) is checked in ``program.py``.
 """
@@ -37,7 +41,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from streammap.directives.safe_eval import Locator
+from streammap.directives.safe_eval import MAX_DEPTH, MAX_EXPR_CHARS, Locator, deepest, too_deep
 from streammap.errors import DirectiveError
 
 #: Directive name -> the clauses it accepts.
@@ -52,6 +56,10 @@ DIRECTIVES_HINT = "directives are: param, kernel(...), graph, pipeline(items=...
 _PRAGMA = re.compile(r"#\s*@stream(\w*)")
 #: How many comment lines one directive may span.
 _MAX_CONTINUATION = 50
+#: Largest program file read.
+MAX_SOURCE_BYTES = 16 * 1024 * 1024
+#: Nesting allowed in a file: statements (def, for, if, ...) above an expression of MAX_DEPTH.
+MAX_FILE_DEPTH = MAX_DEPTH + 20
 
 
 @dataclass(frozen=True)
@@ -129,13 +137,25 @@ def scan(path) -> Source:
 
 def _read(path: str) -> str:
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_SOURCE_BYTES:
+            raise DirectiveError(f"program file is too large: {size} bytes (limit: {MAX_SOURCE_BYTES})",
+                                 path=path, hint="is this the right file?")
         with tokenize.open(path) as fh:      # honours a coding cookie; universal newlines
             return fh.read()
-    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+    except (OSError, SyntaxError, UnicodeDecodeError, LookupError) as exc:
         raise DirectiveError(f"cannot read program: {exc}", path=path) from None
 
 
 def _parse_ast(path: str, text: str, lines: list[str]) -> ast.Module:
+    tree = _parse_python(path, text, lines)
+    deep = deepest(tree, MAX_FILE_DEPTH)
+    if deep is not None:
+        raise too_deep(Locator(path, lines), deep, "code")
+    return tree
+
+
+def _parse_python(path: str, text: str, lines: list[str]) -> ast.Module:
     # The compiler's own parser first: its messages and positions are the ones users know.
     try:
         return ast.parse(text, filename=path)
@@ -146,8 +166,8 @@ def _parse_ast(path: str, text: str, lines: list[str]) -> ast.Module:
                              col=exc.offset or None, source_line=src,
                              hint="the file must be valid Python before directives are read"
                              ) from None
-    except (ValueError, RecursionError, MemoryError) as exc:
-        raise DirectiveError(f"cannot parse program: {exc}", path=path) from None
+    except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        raise DirectiveError(f"cannot parse program: {exc or type(exc).__name__}", path=path) from None
 
 
 def _parse_cst(path: str, text: str, lines: list[str]) -> cst.Module:
@@ -158,6 +178,11 @@ def _parse_cst(path: str, text: str, lines: list[str]) -> cst.Module:
         src = lines[line - 1] if 0 < line <= len(lines) else None
         raise DirectiveError(f"invalid Python syntax: {exc.message}", path=path, line=line,
                              col=exc.raw_column + 1, source_line=src) from None
+    except Exception as exc:   # noqa: BLE001 -- libcst fails inside itself on input ast accepted
+        raise DirectiveError(f"cannot read the directives of this file: libcst failed "
+                             f"({type(exc).__name__})", path=path,
+                             hint="simplify the code around the directives (very long or deeply "
+                                  "nested expressions)") from None
 
 
 def _directive_comments(src: Source) -> list[tuple[int, int, str, bool]]:
@@ -282,6 +307,9 @@ def _parse_directive(src: Source, line: int, col: int, comment: str,
         body = "\n".join(seg[2] for seg in segments)
         if not body.strip():
             raise src.error(line, col + 1, "empty directive", DIRECTIVES_HINT)
+        if len(body) > MAX_EXPR_CHARS:
+            raise src.error(line, col + 1, f"directive is {len(body)} characters long "
+                            f"(limit: {MAX_EXPR_CHARS})", DIRECTIVES_HINT)
         try:
             tree = ast.parse(body, mode="eval").body
             break
@@ -296,8 +324,11 @@ def _parse_directive(src: Source, line: int, col: int, comment: str,
                 continue
             raise loc.syntax_error(exc, "malformed directive",
                                    "write `# @stream NAME` or `# @stream NAME(clause=value, ...)`")
-        except (ValueError, RecursionError, MemoryError) as exc:
-            raise src.error(line, start + 1, f"malformed directive: {exc}") from None
+        except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
+            raise src.error(line, start + 1, f"malformed directive: {exc or type(exc).__name__}") from None
+    deep = deepest(tree)
+    if deep is not None:
+        raise too_deep(loc, deep, "directive")
 
     if isinstance(tree, ast.Name):
         name_node, call = tree, None

@@ -26,10 +26,10 @@ __all__ = ["compile", "run", "array_module", "load_cluster", "read_plan", "write
 
 
 def compile(path, cluster="local", params=None, mapper="auto", entry=None, emit_graph=None, history=None,
-            strategy="auto") -> Plan:
+            strategy="auto", max_tasks=200_000) -> Plan:
     """Compile a program or workflow into a :class:`Plan` (see :func:`streammap.compiler.compile`)."""
     return _compile(path, cluster, params=params, mapper=mapper, entry=entry, emit_graph=emit_graph,
-                    history=history, strategy=strategy)
+                    history=history, strategy=strategy, max_tasks=max_tasks)
 
 
 def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: bool = False, **monitoring) -> dict:

@@ -18,7 +18,7 @@ from streammap.cluster.discover import discover_local
 from streammap.cluster.model import Cluster, cluster_from_dict, dump_cluster_spec, load_cluster
 from streammap.cost.history import resolve_history_hook
 from streammap.cost.model import CostModel, lower_bound
-from streammap.directives import parse_program
+from streammap.directives import MAX_TASKS, parse_program
 from streammap.errors import StreamMapError
 from streammap.io.importers import load_graph
 from streammap.ir import write_graph
@@ -55,16 +55,18 @@ def resolve_cluster(cluster) -> Cluster:
     return load_cluster(cluster)
 
 
-def load_source_graph(path, params: dict | None = None, entry: str | None = None) -> nx.DiGraph:
-    """The IR of a program (``.py`` with directives) or an imported workflow (JSON)."""
+def load_source_graph(path, params: dict | None = None, entry: str | None = None,
+                      max_tasks: int = MAX_TASKS) -> nx.DiGraph:
+    """The IR of a program (``.py`` with directives) or an imported workflow (JSON), of at most
+    ``max_tasks`` tasks."""
     path = Path(path)
     if path.suffix == ".py":
-        return parse_program(path, overrides=params or {}, entry=entry)
+        return parse_program(path, overrides=params or {}, entry=entry, max_tasks=max_tasks)
     if path.suffix == ".json":
         if params:
             raise StreamMapError(f"-D {next(iter(params))}=...: an imported workflow has no params", path=path,
                                  hint="params (-D) apply to .py programs with # @stream param directives")
-        return load_graph(path)
+        return load_graph(path, max_tasks=max_tasks)
     if not path.exists():
         raise StreamMapError(f"file not found: {path}")
     raise StreamMapError(f"cannot compile {path}: expected a .py program with # @stream directives, "
@@ -72,7 +74,7 @@ def load_source_graph(path, params: dict | None = None, entry: str | None = None
 
 
 def compile(path, cluster, params: dict | None = None, mapper: str = "auto", entry: str | None = None,
-            emit_graph=None, history=None, strategy: str = "auto") -> Plan:
+            emit_graph=None, history=None, strategy: str = "auto", max_tasks: int = MAX_TASKS) -> Plan:
     """Compile a program or workflow into a placement plan for ``cluster``.
 
     Parameters
@@ -97,6 +99,9 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     strategy : str
         ``auto`` (default: the parallel strategy with the least estimate), or ``none``, ``data``,
         ``model``, ``pipeline`` to force one (:mod:`streammap.strategies`).
+    max_tasks : int
+        Refuse a program or workflow of more tasks than this (200,000 by default; a budget that
+        keeps a hostile or mistaken program from exhausting memory at compile time).
 
     Returns
     -------
@@ -106,7 +111,7 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     map_fn = get_mapper(mapper)
     check_strategy(strategy)
     clus = resolve_cluster(cluster)
-    graph = load_source_graph(path, params, entry)
+    graph = load_source_graph(path, params, entry, max_tasks=max_tasks)
     hook = resolve_history_hook(history)
     choice = choose_strategy(graph, clus, map_fn=lambda cost: _map(cost, mapper, map_fn), strategy=strategy,
                              history=hook)

@@ -25,6 +25,12 @@ per task     ``site`` (call site), ``estimate`` (where its time estimate came fr
 
 Paths: ``source.path`` is written relative to the plan file's folder and resolved against it on
 read, so a plan and its program can move together.
+
+A plan file is input like any other: it may come from someone else. So what it names is checked
+before it is used (:func:`check_plan_names`, :meth:`Plan.check_source`): a plan read from a file
+runs (or exports) only a source inside the plan's own folder, never ``../../elsewhere.py``;
+output names are identifiers (they become ``.npz`` member names); device indices are >= 0;
+``params`` are scalars.
 """
 
 from __future__ import annotations
@@ -33,11 +39,11 @@ import hashlib
 import math
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from streammap.errors import PlanError
 from streammap.io.files import atomic_write_text
@@ -83,7 +89,7 @@ class PlanDevice(_Strict):
     kind: str
     vendor: Optional[str] = None
     model: Optional[str] = None
-    index: Optional[int] = None
+    index: Optional[int] = Field(default=None, ge=0, le=65535)
     memory: Optional[float] = None
 
 
@@ -146,7 +152,8 @@ class Plan(_Strict):
 
     streammap_plan: int
     source: SourceInfo
-    params: dict[str, Any] = {}
+    # Param values as the program's `# @stream param`s have them: scalars only.
+    params: dict[str, Union[StrictBool, StrictInt, StrictFloat, StrictStr, None]] = {}
     cluster: ClusterInfo
     objective: Literal["makespan", "throughput"] = "makespan"
     mapper: MapperInfo
@@ -156,6 +163,8 @@ class Plan(_Strict):
     # Optional (older plans have neither): the parallel strategy chosen, and a pipeline's steady state.
     strategy: Optional[StrategyInfo] = None
     pipeline: Optional[PipelineInfo] = None
+    # The folder of the plan file it was read from (None: built in this process, trusted).
+    _folder: Optional[str] = PrivateAttr(default=None)
 
     # -- derived views -------------------------------------------------------------------
     def device(self, device_id: str) -> PlanDevice:
@@ -177,12 +186,17 @@ class Plan(_Strict):
         Raises
         ------
         PlanError
-            When the file is missing or has changed since compile time.
+            When the file is missing or has changed since compile time, or (a plan read from a
+            file) lies outside the plan's folder.
         """
         path = Path(self.source.path)
+        check_source_confined(self)
         if not path.exists():
             raise PlanError(f"the plan's source {path} does not exist",
                             hint="run the plan from where it was compiled, or compile it again")
+        if not path.is_file():
+            raise PlanError(f"the plan's source {path} is not a file",
+                            hint="source.path names the program the plan was compiled from")
         digest = sha256_file(path)
         if digest != self.source.sha256:
             raise PlanError(f"{path} has changed since this plan was compiled (sha256 {digest[:12]}… "
@@ -243,8 +257,45 @@ def read_plan(path) -> Plan:
     src = Path(plan.source.path)
     if not src.is_absolute():
         plan.source.path = os.path.normpath(path.parent / src)
+    plan._folder = os.path.abspath(path.parent)
     validate_plan(plan, path=path, lines=lines)
+    check_plan_names(plan, path=path, lines=lines)
     return plan
+
+
+def check_source_confined(plan: Plan) -> None:
+    """A plan read from a file uses only a source inside that file's folder.
+
+    A plan names the program its tasks run; a plan handed over by someone else must not be able to
+    run (or export the text of) ``../../anything.py``. Links are resolved before comparing.
+    """
+    if plan._folder is None:
+        return
+    folder = Path(plan._folder).resolve()
+    source = Path(plan.source.path)
+    resolved = (folder / source).resolve() if not source.is_absolute() else source.resolve()
+    if not resolved.is_relative_to(folder):
+        raise PlanError(f"the plan's source {plan.source.path} lies outside the plan's folder {folder}",
+                        hint="a plan runs only a program in its own folder (or below it): compile again "
+                             "next to the program, e.g. streammap compile PROGRAM.py --cluster ... "
+                             "-o PROGRAM.plan.yaml in the program's folder")
+
+
+def check_plan_names(plan: Plan, path=None, lines: dict | None = None) -> None:
+    """Names a plan file gives that later become file names: output names are identifiers.
+
+    A returned dict's keys name the ``.npz`` members of the outputs, so ``../../x`` or ``a/b``
+    must never get that far.
+    """
+    lines = lines or {}
+    outputs = plan.outputs
+    if isinstance(outputs, dict) and isinstance(outputs.get("dict"), dict):
+        for name in outputs["dict"]:
+            if not (isinstance(name, str) and name.isidentifier()):
+                raise PlanError(f"output name {name!r} is not an identifier", path=path,
+                                line=lines.get(("outputs", "dict", name)) or lines.get(("outputs",)),
+                                hint="output names are letters, digits and _, not starting with a digit "
+                                     "(they name the .npz members)")
 
 
 def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:

@@ -25,7 +25,7 @@ from typing import Literal, Optional
 import pydantic
 
 from streammap.errors import StreamMapError
-from streammap.io.files import atomic_write_text
+from streammap.io.files import atomic_write_text, read_text_bounded
 from streammap.plan import _Strict
 
 RUN_VERSION = 1
@@ -153,12 +153,13 @@ def write_run_record(record: RunRecord, path) -> None:
 
 def read_run_record(path) -> RunRecord:
     path = Path(path)
+    text = read_text_bounded(path, 1 << 30, what="run record")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise StreamMapError(f"file not found: {path}") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise StreamMapError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno, col=exc.colno) from None
+    except (RecursionError, ValueError) as exc:          # nested too deeply; a 5000-digit number
+        raise StreamMapError(f"not valid JSON: {exc or 'nested too deeply'}", path=path) from None
     try:
         return RunRecord.model_validate(data)
     except pydantic.ValidationError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from streammap.cli.common import console, parse_defines
+from streammap.cli.compile import add_max_tasks_argument, max_tasks
 from streammap.cost.calibrate import profile
 
 
@@ -16,13 +17,15 @@ def configure(parser, command: str) -> None:
                    help="profile only this device (name such as cpu or gpu1, a kind, or a model substring; repeatable)")
     parser.add_argument("--history", metavar="DIR", help="history folder (default: $STREAMMAP_HISTORY, else "
                    "$XDG_DATA_HOME/streammap/history, else ~/.local/share/streammap/history)")
+    add_max_tasks_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
     """Handler of ``streammap profile``: run :func:`profile`, print the table and notes."""
     rep = profile(args.source, params=parse_defines(args.defines), repeats=args.repeats,
-                  devices=args.devices or None, history_dir=args.history, entry=args.entry)
+                  devices=args.devices or None, history_dir=args.history, entry=args.entry,
+                  max_tasks=max_tasks(args))
     out = console()
     if rep.rows:
         out.print(rep.table())

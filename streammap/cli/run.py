@@ -8,6 +8,7 @@ from pathlib import Path
 
 from streammap.cli.common import console, serve_metrics
 from streammap.cost.history import record_after_run
+from streammap.io.files import check_output_path
 from streammap.monitoring.alerts import load_alert_config
 from streammap.monitoring.options import MonitorOptions
 from streammap.plan import read_plan
@@ -36,7 +37,7 @@ def configure(parser, command: str) -> None:
 def run(args) -> int:
     plan_path = Path(args.plan)
     plan = read_plan(plan_path)
-    output = Path(args.output) if args.output else plan_path.with_name(plan_path.stem + ".out.npz")
+    output = check_output_path(args.output or plan_path.with_name(plan_path.stem + ".out.npz"), "outputs")
     record = Path(args.record) if args.record else run_record_path(output)
     monitoring = monitoring_options(args)    # a bad alerts file is reported before anything runs
     t0 = time.perf_counter()

@@ -23,10 +23,18 @@ def configure(parser, command: str) -> None:
     parser.set_defaults(func=run)
 
 
+#: What ``show`` reads, by suffix; anything else is refused before it is opened.
+SHOWN = {".json": "a run record", ".yaml": "a plan", ".yml": "a plan"}
+
+
 def run(args) -> int:
     path = Path(args.file)
+    if path.suffix.lower() not in SHOWN:
+        raise StreamMapError(f"streammap show reads a plan (.yaml) or a run record (.run.json), not "
+                             f"{path.name!r}", path=path,
+                             hint="outputs (.npz) are NumPy archives: read them with numpy.load")
     out = console()
-    if path.suffix == ".json":
+    if path.suffix.lower() == ".json":
         obj = read_run_record(path)
         out.print(show.run_summary(obj), markup=False)
         out.print(show.run_table(obj, limit=args.limit or None))
@@ -39,12 +47,12 @@ def run(args) -> int:
         show.gantt(obj, args.gantt)
         out.print(f"wrote {args.gantt}", markup=False)
     if args.html is not None:
-        if path.suffix != ".json":
+        if path.suffix.lower() != ".json":
             raise StreamMapError("--html writes a run report; give it a run record (*.run.json)", path=path)
         files = write_report(obj, args.html or None, record_path=path)
         out.print(f"wrote {files.html} ({', '.join(map(str, files.images))})", markup=False)
     if args.graph:
-        if path.suffix == ".json":
+        if path.suffix.lower() == ".json":
             raise StreamMapError("--graph draws a plan's task graph; give it the plan file", path=path)
         show.graph_picture(obj, args.graph)
         out.print(f"wrote {args.graph}", markup=False)

@@ -30,8 +30,8 @@ def _unit(parser):
     def convert(v):
         try:
             return parser(v)
-        except ValueError as exc:
-            raise ValueError(str(exc)) from None
+        except (ValueError, OverflowError, TypeError) as exc:   # OverflowError: a 400-digit number
+            raise ValueError(str(exc) or f"cannot read {v!r}") from None
     return BeforeValidator(convert)
 
 
@@ -68,7 +68,7 @@ class DeviceSpec(BaseModel):
     mem_bandwidth: Optional[Rate] = Field(default=None, gt=0)
     speed: float = Field(default=1.0, gt=0)
     # Filled in by discovery; the runtime uses ``index`` to find the local GPU.
-    index: Optional[int] = Field(default=None, ge=0)
+    index: Optional[int] = Field(default=None, ge=0, le=65535)
     uuid: Optional[str] = None
     sm_count: Optional[int] = None
     clock_mhz: Optional[int] = None

@@ -113,7 +113,7 @@ def _wanted(dev, devices) -> bool:
 
 
 def profile(source, params: dict | None = None, repeats: int = 3, devices=None, history_dir=None,
-            entry: str | None = None, spec=None) -> "ProfileReport":
+            entry: str | None = None, spec=None, max_tasks: int = 200_000) -> "ProfileReport":
     """Run every task of ``source`` on this machine's devices and record the times in the history.
 
     Parameters
@@ -145,7 +145,7 @@ def profile(source, params: dict | None = None, repeats: int = 3, devices=None, 
                              path=source, hint="imported workflows cannot run, so they cannot be profiled")
     if repeats < 1:
         raise StreamMapError(f"--repeats {repeats}: need at least 1")
-    graph = load_source_graph(source, params, entry)
+    graph = load_source_graph(source, params, entry, max_tasks=max_tasks)
     if spec is None:
         spec = discover_local()
     folder = resolve_history(history_dir)

@@ -26,6 +26,10 @@
     ``out`` left out stay ``None`` and the cost model applies the README default (input plus
     output bytes).
 
+Bounds: a file of at most :data:`MAX_JSON_BYTES`, at most ``max_tasks`` tasks; ids are strings
+or integers, lists are lists, attributes have the types of the clauses they stand for (a
+``device`` is a string, ``retries`` an int >= 0, ...): anything else is an error naming the file.
+
 Tasks keep the ids of the file (node-link ids that are numbers become their decimal text), and
 the graph keeps the file's task order. Every problem (unreadable file, bad JSON, unknown format,
 missing runtime, an edge to an unknown task, a cycle) is a :class:`~streammap.errors.StreamMapError`
@@ -42,6 +46,7 @@ from pathlib import Path
 import networkx as nx
 
 from streammap.errors import StreamMapError
+from streammap.io.files import read_text_bounded
 from streammap.ir import NODE_DEFAULTS, add_task, new_graph
 
 __all__ = ["load_graph", "graph_from_wfcommons", "graph_from_node_link"]
@@ -53,14 +58,20 @@ _NL_HINT = ("a node-link file has 'directed', 'nodes' and 'edges' (or 'links'); 
 _PEGASUS_ID = re.compile(r"_ID\d+$")
 #: Node-link attributes copied into the IR (the others are ignored).
 _PASS = ("site", "code", "flops", "bytes", "mem", "out", "device", "split", "share", "stateful", "retries")
+#: Largest workflow file read (the largest WfInstances trace is a few MB).
+MAX_JSON_BYTES = 256 * 1024 * 1024
+#: Default most tasks a workflow may have (``max_tasks=`` of :func:`load_graph`).
+MAX_TASKS = 200_000
 
 
-def load_graph(path) -> nx.DiGraph:
+def load_graph(path, max_tasks: int = MAX_TASKS) -> nx.DiGraph:
     """Read a WfCommons or node-link JSON file as a task graph (IR, ``kind="workflow"``).
 
     Parameters
     ----------
     path : str or Path
+    max_tasks : int
+        Refuse a workflow with more tasks than this.
 
     Returns
     -------
@@ -74,21 +85,21 @@ def load_graph(path) -> nx.DiGraph:
         an unknown task, or a cycle.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise StreamMapError(f"file not found: {path}", hint="check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StreamMapError(f"cannot read {path}: {exc}", path=path) from None
+    text = read_text_bounded(path, MAX_JSON_BYTES, what="workflow file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise StreamMapError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno, col=exc.colno,
                              hint="the task graph must be WfCommons or node-link JSON") from None
+    except RecursionError:
+        raise StreamMapError("JSON nested too deeply", path=path,
+                             hint="the task graph must be WfCommons or node-link JSON") from None
+    except ValueError as exc:               # an integer of more than 4300 digits
+        raise StreamMapError(f"not valid JSON: {exc}", path=path) from None
     if isinstance(data, dict) and isinstance(data.get("workflow"), dict):
-        return graph_from_wfcommons(data, path, text)
+        return graph_from_wfcommons(data, path, text, max_tasks)
     if isinstance(data, dict) and "nodes" in data and ("edges" in data or "links" in data):
-        return graph_from_node_link(data, path, text)
+        return graph_from_node_link(data, path, text, max_tasks)
     raise StreamMapError("unknown task-graph format: neither WfCommons nor node-link JSON", path=path, line=1,
                          hint=f"{_WF_HINT}; {_NL_HINT}")
 
@@ -97,7 +108,7 @@ def load_graph(path) -> nx.DiGraph:
 
 def _line_of(text: str | None, needle) -> int | None:
     """Line of the first occurrence of ``needle`` (JSON-encoded) in ``text``, if any."""
-    if not text or needle is None:
+    if not text or not isinstance(needle, (str, int, float)):
         return None
     enc = json.dumps(needle)
     i = text.find(enc)
@@ -113,10 +124,52 @@ def _fail(msg, path, text=None, near=None, hint=None):
 def _number(v, what, path, text, near, allow_none=False):
     if v is None and allow_none:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
-        _fail(f"{what} must be a non-negative number, got {v!r}", path, text, near,
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, int) and v.bit_length() > 1000) \
+            or not math.isfinite(v) or v < 0:
+        _fail(f"{what} must be a finite non-negative number, got {_short(v)}", path, text, near,
               hint="give seconds or bytes as plain JSON numbers")
     return float(v)
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _ident(v, what, path, text, near=None) -> str:
+    """A task or file id: a JSON string or integer, as text."""
+    if isinstance(v, bool) or not isinstance(v, (str, int)):
+        _fail(f"{what} must be a string or an integer, got {_short(v)}", path, text, near,
+              hint="ids are JSON strings (or integers)")
+    return str(v)
+
+
+def _ident_list(v, what, path, text, near) -> list[str]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        _fail(f"{what} must be a list, got {_short(v)}", path, text, near, hint=_WF_HINT)
+    return [_ident(x, f"an item of {what}", path, text, near) for x in v]
+
+
+def _too_many(count: int, max_tasks: int, path):
+    if count > max_tasks:
+        raise StreamMapError(f"the workflow has {count} tasks, more than the limit of {max_tasks}", path=path,
+                             hint="raise the limit with --max-tasks (max_tasks= in the API) if this is intended")
+
+
+#: Node-link attributes that are clauses of the directive language: what each must be.
+_ATTR_CHECKS = {
+    "device": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string"),
+    "split": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an int axis"),
+    "share": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1,
+              "a number in (0, 1]"),
+    "stateful": (lambda v: isinstance(v, bool), "true or false"),
+    "retries": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1000,
+                "an int in 0..1000"),
+    "site": (lambda v: isinstance(v, str), "a string"),
+    "code": (lambda v: isinstance(v, str), "a string"),
+}
 
 
 def _check_acyclic(g: nx.DiGraph, path, text):
@@ -131,7 +184,7 @@ def _check_acyclic(g: nx.DiGraph, path, text):
 
 # ---------------------------------------------------------------------- WfCommons
 
-def graph_from_wfcommons(data: dict, path, text: str | None = None) -> nx.DiGraph:
+def graph_from_wfcommons(data: dict, path, text: str | None = None, max_tasks: int = MAX_TASKS) -> nx.DiGraph:
     """Build the IR from parsed WfCommons JSON (schema 1.5); see the module docstring."""
     path = Path(path)
     wf = data["workflow"]
@@ -145,21 +198,26 @@ def graph_from_wfcommons(data: dict, path, text: str | None = None) -> nx.DiGrap
     files = spec.get("files", [])
     if not isinstance(tasks, list) or not isinstance(files, list):
         _fail("workflow.specification.tasks and .files must be lists", path, text, "specification", hint=_WF_HINT)
+    _too_many(len(tasks), max_tasks, path)
     sizes: dict[str, float] = {}
     for f in files:
         if not isinstance(f, dict) or "id" not in f:
-            _fail(f"file entry without an id: {f!r}", path, text, "files", hint=_WF_HINT)
-        sizes[f["id"]] = _number(f.get("sizeInBytes", 0), f"sizeInBytes of file {f['id']}", path, text, f["id"])
+            _fail(f"file entry without an id: {_short(f)}", path, text, "files", hint=_WF_HINT)
+        fid = _ident(f["id"], "a file id", path, text, "files")
+        sizes[fid] = _number(f.get("sizeInBytes", 0), f"sizeInBytes of file {fid}", path, text, f["id"])
     runs: dict[str, dict] = {}
-    for e in execu.get("tasks") or []:
+    exec_tasks = execu.get("tasks") or []
+    if not isinstance(exec_tasks, list):
+        _fail("workflow.execution.tasks must be a list", path, text, "execution", hint=_WF_HINT)
+    for e in exec_tasks:
         if isinstance(e, dict) and "id" in e:
-            runs[e["id"]] = e
+            runs[_ident(e["id"], "a task id in workflow.execution.tasks", path, text, "execution")] = e
 
     by_id: dict[str, dict] = {}
     for t in tasks:
         if not isinstance(t, dict) or "id" not in t:
-            _fail(f"task entry without an id: {str(t)[:80]}", path, text, "tasks", hint=_WF_HINT)
-        tid = str(t["id"])
+            _fail(f"task entry without an id: {_short(t)}", path, text, "tasks", hint=_WF_HINT)
+        tid = _ident(t["id"], "a task id", path, text, "tasks")
         if tid in by_id:
             _fail(f"task id {tid!r} appears twice", path, text, tid, hint="task ids must be unique")
         by_id[tid] = t
@@ -178,19 +236,21 @@ def graph_from_wfcommons(data: dict, path, text: str | None = None) -> nx.DiGrap
         if run is None or run.get("runtimeInSeconds") is None:
             _fail(f"task {tid} has no runtimeInSeconds in workflow.execution.tasks", path, text, tid,
                   hint="every task needs a measured runtime to be mapped")
+        if not isinstance(run, dict):
+            _fail(f"task {tid}: its workflow.execution entry must be an object", path, text, tid, hint=_WF_HINT)
         runtime = _number(run["runtimeInSeconds"], f"runtimeInSeconds of task {tid}", path, text, tid)
-        ins[tid] = set(t.get("inputFiles") or [])
-        outs[tid] = set(t.get("outputFiles") or [])
+        ins[tid] = set(_ident_list(t.get("inputFiles"), f"inputFiles of task {tid}", path, text, tid))
+        outs[tid] = set(_ident_list(t.get("outputFiles"), f"outputFiles of task {tid}", path, text, tid))
         io = sum(size(f, tid) for f in ins[tid]) + sum(size(f, tid) for f in outs[tid])
         measured = _number(run.get("memoryInBytes"), f"memoryInBytes of task {tid}", path, text, tid, allow_none=True)
         kernel = t.get("category") or _PEGASUS_ID.sub("", str(t.get("name") or tid)) or tid
         add_task(g, tid, str(kernel), runtime=runtime, mem=max(measured or 0.0, io))
 
     for tid, t in by_id.items():
-        for c in t.get("children") or []:
-            _add_wf_edge(g, tid, str(c), by_id, path, text)
-        for p in t.get("parents") or []:
-            _add_wf_edge(g, str(p), tid, by_id, path, text)
+        for c in _ident_list(t.get("children"), f"children of task {tid}", path, text, tid):
+            _add_wf_edge(g, tid, c, by_id, path, text)
+        for p in _ident_list(t.get("parents"), f"parents of task {tid}", path, text, tid):
+            _add_wf_edge(g, p, tid, by_id, path, text)
     for u, v, ed in g.edges(data=True):
         ed["bytes"] = float(sum(sizes[f] for f in outs[u] & ins[v]))
     for u in g.nodes:
@@ -213,7 +273,7 @@ def _add_wf_edge(g, u, v, by_id, path, text):
 
 # ---------------------------------------------------------------------- node-link
 
-def graph_from_node_link(data: dict, path, text: str | None = None) -> nx.DiGraph:
+def graph_from_node_link(data: dict, path, text: str | None = None, max_tasks: int = MAX_TASKS) -> nx.DiGraph:
     """Build the IR from parsed node-link JSON; see the module docstring."""
     path = Path(path)
     if data.get("directed") is False:
@@ -226,13 +286,14 @@ def graph_from_node_link(data: dict, path, text: str | None = None) -> nx.DiGrap
     edges = data["edges"] if "edges" in data else data["links"]
     if not isinstance(nodes, list) or not isinstance(edges, list):
         _fail("'nodes' and 'edges' must be lists", path, text, "nodes", hint=_NL_HINT)
+    _too_many(len(nodes), max_tasks, path)
     meta = data.get("graph") if isinstance(data.get("graph"), dict) else {}
     g = new_graph(str(meta.get("name") or path.stem), kind="workflow", source=str(path))
     for n in nodes:
         if not isinstance(n, dict) or "id" not in n:
-            _fail(f"node without an id: {str(n)[:80]}", path, text, "nodes", hint=_NL_HINT)
+            _fail(f"node without an id: {_short(n)}", path, text, "nodes", hint=_NL_HINT)
         raw = n["id"]
-        tid = str(raw)
+        tid = _ident(raw, "a node id", path, text, "nodes")
         if tid in g:
             _fail(f"task id {tid!r} appears twice", path, text, raw, hint="node ids must be unique")
         runtime = _number(n.get("runtime"), f"runtime of task {tid}", path, text, raw, allow_none=True)
@@ -246,6 +307,9 @@ def graph_from_node_link(data: dict, path, text: str | None = None) -> nx.DiGrap
         for k in ("flops", "bytes", "mem", "out"):
             if k in attrs:
                 attrs[k] = _number(attrs[k], f"{k} of task {tid}", path, text, raw)
+        for k, (ok, what) in _ATTR_CHECKS.items():
+            if k in attrs and not ok(attrs[k]):
+                _fail(f"{k} of task {tid} must be {what}, got {_short(attrs[k])}", path, text, raw, hint=_NL_HINT)
         if runtime is None and times is None and "flops" not in attrs and "bytes" not in attrs:
             _fail(f"task {tid} has no runtime", path, text, raw,
                   hint="give each node 'runtime' (seconds on a speed-1.0 device) or 'times' "
@@ -254,8 +318,9 @@ def graph_from_node_link(data: dict, path, text: str | None = None) -> nx.DiGrap
         add_task(g, tid, str(kernel), runtime=runtime, times=times, **attrs)
     for e in edges:
         if not isinstance(e, dict) or "source" not in e or "target" not in e:
-            _fail(f"edge without source and target: {str(e)[:80]}", path, text, "edges", hint=_NL_HINT)
-        u, v = str(e["source"]), str(e["target"])
+            _fail(f"edge without source and target: {_short(e)}", path, text, "edges", hint=_NL_HINT)
+        u = _ident(e["source"], "an edge's source", path, text, "edges")
+        v = _ident(e["target"], "an edge's target", path, text, "edges")
         for x, raw in ((u, e["source"]), (v, e["target"])):
             if x not in g:
                 _fail(f"edge {u} -> {v} names {x!r}, which is not a node", path, text, raw,

@@ -3,6 +3,17 @@
 Cluster and plan files are validated with pydantic. A pydantic error knows the *field path*
 (``nodes.0.devices.2.memory``) but not where that field is in the file, so we compose the YAML
 ourselves and remember the line of every mapping key and sequence item.
+
+Policy: every YAML file StreamMAP reads (cluster, plan, tenants, jobs, alerts) comes through
+:func:`load_yaml`, which reads only *bounded* YAML, because these files may come from someone else
+(a plan handed over, a tenant's job):
+
+* at most :data:`MAX_YAML_BYTES` of UTF-8 text (a stray byte, a NUL or a binary file is a clean
+  error, not a decode traceback);
+* **no aliases** (``*name``): ten lines of nested aliases expand to billions of nodes (the
+  "billion laughs"), and ``&x [*x]`` to a structure that contains itself. The composed node graph
+  is checked before anything is built from it, so an alias costs nothing but its error;
+* nesting at most :data:`MAX_YAML_DEPTH` levels (the constructor and the validators recurse).
 """
 
 from __future__ import annotations
@@ -13,6 +24,12 @@ import pydantic
 import yaml
 
 from streammap.errors import StreamMapError
+from streammap.io.files import read_text_bounded
+
+#: Largest YAML file read (a plan of 200,000 tasks is about 60 MB).
+MAX_YAML_BYTES = 256 * 1024 * 1024
+#: Deepest nesting of mappings and sequences (plans nest arg specs a few levels).
+MAX_YAML_DEPTH = 100
 
 # libyaml's parser when PyYAML was built with it (10x faster on large plans), else the pure one.
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -25,15 +42,13 @@ def load_yaml(path, error_cls=StreamMapError):
     Raises ``error_cls`` naming the file and line for unreadable or malformed YAML.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error_cls(f"file not found: {path}", hint="check the path") from None
-    except OSError as exc:
-        raise error_cls(f"cannot read {path}: {exc.strerror}") from None
+    text = read_text_bounded(path, MAX_YAML_BYTES, error_cls, what="YAML file")
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
+        lines: dict[tuple, int] = {}
+        if node is not None:
+            _walk(node, lines, path, error_cls)         # before building: refuses aliases
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -41,25 +56,49 @@ def load_yaml(path, error_cls=StreamMapError):
         col = mark.column + 1 if mark else None
         raise error_cls(f"not valid YAML: {exc.problem or exc}", path=path, line=line, col=col,
                         hint="fix the YAML syntax at this position") from None
+    except yaml.YAMLError as exc:               # reader errors (a NUL, a control character)
+        raise error_cls(f"not valid YAML: {exc}", path=path,
+                        hint="a YAML file is printable UTF-8 text") from None
+    except (ValueError, OverflowError, RecursionError) as exc:   # a timestamp like 2024-99-99
+        raise error_cls(f"not valid YAML: {exc}", path=path) from None
     finally:
         loader.dispose()
-    lines: dict[tuple, int] = {}
-    if node is not None:
-        _walk(node, (), lines)
     return data, lines
 
 
-def _walk(node, prefix: tuple, lines: dict) -> None:
-    lines.setdefault(prefix, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            k = key.value
-            lines[prefix + (k,)] = key.start_mark.line + 1
-            _walk(value, prefix + (k,), lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            lines[prefix + (i,)] = item.start_mark.line + 1
-            _walk(item, prefix + (i,), lines)
+def _walk(root, lines: dict, path, error_cls) -> None:
+    """Record the line of every field path; refuse aliases and too deep nesting.
+
+    Iterative, so that nesting is measured before anything recurses. An alias shows up in the
+    composed graph as a node reached a second time.
+    """
+    seen: set[int] = set()
+    stack = [(root, (), root.start_mark.line + 1)]     # (node, field path, line it is used on)
+    while stack:
+        node, prefix, used_on = stack.pop()
+        if id(node) in seen:
+            raise error_cls("YAML aliases (*name) are not allowed", path=path, line=used_on,
+                            hint="write the value out in full: aliases can expand a few lines "
+                                 "into billions of values")
+        seen.add(id(node))
+        line = node.start_mark.line + 1
+        if len(prefix) > MAX_YAML_DEPTH:
+            raise error_cls(f"YAML nested more than {MAX_YAML_DEPTH} levels deep", path=path,
+                            line=line, hint="is this the right file?")
+        lines.setdefault(prefix, line)
+        if isinstance(node, yaml.MappingNode):
+            for key, value in reversed(node.value):
+                k = key.value if isinstance(key, yaml.ScalarNode) else f"<{key.tag}>"
+                key_line = key.start_mark.line + 1
+                lines[prefix + (k,)] = key_line
+                if not isinstance(key, yaml.ScalarNode):
+                    stack.append((key, prefix + (k,), key_line))   # keys can hold aliases too
+                stack.append((value, prefix + (k,), key_line))
+        elif isinstance(node, yaml.SequenceNode):
+            for i in range(len(node.value) - 1, -1, -1):
+                item = node.value[i]
+                lines[prefix + (i,)] = item.start_mark.line + 1
+                stack.append((item, prefix + (i,), line))
 
 
 def line_of(lines: dict, loc: tuple) -> int | None:

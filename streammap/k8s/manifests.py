@@ -39,7 +39,7 @@ from typing import Literal, Optional
 
 from streammap.errors import StreamMapError
 from streammap.k8s.resources import DeviceGroup, device_groups
-from streammap.plan import Plan
+from streammap.plan import Plan, check_source_confined
 
 MOUNT = "/streammap"
 OUT = "/out"
@@ -111,6 +111,7 @@ def config_map(plan: Plan, name: str, meta_ns: dict, program_text: Optional[str]
     if plan.source.kind == "program":
         key = Path(plan.source.path).name
         if program_text is None:
+            check_source_confined(plan)        # a plan file exports only a program in its folder
             try:
                 program_text = Path(plan.source.path).read_text(encoding="utf-8")
             except OSError as exc:

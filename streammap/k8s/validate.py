@@ -25,7 +25,10 @@
    - no ``spec.nodeName`` (HAMi, Volcano and Kueue schedule only pods the scheduler places);
    - HAMi: ``*cores`` and percent memory in 0..100, ``*mem`` a positive whole number of MiB,
      a share asked only beside its device count, policies ``binpack``/``spread``;
-   - ConfigMap keys (``[-._a-zA-Z0-9]+``) and at most 1 MiB of data.
+   - ConfigMap keys (``[-._a-zA-Z0-9]+``) and at most 1 MiB of data;
+   - ``metadata.namespace`` an RFC 1123 label (``../../etc`` is not), a PersistentVolumeClaim's
+     ``claimName`` an RFC 1123 subdomain (as the API server checks PVC names), and container
+     images OCI references (``[registry[:port]/]path[:tag][@digest]``, no spaces, no ``..``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _QUANTITY = re.compile(r"^(?P<num>[+-]?(\d+(\.\d*)?|\.\d+))(?P<suf>[KMGTPE]i|[numkMGTPE]|[eE][+-]?\d+)?$")
 _CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+# The OCI (docker/distribution) reference grammar: [domain[:port]/]path[:tag][@digest].
+_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(rf"^(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
+                    r"(?::[\w][\w.-]{0,127})?"
+                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
 _SUFFIX = {"": 1, "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "k": 10**3,
            "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -72,7 +81,7 @@ def check_objects(objects: list[dict], version: str = K8S_VERSION) -> None:
     problems = validate_objects(objects, version)
     if problems:
         raise StreamMapError(f"{len(problems)} problem(s) in the Kubernetes objects:\n  " + "\n  ".join(problems),
-                             hint="fix the option value named above (--name, --queue, --namespace, --node-label); "
+                             hint="fix the option value named above (--name, --image, --namespace, --pvc, --queue, --node-label); "
                                   "map a plan node whose name is no Kubernetes label value with --node PLAN=K8S")
 
 
@@ -127,6 +136,10 @@ def _semantics(obj: dict) -> list[str]:
         out.append(f"metadata.name: {name!r} is not a valid {kind} name "
                    f"(lower-case alphanumerics and '-', at most {limit} characters)")
     out += _meta(meta, "metadata")
+    namespace = meta.get("namespace")
+    if namespace is not None and not dns_label_ok(namespace):
+        out.append(f"metadata.namespace: {namespace!r} is not a valid namespace "
+                   "(an RFC 1123 label: lower-case alphanumerics and '-', at most 63 characters)")
     if kind == "ConfigMap":
         out += _configmap(obj)
     elif kind == "Pod":
@@ -185,11 +198,18 @@ def _pod_spec(spec: dict, at: str, meta: dict) -> list[str]:
     for v in spec.get("volumes") or []:
         if not _DNS_LABEL.match(str(v.get("name", ""))):
             out.append(f"{at}.volumes: name {v.get('name')!r} is not an RFC 1123 label")
+        claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
+        if claim is not None and not dns_subdomain_ok(claim):
+            out.append(f"{at}.volumes: claimName {claim!r} is not a valid PersistentVolumeClaim name "
+                       "(an RFC 1123 subdomain: lower-case alphanumerics, '-' and '.', at most 253 characters)")
     annotations = meta.get("annotations") or {}
     for i, c in enumerate(spec.get("containers") or []):
         cat = f"{at}.containers[{i}]"
         if not _DNS_LABEL.match(str(c.get("name", ""))):
             out.append(f"{cat}.name: {c.get('name')!r} is not an RFC 1123 label")
+        if not image_ok(c.get("image")):
+            out.append(f"{cat}.image: {c.get('image')!r} is not an OCI image reference "
+                       "([registry[:port]/]name[:tag][@sha256:digest], e.g. ghcr.io/org/streammap:1.0)")
         out += _resources(c.get("resources") or {}, f"{cat}.resources", annotations)
     return out
 
@@ -228,6 +248,21 @@ def _resources(res: dict, at: str, annotations: dict) -> list[str]:
             out.append(f"annotation {vendor.uuid_annotation}: {len(pins.split(','))} UUID(s) for "
                        f"{limits[vendor.count]} x {vendor.count}")
     return out
+
+
+def dns_label_ok(text) -> bool:
+    """Whether ``text`` is an RFC 1123 label (namespaces, Pod, Job and Service names)."""
+    return isinstance(text, str) and len(text) <= 63 and bool(_DNS_LABEL.match(text))
+
+
+def dns_subdomain_ok(text) -> bool:
+    """Whether ``text`` is an RFC 1123 subdomain (ConfigMap and PersistentVolumeClaim names)."""
+    return isinstance(text, str) and len(text) <= 253 and bool(_DNS_SUBDOMAIN.match(text))
+
+
+def image_ok(text) -> bool:
+    """Whether ``text`` is an OCI image reference (``ghcr.io/org/app:1.0``, ``python:3.11``)."""
+    return isinstance(text, str) and len(text) <= 1024 and bool(_IMAGE.match(text))
 
 
 def _extended(name: str) -> bool:

@@ -112,3 +112,18 @@ def test_negative_speed_names_the_field(tmp_path):
 def test_missing_file():
     with pytest.raises(ClusterError, match="not found"):
         load_cluster("/nonexistent/cluster.yaml")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("memory", "9" * 401, "nodes[0].devices[0].memory"),
+    ("speed", "9" * 401, "nodes[0].devices[0].speed"),
+    ("index", "9" * 401, "less than or equal to 65535"),
+    ("index", "-1", "greater than or equal to 0"),
+    ("flops", ".nan", "expected a non-negative compute rate"),
+])
+def test_huge_and_odd_numbers_are_errors_naming_the_field(tmp_path, field, value, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"name: a\nnodes:\n  - name: n\n    devices:\n      - {{name: g, kind: gpu, {field}: {value}}}\n")
+    with pytest.raises(ClusterError, match=message.replace("[", r"\[").replace("]", r"\]")) as exc:
+        load_cluster(path)
+    assert exc.value.line == 5

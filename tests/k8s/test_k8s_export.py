@@ -4,6 +4,7 @@ the plan's devices the way HAMi, Volcano and Kueue expect, and carry the plan ba
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import pytest
@@ -273,8 +274,9 @@ def test_cli_exports_a_program_plan_with_its_program(tmp_path, capsys):
         {"name": "gpu0", "kind": "gpu", "vendor": "nvidia", "memory": "16GiB", "uuid": "GPU-aaa"},
         {"name": "gpu1", "kind": "gpu", "vendor": "nvidia", "memory": "16GiB", "uuid": "GPU-bbb"},
         {"name": "cpu", "kind": "cpu", "cores": 8}]}]}
-    plan = streammap.compile(Path(__file__).resolve().parents[2] / "samples" / "fm_radio.py", cluster=cluster,
-                             params={"N": 4096}, history=False)
+    # A plan exports the program beside it (a plan file names no program outside its folder).
+    shutil.copy(Path(__file__).resolve().parents[2] / "samples" / "fm_radio.py", tmp_path / "fm_radio.py")
+    plan = streammap.compile(tmp_path / "fm_radio.py", cluster=cluster, params={"N": 4096}, history=False)
     streammap.write_plan(plan, tmp_path / "plan.yaml")
     assert main(["export", "k8s", str(tmp_path / "plan.yaml"), "-o", str(tmp_path / "k8s"), "--image", IMAGE,
                  "--node", "node0=gpu-a1", "--kind", "job"]) == 0
@@ -322,3 +324,38 @@ def test_the_pod_entry_runs_the_configmaps_plan_or_says_why_not(tmp_path, capsys
             assert rc == 0 and (tmp_path / "cpu" / "out.npz").exists()
         else:
             assert rc == 2 and "task sum is placed on node0/mlu0" in capsys.readouterr().err
+
+
+# -- names an attacker controls: namespace, claim, image --------------------------------------------------
+
+@pytest.mark.parametrize("options, message", [
+    ({"namespace": "../../etc"}, "metadata.namespace: '../../etc' is not a valid namespace"),
+    ({"namespace": "a" * 64}, "is not a valid namespace"),
+    ({"pvc": "../x"}, "claimName '../x' is not a valid PersistentVolumeClaim name"),
+    ({"image": "streammap latest"}, "image: 'streammap latest' is not an OCI image reference"),
+    ({"image": "../streammap:1"}, "is not an OCI image reference"),
+    ({"image": "Registry.io/UPPER/x"}, "is not an OCI image reference"),
+])
+def test_namespaces_claims_and_images_are_checked(mixed_plan, options, message):
+    objects = build_manifests(mixed_plan, ExportOptions(**{"image": IMAGE, **options}))
+    problems = validate_objects(objects)
+    assert any(message in p for p in problems), problems
+
+
+@pytest.mark.parametrize("image", ["python:3.11", "ghcr.io/org/streammap:1.0", "localhost:5000/a/b_c-d",
+                                   "registry.example.org/streammap@sha256:" + "a" * 64])
+def test_ordinary_image_references_pass(mixed_plan, image):
+    assert validate_objects(build_manifests(mixed_plan, ExportOptions(image=image, namespace="team-a",
+                                                                      pvc="results.v1"))) == []
+
+
+def test_export_refuses_bad_names_through_the_cli(tmp_path, capsys):
+    plan = tmp_path / "plan.yaml"
+    shutil.copy(Path(__file__).resolve().parents[2] / "samples" / "fm_radio.py", tmp_path / "fm_radio.py")
+    streammap.write_plan(streammap.compile(tmp_path / "fm_radio.py", cluster={"name": "c", "nodes": [
+        {"name": "n", "devices": [{"name": "cpu", "kind": "cpu"}]}]}, params={"N": 1024}, history=False), plan)
+    assert main(["export", "k8s", str(plan), "-o", str(tmp_path / "k8s"), "--image", "a b",
+                 "--namespace", "../../etc", "--pvc", "../x"]) == 2
+    err = capsys.readouterr().err
+    assert "namespace" in err and "claimName" in err and "OCI image reference" in err
+    assert not (tmp_path / "k8s").exists()

@@ -1,0 +1,261 @@
+"""Every reproduction of issue 15 (a fuzzer's and a hostile tenant's inputs) is a clean refusal:
+exit status 2, a message naming the file, the line where there is one, and the limit that was
+hit; never a traceback, a hang or a memory blow-up."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import streammap
+from streammap.cli import main
+from streammap.directives.safe_eval import Locator, safe_eval
+from streammap.errors import DirectiveError, PlanError, StreamMapError
+from streammap.strategies.kernels import gather, scatter
+
+ROOT = Path(__file__).resolve().parents[2]
+FM = ROOT / "samples" / "fm_radio.py"
+CLUSTER = ROOT / "samples" / "clusters" / "tiny-gpus.yaml"
+
+KERNEL = '''
+# @stream kernel({clause})
+def k(x=0):
+    return x
+
+# @stream graph
+def main():
+{body}
+'''
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(CLUSTER, tmp_path / "cluster.yaml")
+    return tmp_path
+
+
+def refused(argv, capsys, *needles) -> str:
+    """Run the CLI; it must exit 2 with a clean message holding every needle."""
+    status = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def program(folder: Path, clause="flops=1", body="    return k()", head="", name="p.py") -> Path:
+    path = folder / name
+    path.write_text(head + KERNEL.format(clause=clause, body=body))
+    return path
+
+
+def compile_args(path, *extra):
+    return ["compile", path, "--cluster", "cluster.yaml", "-o", "plan.yaml", "--no-history", *extra]
+
+
+# -- the directive language: bounded work ----------------------------------------------------------
+
+def test_a_tuple_bomb_in_a_clause_is_refused_at_its_line(workdir, capsys):
+    bomb = "(((1,)*10000,)*10000,)*10000"
+    path = program(workdir, clause=f"flops=0*({bomb} == {bomb}), out=8")
+    refused(compile_args(path), capsys, "p.py:2:", "limit: 10000 items in all")
+    assert not (workdir / "plan.yaml").exists()
+
+
+def test_doubling_a_list_in_a_loop_is_refused_at_the_list_limit(workdir, capsys):
+    body = "    a = [1]\n    for i in range(40):\n        a = a + a\n    return k()"
+    path = program(workdir, body=body)
+    refused(compile_args(path), capsys, "p.py:10:", "longer than the limit of 1000000")
+
+
+def test_a_program_of_more_tasks_than_max_tasks_is_refused(workdir, capsys):
+    body = "    ys = [k(i) for i in range(50)]\n    return ys"
+    path = program(workdir, body=body)
+    refused(compile_args(path, "--max-tasks", "20"), capsys, "p.py:8:", "limit: max_tasks=20")
+    assert main([str(a) for a in compile_args(path, "--max-tasks", "50")]) == 0
+
+
+def test_the_default_task_budget_is_sized_for_real_programs(workdir):
+    path = program(workdir, body="    ys = [k(i) for i in range(300)]\n    return ys")
+    plan = streammap.compile(path, cluster=CLUSTER, history=False)
+    assert len(plan.tasks) == 300
+    with pytest.raises(DirectiveError, match="limit: max_tasks=100"):
+        streammap.compile(path, cluster=CLUSTER, history=False, max_tasks=100)
+
+
+def test_a_clause_too_large_for_a_float_is_refused(workdir, capsys):
+    path = program(workdir, clause="flops=10**400")
+    refused(compile_args(path), capsys, "p.py:2:", "must be a finite number")
+
+
+def test_a_huge_override_is_refused(workdir, capsys):
+    head = "# @stream param\nN = 4\n"
+    path = program(workdir, head=head, body="    ys = [k(i) for i in range(N)]\n    return ys")
+    refused(compile_args(path, "-D", "N=10**1000"), capsys, "p.py", "loop iterations")
+    refused(compile_args(path, "-D", "N=10**10000"), capsys, "p.py", "N")
+
+
+@pytest.mark.parametrize("expr", ["-" * 500 + "1", "+".join(["1"] * 1000)])
+def test_deeply_nested_code_anywhere_in_a_file_with_a_directive_is_refused(workdir, capsys, expr):
+    path = program(workdir, head=f"X = {expr}\n")
+    refused(compile_args(path), capsys, "p.py:1:", "nested more than 100 levels deep")
+
+
+@pytest.mark.parametrize("expr", ["2 ** (10**400)", "(-3) ** 10**1000", "1 << 10**400"])
+def test_powers_and_shifts_by_huge_exponents_are_refused_before_computing(expr):
+    """Found by benchmarks/fuzz.py: the size check itself overflowed a float."""
+    with pytest.raises(DirectiveError, match="too large"):
+        safe_eval(expr, {}, Locator("<expr>", [expr]))
+
+
+def test_deeply_nested_directive_clauses_are_refused(workdir, capsys):
+    path = program(workdir, clause="flops=" + "-" * 300 + "1")
+    refused(compile_args(path), capsys, "p.py:2:", "nested more than 100 levels")
+
+
+def test_output_names_must_be_identifiers(workdir, capsys):
+    path = program(workdir, body='    return {"../../x": k()}')
+    refused(compile_args(path), capsys, "p.py:8:", "output name '../../x' is not an identifier")
+
+
+# -- YAML: cluster and plan files ---------------------------------------------------------------------
+
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+
+
+@pytest.mark.parametrize("text, needle", [
+    (ALIAS_BOMB, "aliases (*name) are not allowed"),
+    ("name: &x [*x]\n", "aliases (*name) are not allowed"),
+    ("name: lab\nnodes:\n  - name: n\n    devices:\n      - {name: g, kind: gpu, memory: " + "9" * 401 + "}\n",
+     "cluster.yaml:5"),
+    ("name: lab\x00\n", "not valid YAML"),
+    ("[" * 10000 + "]" * 10000, "cluster.yaml"),
+])
+def test_hostile_cluster_files_are_refused(workdir, capsys, text, needle):
+    (workdir / "cluster.yaml").write_text(text)
+    refused(compile_args(FM), capsys, needle)
+
+
+def test_a_cluster_file_that_is_not_utf8_is_refused(workdir, capsys):
+    (workdir / "cluster.yaml").write_bytes(b"name: lab\xff\n")
+    refused(compile_args(FM), capsys, "cluster.yaml", "not UTF-8")
+
+
+def test_an_alias_bomb_as_a_plan_is_refused_by_show(workdir, capsys):
+    (workdir / "bomb.yaml").write_text("streammap_plan: 1\n" + ALIAS_BOMB)
+    refused(["show", "bomb.yaml"], capsys, "bomb.yaml:3", "aliases")
+
+
+# -- plans ----------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def compiled(workdir):
+    """A plan compiled next to its program (a copy of fm_radio.py), as text."""
+    shutil.copy(FM, workdir / "fm.py")
+    assert main(["compile", "fm.py", "--cluster", "cluster.yaml", "-D", "N=4096", "-o", "plan.yaml",
+                 "--no-history"]) == 0
+    return yaml.safe_load((workdir / "plan.yaml").read_text())
+
+
+def write_plan_data(workdir, data, name="bad.yaml") -> Path:
+    path = workdir / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda d: d["params"].update(N=[1, 2]), "params.N"),
+    (lambda d: d["source"].update(path="."), "not a file"),
+    (lambda d: d["devices"][0].update(index=-1), "devices[0].index"),
+    (lambda d: d.update(outputs={"dict": {"../../x": d["outputs"]}}), "output name '../../x'"),
+])
+def test_hostile_plans_are_refused_before_anything_runs(workdir, capsys, compiled, edit, needle):
+    edit(compiled)
+    bad = write_plan_data(workdir, compiled)
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, needle)
+    assert not (workdir / "o.npz").exists()
+
+
+def test_a_plan_runs_only_a_source_inside_its_own_folder(workdir, capsys, compiled):
+    (workdir / "elsewhere").mkdir()
+    inside = workdir / "elsewhere" / "plan.yaml"
+    compiled["source"]["path"] = "../fm.py"
+    write_plan_data(workdir / "elsewhere", compiled, "plan.yaml")
+    err = refused(["run", inside, "-o", "o.npz", "--emulate", "--no-progress"], capsys,
+                  "lies outside the plan's folder", "compile again next to the program")
+    assert "fm.py" in err
+    refused(["export", "k8s", inside, "-o", "k8s", "--image", "streammap:1"], capsys, "outside the plan's folder")
+    assert main(["show", str(inside)]) == 0          # reading it is harmless; running it is not
+
+
+def test_output_paths_that_cannot_be_written_are_refused_up_front(workdir, capsys, compiled):
+    refused(["run", "plan.yaml", "-o", "/etc/passwd/x.npz", "--emulate", "--no-progress"], capsys,
+            "/etc/passwd is not a folder")
+    refused(["run", "plan.yaml", "-o", ".", "--emulate", "--no-progress"], capsys, "it is a folder")
+    refused(["run", "plan.yaml", "-o", "missing/o.npz", "--emulate", "--no-progress"], capsys,
+            "the folder missing does not exist", "mkdir -p missing")
+    refused(["compile", "fm.py", "--cluster", "cluster.yaml", "-o", "missing/p.yaml"], capsys,
+            "the folder missing does not exist")
+    refused(["compile", "fm.py", "--cluster", "cluster.yaml", "-o", "."], capsys, "it is a folder")
+
+
+def test_show_refuses_a_file_that_is_neither_a_plan_nor_a_record(workdir, capsys):
+    np.savez(workdir / "out.npz", a=np.zeros(3))
+    refused(["show", "out.npz"], capsys, "out.npz", "plan (.yaml) or a run record")
+    (workdir / "fake.yaml").write_bytes(b"PK\x03\x04\x00\xff")
+    refused(["show", "fake.yaml"], capsys, "fake.yaml")
+    (workdir / "deep.run.json").write_text("[" * 100000)
+    refused(["show", "deep.run.json"], capsys, "deep.run.json")
+
+
+# -- imported workflows -----------------------------------------------------------------------------------
+
+def node_link(**node):
+    return {"directed": True, "nodes": [{"id": "a", "kernel": "k", "runtime": 1.0, **node}], "edges": []}
+
+
+def wfcommons(task):
+    return {"workflow": {"specification": {"tasks": [task], "files": []},
+                         "execution": {"tasks": [{"id": "t", "runtimeInSeconds": 1.0}]}}}
+
+
+@pytest.mark.parametrize("data, needle", [
+    (node_link(device=5), "device of task a must be a non-empty string"),
+    (node_link(retries=-1), "retries of task a"),
+    (node_link(id=["a"]), "a node id must be a string or an integer"),
+    (node_link(id={"a": 1}), "a node id must be a string or an integer"),
+    (wfcommons({"id": "t", "children": 5}), "children of task t must be a list"),
+    (wfcommons({"id": ["t"]}), "a task id must be a string or an integer"),
+    (wfcommons({"id": "t", "inputFiles": [{"x": 1}]}), "inputFiles of task t"),
+])
+def test_hostile_workflow_files_are_refused(workdir, capsys, data, needle):
+    (workdir / "wf.json").write_text(json.dumps(data))
+    refused(compile_args("wf.json"), capsys, "wf.json", needle)
+
+
+def test_deeply_nested_json_is_refused(workdir, capsys):
+    (workdir / "wf.json").write_text("[" * 100000)
+    refused(compile_args("wf.json"), capsys, "wf.json")
+
+
+# -- the fission kernels ------------------------------------------------------------------------------------
+
+def test_split_along_an_axis_the_array_lacks_is_a_clear_error():
+    with pytest.raises(StreamMapError, match="split=1 cuts along axis 1, but the argument has 1 dimension"):
+        scatter(np.arange(6.0), 2, 1)
+    with pytest.raises(StreamMapError, match="has 1 dimension"):
+        gather([np.arange(3.0), np.arange(3.0)], 1)
+    assert [p.tolist() for p in scatter(np.arange(4.0), 2, -1)] == [[0.0, 1.0], [2.0, 3.0]]
+
+
+def test_plan_errors_are_plan_errors(workdir, compiled):
+    compiled["params"]["N"] = {"nested": 1}
+    with pytest.raises(PlanError, match="params.N"):
+        streammap.read_plan(write_plan_data(workdir, compiled))
