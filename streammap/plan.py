@@ -264,21 +264,26 @@ def read_plan(path) -> Plan:
 
 
 def check_source_confined(plan: Plan) -> None:
-    """A plan read from a file uses only a source inside that file's folder.
+    """A plan read from a file uses only a source inside that file's folder or the current folder.
 
     A plan names the program its tasks run; a plan handed over by someone else must not be able to
-    run (or export the text of) ``../../anything.py``. Links are resolved before comparing.
+    run (or export the text of) ``../../anything.py`` or ``/elsewhere/anything.py``. The plan's own
+    folder, and the folder the user runs from (their project: ``.demo/plan.yaml`` running
+    ``samples/fm_radio.py``), are the two places a program may be. Links are resolved before
+    comparing.
     """
     if plan._folder is None:
         return
     folder = Path(plan._folder).resolve()
+    here = Path.cwd().resolve()
     source = Path(plan.source.path)
     resolved = (folder / source).resolve() if not source.is_absolute() else source.resolve()
-    if not resolved.is_relative_to(folder):
-        raise PlanError(f"the plan's source {plan.source.path} lies outside the plan's folder {folder}",
-                        hint="a plan runs only a program in its own folder (or below it): compile again "
-                             "next to the program, e.g. streammap compile PROGRAM.py --cluster ... "
-                             "-o PROGRAM.plan.yaml in the program's folder")
+    if not (resolved.is_relative_to(folder) or resolved.is_relative_to(here)):
+        raise PlanError(f"the plan's source {plan.source.path} lies outside the plan's folder {folder} "
+                        f"and the current folder {here}",
+                        hint="a plan runs only a program in its own folder or in the folder it is run from "
+                             "(or below them): run it from the program's project folder, or compile again "
+                             "next to the program")
 
 
 def check_plan_names(plan: Plan, path=None, lines: dict | None = None) -> None:

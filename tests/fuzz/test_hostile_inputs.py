@@ -183,16 +183,20 @@ def test_hostile_plans_are_refused_before_anything_runs(workdir, capsys, compile
     assert not (workdir / "o.npz").exists()
 
 
-def test_a_plan_runs_only_a_source_inside_its_own_folder(workdir, capsys, compiled):
+def test_a_plan_runs_only_a_source_inside_its_own_folder_or_the_current_one(workdir, capsys, compiled, monkeypatch):
     (workdir / "elsewhere").mkdir()
     inside = workdir / "elsewhere" / "plan.yaml"
     compiled["source"]["path"] = "../fm.py"
     write_plan_data(workdir / "elsewhere", compiled, "plan.yaml")
-    err = refused(["run", inside, "-o", "o.npz", "--emulate", "--no-progress"], capsys,
+    monkeypatch.chdir(workdir / "elsewhere")          # ../fm.py: outside the plan's folder and this one
+    err = refused(["run", "plan.yaml", "-o", "o.npz", "--emulate", "--no-progress"], capsys,
                   "lies outside the plan's folder", "compile again next to the program")
     assert "fm.py" in err
-    refused(["export", "k8s", inside, "-o", "k8s", "--image", "streammap:1"], capsys, "outside the plan's folder")
-    assert main(["show", str(inside)]) == 0          # reading it is harmless; running it is not
+    refused(["export", "k8s", "plan.yaml", "-o", "k8s", "--image", "streammap:1"], capsys, "outside the plan's folder")
+    assert main(["show", "plan.yaml"]) == 0          # reading it is harmless; running it is not
+    # Run from the project folder that holds the program (as make demo runs .demo/plan.yaml), it runs.
+    monkeypatch.chdir(workdir)
+    assert main(["run", str(inside), "-o", "o.npz", "--emulate", "--no-progress"]) == 0
 
 
 def test_output_paths_that_cannot_be_written_are_refused_up_front(workdir, capsys, compiled):
