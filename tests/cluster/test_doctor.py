@@ -12,9 +12,9 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from telemetry_helpers import NVMLError, fake_nvml, gpu
 
 from streammap.cluster import doctor
+from tests.helpers.telemetry import NVMLError, fake_nvml, gpu
 
 
 def _nvml(driver="550.54.15", n=2):

@@ -7,7 +7,6 @@ import multiprocessing
 import time
 
 import pytest
-from runtime_helpers import make_plan, task
 
 import streammap.cost.history as H
 from streammap.cluster.model import cluster_from_dict
@@ -26,6 +25,7 @@ from streammap.cost.history import (
 from streammap.cost.model import CostModel
 from streammap.ir import add_task, new_graph
 from streammap.runrecord import DeviceRun, RunRecord, TaskRun
+from tests.helpers.plans import make_plan, task
 
 CPU = "Test CPU 9000"
 GPU = "H200"

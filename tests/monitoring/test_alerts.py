@@ -9,14 +9,14 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-from runtime_helpers import cpu_devices, make_plan, ref, task
-from telemetry_helpers import ScriptedSampler
 
 from streammap.monitoring.alerts import AlertConfig, AlertConfigError, AlertManager, alert_config, load_alert_config
 from streammap.monitoring.metrics import RunMetrics
 from streammap.monitoring.telemetry import DeviceInfo, Reading, XidEvent
 from streammap.runrecord import read_run_record
 from streammap.runtime import run_plan
+from tests.helpers.plans import cpu_devices, make_plan, ref, task
+from tests.helpers.telemetry import ScriptedSampler
 
 
 def write(tmp_path, text):

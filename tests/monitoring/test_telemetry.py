@@ -8,8 +8,6 @@ import time
 
 import numpy as np
 import pytest
-from telemetry_helpers import ScriptedSampler, fake_nvml, gpu
-from telemetry_helpers import sleepy_plan as _sleepy_plan
 
 from streammap.monitoring.telemetry import (
     CpuSampler,
@@ -22,6 +20,8 @@ from streammap.monitoring.telemetry import (
 )
 from streammap.runrecord import read_run_record
 from streammap.runtime import run_plan
+from tests.helpers.telemetry import ScriptedSampler, fake_nvml, gpu
+from tests.helpers.telemetry import sleepy_plan as _sleepy_plan
 
 
 def test_nvml_sampler_reads_every_field():

@@ -4,7 +4,6 @@ device's memory and the runtime spills to keep within it, bit for bit."""
 
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,9 +17,10 @@ from streammap.placement.sharing import share_profile, share_schedule, simulate_
 from streammap.placement.spilling import SpillBook
 from streammap.plan import read_plan, write_plan
 from streammap.runrecord import read_run_record
+from tests.helpers.paths import SAMPLES
+from tests.helpers.plans import FAN, make_plan, ref, task
 
-ROOT = Path(__file__).resolve().parents[2]
-SWEEP = ROOT / "samples" / "small_kernels.py"
+SWEEP = SAMPLES / "small_kernels.py"
 SMALL = {"JOBS": 16, "CELLS": 64, "STEPS": 4}
 
 
@@ -204,8 +204,6 @@ def test_a_sharing_run_re_mapped_off_a_slow_device_keeps_shares_and_gives_the_sa
 
 
 def test_re_mapping_a_hand_made_sharing_plan_keeps_its_shares(tmp_path):
-    from runtime_helpers import FAN, make_plan, ref, task
-
     from streammap.plan import validate_plan
     from streammap.remap import remap_plan
     devices = [{"id": f"node0/gpu{i}", "kind": "gpu", "vendor": "nvidia"} for i in range(2)]
@@ -478,15 +476,10 @@ def test_the_spill_policy_evicts_the_result_needed_last_and_never_a_pinned_one()
     assert restores == [(1, "d")] and book.stats()["d"].overflow > 0
 
 
-def test_gpu_path_co_locates_on_streams_and_spills_through_the_host_on_a_fake_cupy(tmp_path, monkeypatch):
-    import sys
-
-    from runtime_helpers import FAN, make_fake_cupy, make_plan, ref, task
-
+def test_gpu_path_co_locates_on_streams_and_spills_through_the_host_on_a_fake_cupy(tmp_path, fake_cupy):
     from streammap.runtime import run_plan
 
-    cupy = make_fake_cupy(2)
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    cupy = fake_cupy(2)
     row = 64 * 8                                              # one result: N = 64 doubles
     devices = [{"id": f"node0/gpu{i}", "kind": "gpu", "vendor": "nvidia", "index": i, "memory": m}
                for i, m in enumerate((3 * row, 1e9))]
