@@ -3,7 +3,6 @@ whole device at once, with the same results as serial runs; memory oversubscript
 device's memory and the runtime spills to keep within it, bit for bit."""
 
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -308,14 +307,15 @@ def test_the_executor_runs_co_located_tasks_at_once_but_never_beyond_a_whole_dev
     (tmp_path / "prog.py").write_text(textwrap.dedent(SLEEPY))
     one = {"name": "one", "nodes": [{"name": "n0", "devices": [{"name": "gpu0", "kind": "gpu", "flops": "20 TFLOP/s"}]}]}
     plan = streammap.compile(tmp_path / "prog.py", cluster=one, history=False)
-    t0 = time.perf_counter()
     out = streammap.run(plan, emulate=True, outputs=tmp_path / "o.npz", progress=False, telemetry=False)
-    wall = time.perf_counter() - t0
     assert out["result"][0] == pytest.approx(1.0)        # two at once (0.5 + 0.5), never three
     assert out["result"][1] == sum(range(8))
-    assert wall < 8 * 0.05 * 0.8                          # 4 rounds of 50 ms, not 8
     rec = read_run_record(tmp_path / "o.run.json")
-    assert {t.share for t in rec.tasks if t.kernel == "nap"} == {0.5}
+    naps = [t for t in rec.tasks if t.kernel == "nap"]
+    assert {t.share for t in naps} == {0.5}
+    # every nap ran beside another: rounds of two, not one at a time (the time this saves is
+    # measured by benchmarks/sharing.py)
+    assert all(any(o is not t and o.start < t.finish and t.start < o.finish for o in naps) for t in naps)
 
 
 def test_a_failing_co_located_kernel_stops_the_run_with_its_task(tmp_path):
