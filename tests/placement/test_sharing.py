@@ -114,7 +114,7 @@ class LastDevice:
         return int(feasible[-1])
 
 
-@pytest.mark.parametrize("mapper", ["least-loaded", "fastest", "heft-plain", "test_sharing:LastDevice"])
+@pytest.mark.parametrize("mapper", ["least-loaded", "fastest", "heft-plain", "tests.placement.test_sharing:LastDevice"])
 def test_whole_device_mappers_keep_their_devices_and_are_timed_as_the_runtime_co_locates(mapper):
     from streammap.compiler import load_source_graph, resolve_cluster
     from streammap.mappers import get_mapper
@@ -172,10 +172,9 @@ def test_re_mapping_a_sharing_plan_keeps_shares_and_co_locates_the_rest(tmp_path
 def test_a_sharing_run_re_mapped_off_a_slow_device_keeps_shares_and_gives_the_same_result(tmp_path):
     from collections import Counter
 
-    from test_remap import CLUSTER, PROGRAM
-
     from streammap.plan import validate_plan
     from streammap.runtime import run_plan
+    from tests.runtime.test_remap import CLUSTER, PROGRAM
     src = PROGRAM.replace("# @stream kernel(flops=1e10, out=32)", "# @stream kernel(flops=1e10, out=32, share=0.5)")
     assert src != PROGRAM
     (tmp_path / "prog.py").write_text(textwrap.dedent(src))

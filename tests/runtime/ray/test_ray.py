@@ -187,9 +187,8 @@ def test_discover_ray_names_nodes_by_label(cluster, tmp_path):
 
 
 def test_samples_agree_between_ray_and_local(cluster, tmp_path, hetero_cluster):
-    from test_samples import CASES  # every sample, at the sizes the sample tests use
-
     import streammap
+    from tests.samples.test_samples import CASES  # every sample, at the sizes the sample tests use
     for sample, _, params in CASES:
         plan = streammap.compile(SAMPLES / sample, cluster=str(hetero_cluster), params=params)
         local = run_plan(plan, emulate=True, progress=False, telemetry=False)
@@ -200,9 +199,8 @@ def test_samples_agree_between_ray_and_local(cluster, tmp_path, hetero_cluster):
 
 
 def test_a_stateful_kernel_gives_the_sequential_result_on_ray_under_every_strategy(cluster, tmp_path):
-    from test_stateful_placement import BATCHES, STREAM, TWO_BY_TWO, assert_results, sequential, write
-
     import streammap
+    from tests.placement.test_stateful_placement import BATCHES, STREAM, TWO_BY_TWO, assert_results, sequential, write
     batches, stream = write(tmp_path, BATCHES), write(tmp_path, STREAM, "stream.py")
     # model places by the same co-location step as none and data (test_stateful_placement runs it)
     for path, call, strategy in ((batches, "main", "none"), (batches, "main", "data"), (stream, "stream", "pipeline")):
@@ -294,9 +292,8 @@ def test_co_located_tasks_run_at_once_in_one_actor_within_a_whole_device(cluster
 
 
 def test_an_oversubscribed_plan_spills_on_ray_exactly_as_locally(cluster, tmp_path):
-    from test_sharing import ACTIVATIONS, MIB8, direct_activations, tiny
-
     import streammap
+    from tests.placement.test_sharing import ACTIVATIONS, MIB8, direct_activations, tiny
 
     (tmp_path / "prog.py").write_text(textwrap.dedent(ACTIVATIONS))
     plan = streammap.compile(tmp_path / "prog.py", cluster=tiny(10 * MIB8, F=1.5), history=False)
