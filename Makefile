@@ -45,6 +45,7 @@ bench: venv
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/monitoring_overhead.py
 	$(BIN)/python benchmarks/ray_overhead.py
 	$(BIN)/python benchmarks/doctor_time.py
+	$(BIN)/python benchmarks/render_time.py
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/sharing.py
 	$(BIN)/python benchmarks/tenancy_policies.py --out bench-out
 	$(BIN)/python benchmarks/pipeline_period.py

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root, for tests.helpers
 
 HEALTH = {"RAY_health_check_period_ms": "200", "RAY_health_check_timeout_ms": "200",
           "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "0"}
@@ -50,7 +50,7 @@ def add(*xs):
 
 
 def build(folder, n, seed=0):
-    from runtime_helpers import make_plan, ref, task
+    from tests.helpers.plans import make_plan, ref, task
     rnd = random.Random(seed)
     devs = [f"node{a}/gpu{b}" for a in range(2) for b in range(2)]
     tasks, deps = [], []
@@ -106,9 +106,9 @@ def recovery(ray, cluster, tmp):
     import threading
 
     import numpy as np
-    from runtime_helpers import make_plan, ref, task
 
     from streammap.runtime.ray.executor import RayExecutor
+    from tests.helpers.plans import make_plan, ref, task
     victim = cluster.add_node(num_cpus=2, num_gpus=2, object_store_memory=80 * 2**20,
                               labels={"streammap-node": "node2"})
     cluster.wait_for_nodes()

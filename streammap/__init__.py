@@ -27,7 +27,40 @@ __all__ = ["compile", "run", "array_module", "load_cluster", "read_plan", "write
 
 def compile(path, cluster="local", params=None, mapper="auto", entry=None, emit_graph=None, history=None,
             strategy="auto", max_tasks=200_000) -> Plan:
-    """Compile a program or workflow into a :class:`Plan` (see :func:`streammap.compiler.compile`)."""
+    """Compile a program or workflow into a :class:`Plan` (see :func:`streammap.compiler.compile`).
+
+    Examples
+    --------
+    A program of two kernels, compiled for a node with a GPU and a CPU: the heavy kernel goes to
+    the GPU, the tiny one stays on the CPU (a GPU launch would cost more than it does).
+
+    >>> import pathlib, tempfile
+    >>> import streammap
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "double.py").write_text('''
+    ... import numpy as np
+    ...
+    ... # @stream kernel(flops=8, out=64)
+    ... def ramp():
+    ...     return np.arange(8.0)
+    ...
+    ... # @stream kernel(flops=1e12, out=64)
+    ... def double(x):
+    ...     return 2 * x
+    ...
+    ... # @stream graph
+    ... def main():
+    ...     return double(ramp())
+    ... ''')
+    >>> lab = {"name": "lab", "nodes": [{"name": "n0", "link": {"bandwidth": "100 GB/s", "latency": "5us"},
+    ...        "devices": [{"name": "gpu0", "kind": "gpu", "flops": "10 TFLOP/s"},
+    ...                    {"name": "cpu", "kind": "cpu", "flops": "100 GFLOP/s"}]}]}
+    >>> plan = streammap.compile(folder / "double.py", cluster=lab, history=False)
+    >>> [(t.kernel, t.device) for t in plan.tasks]
+    [('ramp', 'n0/cpu'), ('double', 'n0/gpu0')]
+    >>> round(plan.mapper.estimated_makespan, 3)        # seconds: 1e12 flops at 10 TFLOP/s
+    0.1
+    """
     return _compile(path, cluster, params=params, mapper=mapper, entry=entry, emit_graph=emit_graph,
                     history=history, strategy=strategy, max_tasks=max_tasks)
 
@@ -59,6 +92,32 @@ def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: boo
     dict
         ``{"result": array}`` for a single returned value, ``result_0, result_1, ...`` for a
         tuple, the keys of a returned dict.
+
+    Examples
+    --------
+    A one-kernel program compiled for a GPU, run emulated on this machine's CPU; the outputs are
+    also written to ``out.npz``, with the run record beside them.
+
+    >>> import pathlib, tempfile
+    >>> import streammap
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "ramp.py").write_text('''
+    ... import numpy as np
+    ...
+    ... # @stream kernel(flops=4, out=32)
+    ... def ramp():
+    ...     return np.arange(4.0)
+    ...
+    ... # @stream graph
+    ... def main():
+    ...     return ramp()
+    ... ''')
+    >>> one_gpu = {"name": "one", "nodes": [{"name": "n0", "devices": [{"name": "gpu0", "kind": "gpu"}]}]}
+    >>> plan = streammap.compile(folder / "ramp.py", cluster=one_gpu, history=False)
+    >>> streammap.run(plan, emulate=True, outputs=folder / "out.npz", telemetry=False)
+    {'result': array([0., 1., 2., 3.])}
+    >>> sorted(p.name for p in folder.iterdir())
+    ['out.npz', 'out.run.json', 'ramp.py']
     """
     plan_path = None
     if isinstance(plan, (str, Path)):

@@ -234,14 +234,61 @@ def sha256_file(path) -> str:
 
 
 def write_plan(plan: Plan, path) -> None:
-    """Write ``plan`` to ``path`` atomically (a half-written plan never exists)."""
+    """Write ``plan`` to ``path`` atomically (a half-written plan never exists).
+
+    The program's path is written relative to the plan's folder, so a folder holding both can be
+    moved. :func:`read_plan` gives the same plan back.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> import streammap
+    >>> from streammap.plan import read_plan, write_plan
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "ramp.py").write_text('''
+    ... import numpy as np
+    ...
+    ... # @stream kernel(flops=4, out=32)
+    ... def ramp():
+    ...     return np.arange(4.0)
+    ...
+    ... # @stream graph
+    ... def main():
+    ...     return ramp()
+    ... ''')
+    >>> one_cpu = {"name": "one", "nodes": [{"name": "n0", "devices": [{"name": "cpu", "kind": "cpu"}]}]}
+    >>> plan = streammap.compile(folder / "ramp.py", cluster=one_cpu, history=False)
+    >>> write_plan(plan, folder / "plan.yaml")
+    >>> text = (folder / "plan.yaml").read_text()
+    >>> text.splitlines()[0], "{path: ramp.py," in text
+    ('streammap_plan: 1', True)
+    >>> read_plan(folder / "plan.yaml").to_yaml() == plan.to_yaml()
+    True
+    """
     path = Path(path)
     text = plan.to_yaml(relative_to=path.parent)
     atomic_write_text(path, text, what="plan")
 
 
 def read_plan(path) -> Plan:
-    """Read and validate a plan file; errors name the file, line and field."""
+    """Read and validate a plan file; errors name the file, line and field.
+
+    Examples
+    --------
+    A plan is read back by :func:`write_plan`'s example; a file that is not a plan is refused
+    with what to do:
+
+    >>> import pathlib, tempfile
+    >>> from streammap.plan import read_plan
+    >>> notes = pathlib.Path(tempfile.mkdtemp()) / "notes.yaml"
+    >>> _ = notes.write_text("hello: world")
+    >>> read_plan(notes)
+    Traceback (most recent call last):
+      ...
+    streammap.errors.PlanError: ...notes.yaml:1: error: not a StreamMAP plan (no 'streammap_plan' version)
+        hello: world
+    hint: make one with: streammap compile PROGRAM --cluster CLUSTER -o plan.yaml
+    """
     path = Path(path)
     data, lines = load_yaml(path, PlanError)
     if not isinstance(data, dict) or "streammap_plan" not in data:

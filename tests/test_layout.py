@@ -6,7 +6,8 @@ from pathlib import Path
 
 import networkx as nx
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 #: installed package -> folder, as pyproject.toml maps them
 FOLDERS = {"streammap": ROOT / "streammap", "streammap.directives": ROOT / "directives",
            "streammap.runtime": ROOT / "runtime"}

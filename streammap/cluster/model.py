@@ -236,6 +236,42 @@ def load_cluster(path) -> Cluster:
     ------
     ClusterError
         With the file, line and field of the first problem.
+
+    Examples
+    --------
+    One node with a GPU and a CPU; sizes and speeds are read with their units:
+
+    >>> import pathlib, tempfile
+    >>> from streammap.cluster.model import load_cluster
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "cluster.yaml"
+    >>> _ = path.write_text('''
+    ... name: lab
+    ... nodes:
+    ...   - name: n0
+    ...     link: {bandwidth: 100 GB/s, latency: 3us}
+    ...     devices:
+    ...       - {name: gpu0, kind: gpu, memory: 80GiB, flops: 19.5 TFLOP/s}
+    ...       - {name: cpu, kind: cpu}
+    ... ''')
+    >>> lab = load_cluster(path)
+    >>> [d.id for d in lab.devices]
+    ['n0/gpu0', 'n0/cpu']
+    >>> lab.devices[0].memory / 2**30, lab.devices[0].flops / 1e12
+    (80.0, 19.5)
+
+    A value it cannot read names the file, the line and the field:
+
+    >>> _ = path.write_text('''
+    ... name: lab
+    ... nodes:
+    ...   - name: n0
+    ...     devices:
+    ...       - {name: gpu0, kind: gpu, memory: 80 gigs}
+    ... ''')
+    >>> load_cluster(path)
+    Traceback (most recent call last):
+      ...
+    streammap.errors.ClusterError: ...cluster.yaml:6: error: nodes[0].devices[0].memory: cannot read '80 gigs' as a size; ...
     """
     path = Path(path)
     data, lines = load_yaml(path, ClusterError)
@@ -251,7 +287,23 @@ def load_cluster(path) -> Cluster:
 
 
 def cluster_from_dict(data: dict, name_for_errors: str = "<cluster>") -> Cluster:
-    """Validate a cluster given as a dict (Python API); errors name the field."""
+    """Validate a cluster given as a dict (Python API); errors name the field.
+
+    Examples
+    --------
+    >>> from streammap.cluster.model import cluster_from_dict
+    >>> pair = cluster_from_dict({"name": "pair", "nodes": [{
+    ...     "name": "n0", "link": {"bandwidth": "300 GB/s", "latency": "3us"},
+    ...     "devices": [{"name": "gpu0", "kind": "gpu", "memory": "80GiB"},
+    ...                 {"name": "gpu1", "kind": "gpu", "memory": "80GiB"}]}]})
+    >>> [d.id for d in pair.devices]
+    ['n0/gpu0', 'n0/gpu1']
+    >>> cluster_from_dict({"name": "pair", "nodes": [{"name": "n0", "devices": [
+    ...     {"name": "gpu0", "kind": "gpu"}, {"name": "gpu1", "kind": "gpu"}]}]})
+    Traceback (most recent call last):
+      ...
+    streammap.errors.ClusterError: <cluster>: error: nodes[0]: node 'n0' has 2 devices but no 'link'; ...
+    """
     try:
         spec = ClusterSpec.model_validate(data)
     except pydantic.ValidationError as exc:

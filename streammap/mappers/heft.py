@@ -342,6 +342,30 @@ def heft(cost: CostModel, *, memory_aware: bool = True, rank: np.ndarray | None 
     bind; each tried start costs a few range maxima over the device's step function (a bisection
     plus one vectorised maximum each), and the gaps that the device's open outputs rule out are
     crossed by bisection rather than one by one.
+
+    Examples
+    --------
+    Three tasks on two equal GPUs: ``a`` (1 s) feeds ``b`` and ``c`` (2 s each) with 1 GB each,
+    over a 10 GB/s link. ``c`` runs beside ``b`` on the other GPU once its input has moved (0.1 s),
+    rather than after ``b``:
+
+    >>> from streammap.cluster.model import cluster_from_dict
+    >>> from streammap.cost.model import CostModel
+    >>> from streammap.ir import add_task, new_graph
+    >>> from streammap.mappers.heft import heft
+    >>> graph = new_graph("tiny", kind="workflow")
+    >>> for name, seconds in (("a", 1.0), ("b", 2.0), ("c", 2.0)):
+    ...     add_task(graph, name, "k", runtime=seconds)
+    >>> graph.add_edge("a", "b", bytes=1e9)
+    >>> graph.add_edge("a", "c", bytes=1e9)
+    >>> pair = cluster_from_dict({"name": "pair", "nodes": [{
+    ...     "name": "n0", "link": {"bandwidth": "10 GB/s", "latency": "0s"},
+    ...     "devices": [{"name": "gpu0", "kind": "gpu"}, {"name": "gpu1", "kind": "gpu"}]}]})
+    >>> schedule = heft(CostModel(graph, pair))
+    >>> [pair.devices[d].id for d in schedule.device]
+    ['n0/gpu0', 'n0/gpu0', 'n0/gpu1']
+    >>> schedule.start.tolist(), schedule.makespan
+    ([0.0, 1.0, 1.1], 3.1)
     """
     if mapper is None:
         mapper = "heft" if memory_aware else "heft-plain"

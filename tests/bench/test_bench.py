@@ -2,7 +2,6 @@
 
 import csv
 import io
-from pathlib import Path
 
 import networkx as nx
 import numpy as np
@@ -34,10 +33,7 @@ from streammap.cluster.model import cluster_from_dict
 from streammap.cost.model import CostModel
 from streammap.errors import StreamMapError
 from streammap.ir import add_task, new_graph
-
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "benchmarks"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/benchmarks")
+from tests.helpers.paths import SHARED, needs_shared
 
 
 def two_device_cluster(bw=1e9):
@@ -82,9 +78,8 @@ def test_scaling_reaches_the_target_ccr_on_a_random_graph(target):
     np.testing.assert_array_equal(lat0, lat1)
 
 
-@needs_shared
-def test_scaling_reaches_the_target_ccr_on_every_shared_graph():
-    for case in shared_cases(SHARED, ccrs=(0.1, 10.0)):
+def test_scaling_reaches_the_target_ccr_on_every_shared_graph(shared):
+    for case in shared_cases(shared, ccrs=(0.1, 10.0)):
         g, cl = case.load()
         got = ccr(CostModel(g, cl))
         if case.ccr is not None:

@@ -9,12 +9,10 @@ import pytest
 import yaml
 
 from streammap.cli import main
+from tests.helpers.paths import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "benchmarks"
-FM = ROOT / "samples" / "fm_radio.py"
+FM = SAMPLES / "fm_radio.py"
 
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/benchmarks")
 
 
 @pytest.fixture
@@ -130,10 +128,9 @@ def test_kernel_failure_exits_1_with_task_site_and_traceback(workdir, capsys):
     assert not Path("out.npz").exists()
 
 
-@needs_shared
-def test_workflow_compiles_and_keeps_task_ids(workdir):
-    wf = SHARED / "workflows" / "blast-chameleon-small-001.json"
-    assert main(["compile", str(wf), "--cluster", str(SHARED / "clusters" / "hetero-2x4.yaml"),
+def test_workflow_compiles_and_keeps_task_ids(workdir, shared):
+    wf = shared / "workflows" / "blast-chameleon-small-001.json"
+    assert main(["compile", str(wf), "--cluster", str(shared / "clusters" / "hetero-2x4.yaml"),
                  "-o", "wf.yaml", "--emit-graph", "g.json"]) == 0
     import json
     plan = yaml.safe_load(Path("wf.yaml").read_text())
@@ -143,10 +140,9 @@ def test_workflow_compiles_and_keeps_task_ids(workdir):
     assert json.loads(Path("g.json").read_text())["directed"] is True
 
 
-@needs_shared
-def test_topcuoglu_example_gives_the_papers_makespan(workdir):
-    assert main(["compile", str(SHARED / "classic" / "topcuoglu-10.json"),
-                 "--cluster", str(SHARED / "clusters" / "topcuoglu-3p.yaml"), "--mapper", "heft", "-o", "t.yaml"]) == 0
+def test_topcuoglu_example_gives_the_papers_makespan(workdir, shared):
+    assert main(["compile", str(shared / "classic" / "topcuoglu-10.json"),
+                 "--cluster", str(shared / "clusters" / "topcuoglu-3p.yaml"), "--mapper", "heft", "-o", "t.yaml"]) == 0
     assert yaml.safe_load(Path("t.yaml").read_text())["mapper"]["estimated_makespan"] == 80
 
 
@@ -160,13 +156,12 @@ def test_missing_source_file(workdir, capsys):
     assert "nope.py" in capsys.readouterr().err
 
 
-@needs_shared
-def test_auto_plans_are_identical_across_processes_and_hash_seeds(tmp_path):
+def test_auto_plans_are_identical_across_processes_and_hash_seeds(tmp_path, shared):
     import os
     import subprocess
     import sys
-    wf = SHARED / "workflows" / "montage-chameleon-2mass-01d-001.json"
-    cluster = SHARED / "clusters" / "mixed-vendors.yaml"
+    wf = shared / "workflows" / "montage-chameleon-2mass-01d-001.json"
+    cluster = shared / "clusters" / "mixed-vendors.yaml"
     outs = []
     for seed in ("1", "4242"):
         out = tmp_path / f"plan{seed}.yaml"

@@ -1,15 +1,12 @@
 """Cluster files: readable units, links, and errors that name the file, line and field."""
 
 import math
-from pathlib import Path
 
 import pytest
 
 from streammap.cluster.model import cluster_from_dict, load_cluster
 from streammap.errors import ClusterError
 from streammap.units import parse_flops, parse_rate, parse_size, parse_time
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks" / "clusters"
 
 
 @pytest.mark.parametrize("text,value", [
@@ -40,17 +37,15 @@ def test_unreadable_sizes_say_what_to_write(bad):
         parse_size(bad)
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/benchmarks")
 @pytest.mark.parametrize("name", ["hetero-2x4", "mixed-vendors", "small-memory", "cholesky-node", "topcuoglu-3p"])
-def test_shared_clusters_load(name):
-    c = load_cluster(SHARED / f"{name}.yaml")
+def test_shared_clusters_load(name, shared):
+    c = load_cluster(shared / "clusters" / f"{name}.yaml")
     assert len(c.devices) >= 3
     assert all("/" in d.id for d in c.devices)
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/benchmarks")
-def test_links_inside_a_node_and_across_nodes():
-    c = load_cluster(SHARED / "hetero-2x4.yaml")
+def test_links_inside_a_node_and_across_nodes(shared):
+    c = load_cluster(shared / "clusters" / "hetero-2x4.yaml")
     bw, lat = c.link_matrices()
     a0, a1, v0 = c.index["a100/gpu0"], c.index["a100/gpu1"], c.index["v100/gpu0"]
     assert bw[a0, a1] == pytest.approx(300e9) and lat[a0, a1] == pytest.approx(3e-6)

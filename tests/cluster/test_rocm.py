@@ -4,19 +4,18 @@ runtime; Cambricon MLUs are mapped and exported but refused at run time with wha
 from __future__ import annotations
 
 import json
-import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from runtime_helpers import FAN, make_fake_cupy, make_plan, ref, task
-from telemetry_helpers import NVMLError, fake_nvml
 
 from streammap.cluster.discover import discover, write_cluster
 from streammap.cluster.model import load_cluster
 from streammap.cluster.rocm import rocm_devices
 from streammap.errors import StreamMapError
 from streammap.runtime import run_plan
+from tests.helpers.plans import FAN, make_plan, ref, task
+from tests.helpers.telemetry import NVMLError, fake_nvml
 
 
 def fake_amdsmi(boards):
@@ -91,12 +90,6 @@ def test_a_rocm_machine_becomes_a_cluster_file(tmp_path):
 
 # -- execution --------------------------------------------------------------------------------------
 
-def _hip_cupy(n):
-    fake = make_fake_cupy(n)
-    fake.cuda.runtime.is_hip = True
-    return fake
-
-
 def _plan(tmp_path, devices):
     ids = [d["id"] for d in devices]
     tasks = [task("src", "source", ids[0])]
@@ -110,8 +103,8 @@ ROCM_DEVICES = [{"id": "node0/gpu0", "kind": "gpu", "vendor": "amd", "index": 0}
                 {"id": "node0/cpu", "kind": "cpu"}]
 
 
-def test_amd_and_hygon_devices_run_through_cupys_rocm_build(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", _hip_cupy(2))
+def test_amd_and_hygon_devices_run_through_cupys_rocm_build(tmp_path, fake_cupy):
+    fake_cupy(2, hip=True)
     plan = _plan(tmp_path, ROCM_DEVICES)
     out = run_plan(plan, progress=False, telemetry=False, record_path=tmp_path / "r.json")
     x = np.arange(64, dtype=np.float64)
@@ -121,12 +114,12 @@ def test_amd_and_hygon_devices_run_through_cupys_rocm_build(tmp_path, monkeypatc
     assert executors["node0/gpu0"] == "cupy:0" and executors["node0/dcu0"] == "cupy:1"
 
 
-def test_the_other_cupy_build_is_refused_with_the_one_to_install(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", make_fake_cupy(2))       # the CUDA build
+def test_the_other_cupy_build_is_refused_with_the_one_to_install(tmp_path, fake_cupy):
+    fake_cupy(2)                                                        # the CUDA build
     with pytest.raises(StreamMapError, match="ROCm") as info:
         run_plan(_plan(tmp_path, ROCM_DEVICES), progress=False, telemetry=False)
     assert "cupy-rocm" in info.value.hint
-    monkeypatch.setitem(sys.modules, "cupy", _hip_cupy(2))
+    fake_cupy(2, hip=True)
     nvidia = [{"id": "node0/gpu0", "kind": "gpu", "vendor": "nvidia", "index": 0}]
     with pytest.raises(StreamMapError, match="needs CuPy's CUDA build") as info:
         run_plan(_plan(tmp_path, nvidia), progress=False, telemetry=False)

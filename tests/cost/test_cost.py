@@ -2,7 +2,6 @@
 
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,9 +20,6 @@ from streammap.cost.model import (
 from streammap.errors import StreamMapError
 from streammap.io.importers import load_graph
 from streammap.ir import add_task, new_graph
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/benchmarks")
 
 GPU = {"name": "gpu0", "kind": "gpu", "vendor": "nvidia", "model": "A100", "memory": "80GiB",
        "flops": "10 TFLOP/s", "mem_bandwidth": "1000 GB/s", "speed": 2.0}
@@ -218,10 +214,9 @@ def test_fork_join_bound_is_never_above_a_real_schedule(seed):
         assert fj <= makespan * (1 + 1e-9)
 
 
-@needs_shared
-def test_fork_join_bound_on_the_bwa_workflow_is_the_index_then_the_alignments():
+def test_fork_join_bound_on_the_bwa_workflow_is_the_index_then_the_alignments(shared):
     from streammap.bench.cases import shared_cases
-    case = next(c for c in shared_cases(SHARED) if c.name == "bwa-chameleon-small-001/hetero-2x4/ccr0.1")
+    case = next(c for c in shared_cases(shared) if c.name == "bwa-chameleon-small-001/hetero-2x4/ccr0.1")
     cost = CostModel(*case.load())
     # bwa_index (80.65 s on an A100) feeds all 100 alignments (299.3 A100-seconds over 4 A100s and
     # 4 V100s at half speed: 49.9 s)
@@ -229,10 +224,9 @@ def test_fork_join_bound_on_the_bwa_workflow_is_the_index_then_the_alignments():
     assert fork_join_bound(cost) / lower_bound(cost) > 1.4
 
 
-@needs_shared
-def test_cholesky_times_come_from_the_v100_and_skylake_measurements():
-    g = load_graph(SHARED / "cholesky" / "cholesky-n8-nb128.json")
-    cl = load_cluster(SHARED / "clusters" / "cholesky-node.yaml")
+def test_cholesky_times_come_from_the_v100_and_skylake_measurements(shared):
+    g = load_graph(shared / "cholesky" / "cholesky-n8-nb128.json")
+    cl = load_cluster(shared / "clusters" / "cholesky-node.yaml")
     cost = CostModel(g, cl)
     i = cost.pos["POTRF(0)"]
     assert cost.time[i, 0] == 0.000268746 and cost.time[i, 4] == 0.000447032

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import runpy
 import textwrap
-import time
 
 import networkx as nx
 import pytest
@@ -550,13 +549,9 @@ def src():
 '''
 
 
-def _timed(path):
-    start = time.perf_counter()
-    g = parse_program(path)
-    return g, time.perf_counter() - start
+# How fast the front end builds these (at most 1 s) is measured by benchmarks/compile_time.py.
 
-
-def test_a_loop_of_1000_calls_builds_fast(tmp_path):
+def test_a_loop_of_1000_calls_unrolls_into_a_chain_of_1001_tasks(tmp_path):
     path = write(tmp_path, HEADER + '''
 # @stream graph
 def main():
@@ -565,18 +560,16 @@ def main():
         x = f(x, i)
     return x
 ''')
-    g, seconds = _timed(path)
+    g = parse_program(path)
     assert g.number_of_nodes() == 1001 and g.number_of_edges() == 1000
-    assert seconds < 1.0
 
 
-def test_1000_explicit_call_lines_build_fast(tmp_path):
+def test_1000_explicit_call_lines_build_a_chain_of_1001_tasks(tmp_path):
     lines = "\n".join(f"    y{i + 1} = f(y{i}, {i})" for i in range(1000))
     path = write(tmp_path, HEADER + "\n# @stream graph\ndef main():\n    y0 = src()\n" + lines +
                  "\n    return y1000\n")
-    g, seconds = _timed(path)
+    g = parse_program(path)
     assert g.number_of_nodes() == 1001 and nx.dag_longest_path_length(g) == 1000
-    assert seconds < 1.0
 
 
 def test_list_and_tuple_copy_static_lists_and_loops_may_count_down(tmp_path):

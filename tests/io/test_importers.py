@@ -1,16 +1,13 @@
 """Importers: WfCommons and node-link JSON become the IR, and bad files get a useful error."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from streammap.errors import StreamMapError
 from streammap.io.importers import load_graph
 from streammap.ir import NODE_DEFAULTS
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/benchmarks")
+from tests.helpers.paths import SHARED, needs_shared
 
 GRAPH_FILES = sorted(SHARED.glob("workflows/*.json")) + sorted(SHARED.glob("cholesky/*.json")) + \
     sorted(SHARED.glob("classic/*.json"))
@@ -62,23 +59,21 @@ def test_wfcommons_edges_memory_and_outputs_follow_the_benchmark_model():
     assert g.nodes["bowtie2-build_ID0000001"]["kernel"] == "bowtie2-build"
 
 
-@needs_shared
-def test_wfcommons_without_memory_uses_inputs_plus_outputs():
-    g = load_graph(SHARED / "workflows" / "1000genome-chameleon-2ch-100k-001.json")
+def test_wfcommons_without_memory_uses_inputs_plus_outputs(shared):
+    g = load_graph(shared / "workflows" / "1000genome-chameleon-2ch-100k-001.json")
     a = g.nodes["individuals_ID0000001"]
     assert a["mem"] > 1e9                                       # the 1 GB input vcf counts
     sinks = [t for t in g if g.out_degree(t) == 0]
     assert sinks and all(g.nodes[t]["out"] == 0 for t in sinks)
 
 
-@needs_shared
-def test_node_link_keeps_times_bytes_and_leaves_mem_to_the_cost_model():
-    g = load_graph(SHARED / "classic" / "topcuoglu-10.json")
+def test_node_link_keeps_times_bytes_and_leaves_mem_to_the_cost_model(shared):
+    g = load_graph(shared / "classic" / "topcuoglu-10.json")
     assert g.graph["name"] == "topcuoglu-2002-fig2"
     assert g.nodes["T0"]["times"] == {"P0": 14.0, "P1": 16.0, "P2": 9.0}
     assert g.nodes["T0"]["mem"] is None and g.nodes["T0"]["runtime"] is None
     assert g.edges["T0", "T1"]["bytes"] == 18
-    c = load_graph(SHARED / "cholesky" / "cholesky-n8-nb128.json")
+    c = load_graph(shared / "cholesky" / "cholesky-n8-nb128.json")
     assert c.nodes["GEMM(2,1,0)"]["mem"] == 3 * 131072
 
 

@@ -23,27 +23,28 @@ from streammap.k8s import (
     validate_objects,
 )
 from streammap.k8s.entry import container_view
+from tests.helpers.paths import SAMPLES
+from tests.helpers.plans import FAN, make_plan, ref, task
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "benchmarks"
 IMAGE = "registry.example.org/streammap:0.1"
 
 
-def _cases():
+def _cases(shared):
     out = []
-    for g in sorted((SHARED / "workflows").glob("*.json")):
+    for g in sorted((shared / "workflows").glob("*.json")):
         out += [(g, c) for c in ("hetero-2x4", "mixed-vendors", "small-memory")]
-    out += [(g, "cholesky-node") for g in sorted((SHARED / "cholesky").glob("*.json"))]
-    out.append((SHARED / "classic" / "topcuoglu-10.json", "topcuoglu-3p"))
+    out += [(g, "cholesky-node") for g in sorted((shared / "cholesky").glob("*.json"))]
+    out.append((shared / "classic" / "topcuoglu-10.json", "topcuoglu-3p"))
     return out
 
 
 @pytest.fixture(scope="module")
-def shared_plans():
+def shared_plans(shared):
     """Every shared graph compiled with HEFT on its clusters (those that fit)."""
     plans = []
-    for graph, cluster in _cases():
+    for graph, cluster in _cases(shared):
         try:
-            plans.append(streammap.compile(graph, cluster=SHARED / "clusters" / f"{cluster}.yaml",
+            plans.append(streammap.compile(graph, cluster=shared / "clusters" / f"{cluster}.yaml",
                                            mapper="heft", history=False))
         except StreamMapError:          # blast on small-memory: no placement exists
             continue
@@ -52,9 +53,9 @@ def shared_plans():
 
 
 @pytest.fixture(scope="module")
-def mixed_plan():
-    return streammap.compile(SHARED / "workflows" / "blast-chameleon-small-001.json",
-                             cluster=SHARED / "clusters" / "mixed-vendors.yaml", mapper="heft", history=False)
+def mixed_plan(shared):
+    return streammap.compile(shared / "workflows" / "blast-chameleon-small-001.json",
+                             cluster=shared / "clusters" / "mixed-vendors.yaml", mapper="heft", history=False)
 
 
 def _objects(plan, **kw):
@@ -126,19 +127,19 @@ def test_a_share_asks_for_hami_cores_and_memory_as_whole_numbers(mixed_plan):
         device_groups(mixed_plan, share=1.5)
 
 
-def test_known_uuids_pin_the_devices_and_a_policy_plan_carries_hami_policies(tmp_path):
-    cluster = yaml.safe_load((SHARED / "clusters" / "hetero-2x4.yaml").read_text())
+def test_known_uuids_pin_the_devices_and_a_policy_plan_carries_hami_policies(tmp_path, shared):
+    cluster = yaml.safe_load((shared / "clusters" / "hetero-2x4.yaml").read_text())
     for n in cluster["nodes"]:
         for d in n["devices"]:
             d["uuid"] = f"GPU-{n['name']}-{d['name']}"
-    plan = streammap.compile(SHARED / "workflows" / "montage-chameleon-2mass-01d-001.json", cluster=cluster,
+    plan = streammap.compile(shared / "workflows" / "montage-chameleon-2mass-01d-001.json", cluster=cluster,
                              mapper="binpack", history=False)
     for g in device_groups(plan):
         pins = g.annotations["nvidia.com/use-gpuuuid"].split(",")
         assert pins == [f"GPU-{i.replace('/', '-')}" for i in g.devices]
         assert g.annotations["hami.io/node-scheduler-policy"] == "binpack"
         assert g.annotations["hami.io/gpu-scheduler-policy"] == "binpack"
-    heft = streammap.compile(SHARED / "workflows" / "montage-chameleon-2mass-01d-001.json", cluster=cluster,
+    heft = streammap.compile(shared / "workflows" / "montage-chameleon-2mass-01d-001.json", cluster=cluster,
                              mapper="heft", history=False)
     assert all("hami.io/node-scheduler-policy" not in g.annotations for g in device_groups(heft))
 
@@ -275,7 +276,7 @@ def test_cli_exports_a_program_plan_with_its_program(tmp_path, capsys):
         {"name": "gpu1", "kind": "gpu", "vendor": "nvidia", "memory": "16GiB", "uuid": "GPU-bbb"},
         {"name": "cpu", "kind": "cpu", "cores": 8}]}]}
     # A plan exports the program beside it (a plan file names no program outside its folder).
-    shutil.copy(Path(__file__).resolve().parents[2] / "samples" / "fm_radio.py", tmp_path / "fm_radio.py")
+    shutil.copy(SAMPLES / "fm_radio.py", tmp_path / "fm_radio.py")
     plan = streammap.compile(tmp_path / "fm_radio.py", cluster=cluster, params={"N": 4096}, history=False)
     streammap.write_plan(plan, tmp_path / "plan.yaml")
     assert main(["export", "k8s", str(tmp_path / "plan.yaml"), "-o", str(tmp_path / "k8s"), "--image", IMAGE,
@@ -307,8 +308,6 @@ def test_the_pod_sees_its_gpus_numbered_from_zero(mixed_plan):
 
 
 def test_the_pod_entry_runs_the_configmaps_plan_or_says_why_not(tmp_path, capsys):
-    from runtime_helpers import FAN, make_plan, ref, task
-
     from streammap.k8s.entry import main as entry
     devices = [{"id": "node0/cpu", "kind": "cpu"},
                {"id": "node0/mlu0", "kind": "mlu", "vendor": "cambricon", "model": "MLU370-X8"}]

@@ -1,10 +1,8 @@
 """The default mapper: never worse than HEFT, memory-valid, deterministic; its building blocks."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
-from test_heft import mixed_cluster, random_graph
 
 from streammap.cluster.model import cluster_from_dict, load_cluster
 from streammap.cost.model import CostModel, lower_bound
@@ -16,9 +14,9 @@ from streammap.mappers.heft import heft, heft_plain, priority_order
 from streammap.mappers.local_search import FixedAssignment, improve
 from streammap.mappers.partition import partition_tasks
 from streammap.mappers.schedule import evaluate, simulate
+from tests.helpers.graphs import mixed_cluster, random_graph
+from tests.helpers.paths import SHARED
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/benchmarks")
 WORKFLOWS = sorted(SHARED.glob("workflows/*.json"))
 
 
@@ -43,11 +41,10 @@ def check(cost, s):
     return ms
 
 
-@needs_shared
 @pytest.mark.parametrize("ccr", [1.0, 10.0])
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem.split("-")[0])
-def test_never_worse_than_heft_on_the_shared_workflows(path, ccr):
-    cost = at_ccr(load_graph(path), load_cluster(SHARED / "clusters" / "hetero-2x4.yaml"), ccr)
+def test_never_worse_than_heft_on_the_shared_workflows(path, ccr, shared):
+    cost = at_ccr(load_graph(path), load_cluster(shared / "clusters" / "hetero-2x4.yaml"), ccr)
     h = heft(cost)
     s = auto(cost)
     assert s.mapper.startswith("auto(")
@@ -55,36 +52,32 @@ def test_never_worse_than_heft_on_the_shared_workflows(path, ccr):
     assert s.makespan >= lower_bound(cost) * (1 - 1e-9)
 
 
-@needs_shared
 @pytest.mark.parametrize("name", ["cholesky-n8-nb128", "cholesky-n8-nb512"])
-def test_never_worse_than_heft_on_cholesky(name):
-    cost = at_ccr(load_graph(SHARED / "cholesky" / f"{name}.json"),
-                  load_cluster(SHARED / "clusters" / "cholesky-node.yaml"), 1.0)
+def test_never_worse_than_heft_on_cholesky(name, shared):
+    cost = at_ccr(load_graph(shared / "cholesky" / f"{name}.json"),
+                  load_cluster(shared / "clusters" / "cholesky-node.yaml"), 1.0)
     assert check(cost, auto(cost)) <= heft(cost).makespan
 
 
-@needs_shared
 @pytest.mark.parametrize("name", ["srasearch-chameleon-10a-001", "soykb-chameleon-10fastq-10ch-001"])
-def test_small_memory_plans_are_valid(name):
-    cost = at_ccr(load_graph(SHARED / "workflows" / f"{name}.json"),
-                  load_cluster(SHARED / "clusters" / "small-memory.yaml"), 10.0)
+def test_small_memory_plans_are_valid(name, shared):
+    cost = at_ccr(load_graph(shared / "workflows" / f"{name}.json"),
+                  load_cluster(shared / "clusters" / "small-memory.yaml"), 10.0)
     assert check(cost, auto(cost)) <= heft(cost).makespan
 
 
-@needs_shared
-def test_a_task_larger_than_every_device_is_a_mapping_error():
-    cost = CostModel(load_graph(SHARED / "workflows" / "blast-chameleon-small-001.json"),
-                     load_cluster(SHARED / "clusters" / "small-memory.yaml"))
+def test_a_task_larger_than_every_device_is_a_mapping_error(shared):
+    cost = CostModel(load_graph(shared / "workflows" / "blast-chameleon-small-001.json"),
+                     load_cluster(shared / "clusters" / "small-memory.yaml"))
     with pytest.raises(MappingError):
         auto(cost)
 
 
-@needs_shared
-def test_beats_heft_when_communication_dominates():
+def test_beats_heft_when_communication_dominates(shared):
     """At CCR 10 keeping heavy edges local pays: auto is well below HEFT on most workflows."""
     ratios = []
     for path in WORKFLOWS[:5]:
-        cost = at_ccr(load_graph(path), load_cluster(SHARED / "clusters" / "mixed-vendors.yaml"), 10.0)
+        cost = at_ccr(load_graph(path), load_cluster(shared / "clusters" / "mixed-vendors.yaml"), 10.0)
         ratios.append(auto(cost).makespan / heft_plain(cost).makespan)
     assert np.exp(np.mean(np.log(ratios))) < 0.9
 
@@ -173,10 +166,9 @@ def test_iterated_search_keeps_memory_valid_under_pressure():
     check(cost, s)
 
 
-@needs_shared
-def test_ccr01_workflow_beats_heft_with_the_new_candidates():
-    g = load_graph(SHARED / "workflows" / "epigenomics-chameleon-ilmn-1seq-100k-001.json")
-    cost = at_ccr(g, load_cluster(SHARED / "clusters" / "hetero-2x4.yaml"), 0.1)
+def test_ccr01_workflow_beats_heft_with_the_new_candidates(shared):
+    g = load_graph(shared / "workflows" / "epigenomics-chameleon-ilmn-1seq-100k-001.json")
+    cost = at_ccr(g, load_cluster(shared / "clusters" / "hetero-2x4.yaml"), 0.1)
     s = auto(cost)
     assert check(cost, s) < heft_plain(cost).makespan
     assert s.makespan >= lower_bound(cost)

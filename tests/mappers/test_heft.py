@@ -1,11 +1,9 @@
 """HEFT: the paper's example, memory validity, device constraints, errors, determinism."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
-from graph_helpers import mixed_cluster, random_graph
 
 from streammap.cluster.model import cluster_from_dict, load_cluster
 from streammap.cost.model import CostModel, lower_bound
@@ -15,9 +13,8 @@ from streammap.ir import add_task, new_graph
 from streammap.mappers import MAPPERS, get_mapper
 from streammap.mappers.heft import heft, upward_rank
 from streammap.mappers.schedule import Schedule, evaluate, simulate
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/benchmarks")
+from tests.helpers.graphs import mixed_cluster, random_graph
+from tests.helpers.paths import SHARED, needs_shared
 
 WORKFLOWS = sorted(SHARED.glob("workflows/*.json"))
 ALL_GRAPHS = WORKFLOWS + sorted(SHARED.glob("cholesky/*.json")) + sorted(SHARED.glob("classic/*.json"))
@@ -26,10 +23,9 @@ CLUSTERS = sorted(SHARED.glob("clusters/*.yaml"))
 
 # ---------------------------------------------------------------------- the paper's example
 
-@needs_shared
-def test_topcuoglu_example_gives_the_papers_schedule_and_makespan_80():
-    cost = CostModel(load_graph(SHARED / "classic" / "topcuoglu-10.json"),
-                     load_cluster(SHARED / "clusters" / "topcuoglu-3p.yaml"))
+def test_topcuoglu_example_gives_the_papers_schedule_and_makespan_80(shared):
+    cost = CostModel(load_graph(shared / "classic" / "topcuoglu-10.json"),
+                     load_cluster(shared / "clusters" / "topcuoglu-3p.yaml"))
     rank = upward_rank(cost)
     # Table of upward ranks in Topcuoglu et al. 2002 (n1..n10 = T0..T9).
     np.testing.assert_allclose(rank, [108, 77, 80, 80, 69, 63.333, 42.667, 35.667, 44.333, 14.667], atol=1e-3)
@@ -69,10 +65,9 @@ def test_heft_on_every_shared_graph_and_cluster_is_reproduced_valid_and_above_th
     assert placed >= 1
 
 
-@needs_shared
 @pytest.mark.parametrize("graph", WORKFLOWS, ids=lambda p: p.stem)
-def test_small_memory_plans_are_memory_valid(graph):
-    cost = CostModel(load_graph(graph), load_cluster(SHARED / "clusters" / "small-memory.yaml"))
+def test_small_memory_plans_are_memory_valid(graph, shared):
+    cost = CostModel(load_graph(graph), load_cluster(shared / "clusters" / "small-memory.yaml"))
     try:
         s = heft(cost)
     except MappingError as exc:
@@ -91,12 +86,11 @@ def _with_capacity(cost_graph, capacity):
     return CostModel(cost_graph, cl)
 
 
-@needs_shared
 @pytest.mark.parametrize("name", ["srasearch-chameleon-10a-001", "rnaseq-dirt02-001", "epigenomics-chameleon-ilmn-1seq-100k-001",
                                   "montage-chameleon-2mass-01d-001"])
-def test_memory_binds_and_every_returned_plan_is_valid(name):
+def test_memory_binds_and_every_returned_plan_is_valid(name, shared):
     """Capacities close to the largest task: memory-oblivious HEFT would overflow; ours does not."""
-    g = load_graph(SHARED / "workflows" / f"{name}.json")
+    g = load_graph(shared / "workflows" / f"{name}.json")
     probe = _with_capacity(g, float("inf"))
     need = float(np.maximum(probe.mem, probe.out).max())
     oblivious = heft(probe)

@@ -1,10 +1,8 @@
 """PEFT: the optimistic cost table, the HEFT paper's example, memory, restrictions, determinism."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
-from test_heft import mixed_cluster, random_graph
 
 from streammap.cluster.model import cluster_from_dict, load_cluster
 from streammap.cost.model import CostModel, lower_bound
@@ -14,9 +12,7 @@ from streammap.mappers import get_mapper
 from streammap.mappers.heft import heft
 from streammap.mappers.peft import optimistic_cost_table, peft
 from streammap.mappers.schedule import evaluate
-
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/benchmarks")
+from tests.helpers.graphs import mixed_cluster, random_graph
 
 
 def two_device_cluster():
@@ -41,10 +37,9 @@ def test_optimistic_cost_table_by_hand():
     assert s.device.tolist() == [0, 0] and s.makespan == 2.0
 
 
-@needs_shared
-def test_topcuoglu_example_is_valid_and_close_to_heft():
-    cost = CostModel(load_graph(SHARED / "classic" / "topcuoglu-10.json"),
-                     load_cluster(SHARED / "clusters" / "topcuoglu-3p.yaml"))
+def test_topcuoglu_example_is_valid_and_close_to_heft(shared):
+    cost = CostModel(load_graph(shared / "classic" / "topcuoglu-10.json"),
+                     load_cluster(shared / "clusters" / "topcuoglu-3p.yaml"))
     s = peft(cost)
     ms, valid, _ = evaluate(cost, s)
     assert valid and ms == s.makespan and s.mapper == "peft"

@@ -3,11 +3,9 @@
 import importlib.metadata
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
-from graph_helpers import mixed_cluster, random_graph
 
 from streammap.cli import main
 from streammap.cluster.model import cluster_from_dict, load_cluster
@@ -19,10 +17,9 @@ from streammap.mappers import MAPPERS, get_mapper, policies
 from streammap.mappers.policies import POLICIES, PolicyMapper, list_schedule
 from streammap.mappers.schedule import evaluate
 from streammap.plan import read_plan
+from tests.helpers.graphs import mixed_cluster, random_graph
+from tests.helpers.paths import ROOT, SAMPLES
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "benchmarks"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="needs ../shared/benchmarks")
 NAMES = sorted(POLICIES)
 
 
@@ -174,12 +171,11 @@ def test_every_policy_is_valid_deterministic_and_honours_constraints_under_memor
     np.testing.assert_array_equal(s.start, s2.start)
 
 
-@needs_shared
 @pytest.mark.parametrize("name", NAMES)
-def test_every_policy_is_memory_valid_on_the_small_memory_cluster(name):
-    cl = load_cluster(SHARED / "clusters" / "small-memory.yaml")
+def test_every_policy_is_memory_valid_on_the_small_memory_cluster(name, shared):
+    cl = load_cluster(shared / "clusters" / "small-memory.yaml")
     for wf in ("montage-chameleon-2mass-025d-001", "rnaseq-dirt02-001", "soykb-chameleon-10fastq-10ch-001"):
-        cost = CostModel(load_graph(SHARED / "workflows" / f"{wf}.json"), cl)
+        cost = CostModel(load_graph(shared / "workflows" / f"{wf}.json"), cl)
         assert valid(cost, get_mapper(name)(cost)), wf
 
 
@@ -278,13 +274,12 @@ def test_list_schedule_takes_a_policy_object_directly():
     assert s.mapper == "First" and set(s.device.tolist()) == {0}
 
 
-@needs_shared
-def test_compile_with_a_custom_policy_from_the_samples_folder(tmp_path, monkeypatch):
+def test_compile_with_a_custom_policy_from_the_samples_folder(tmp_path, monkeypatch, shared):
     # As a user would, from the project root: `streammap compile ... --mapper samples.custom_policy:...`
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(ROOT))])
     out = tmp_path / "p.yaml"
-    rc = main(["compile", "samples/fm_radio.py", "--cluster", str(SHARED / "clusters" / "mixed-vendors.yaml"),
+    rc = main(["compile", "samples/fm_radio.py", "--cluster", str(shared / "clusters" / "mixed-vendors.yaml"),
                "-D", "N=4096", "--mapper", "samples.custom_policy:PreferCambricon", "-o", str(out)])
     assert rc == 0
     plan = read_plan(out)
@@ -296,7 +291,7 @@ def test_compile_with_a_custom_policy_from_the_samples_folder(tmp_path, monkeypa
 
 def test_custom_policy_sample_runs_as_a_script():
     import subprocess
-    proc = subprocess.run([sys.executable, str(ROOT / "samples" / "custom_policy.py")], capture_output=True,
+    proc = subprocess.run([sys.executable, str(SAMPLES / "custom_policy.py")], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("custom_policy")

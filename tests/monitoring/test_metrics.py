@@ -9,35 +9,13 @@ import urllib.error
 import urllib.request
 
 import pytest
-from telemetry_helpers import ScriptedSampler
-from telemetry_helpers import sleepy_plan as _sleepy_plan
 
 from streammap.errors import StreamMapError
 from streammap.monitoring.metrics import RunMetrics
 from streammap.monitoring.telemetry import DeviceInfo, Reading
 from streammap.runtime import run_plan
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return r.read().decode()
-
-
-def value(text: str, name: str, **labels) -> float:
-    """The sample of ``name`` whose labels include ``labels``."""
-    for line in text.splitlines():
-        if line.startswith("#") or not line.startswith(name):
-            continue
-        head, _, v = line.rpartition(" ")
-        metric, _, rest = head.partition("{")
-        if metric != name:
-            continue
-        got = dict(p.split("=", 1) for p in rest.rstrip("}").split(",") if "=" in p)
-        got = {k: v.strip('"') for k, v in got.items()}
-        if all(got.get(k) == str(x) for k, x in labels.items()):
-            return float(v)
-    raise KeyError(f"{name} {labels} not in metrics")
-
+from tests.helpers.telemetry import ScriptedSampler, scrape, value
+from tests.helpers.telemetry import sleepy_plan as _sleepy_plan
 
 GPU = DeviceInfo(id="gpu0", kind="gpu", source="nvml", model="NVIDIA H200", uuid="GPU-abc", index=0,
                  memory_total=141 * 2**30)

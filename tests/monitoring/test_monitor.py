@@ -6,7 +6,6 @@ import io
 
 import pytest
 from rich.console import Console
-from telemetry_helpers import fake_nvml, gpu
 
 from streammap.cli import build_parser
 from streammap.cli.run import monitoring_options
@@ -14,6 +13,7 @@ from streammap.cluster.model import cluster_from_dict
 from streammap.monitoring.alerts import AlertConfig, AlertConfigError
 from streammap.monitoring.live import DeviceMonitor, monitor
 from streammap.monitoring.telemetry import NvmlSampler
+from tests.helpers.telemetry import fake_nvml, gpu
 
 
 def console():

@@ -4,8 +4,6 @@ duration in the Prometheus metrics, slow tasks alerted; it is not re-mapped (it 
 import textwrap
 
 import numpy as np
-from telemetry_helpers import ScriptedSampler
-from test_metrics import scrape, value
 
 import streammap
 from streammap.cluster.model import cluster_from_dict
@@ -13,6 +11,7 @@ from streammap.monitoring.metrics import RunMetrics
 from streammap.monitoring.telemetry import DeviceInfo, Reading
 from streammap.runrecord import read_run_record
 from streammap.runtime import run_plan
+from tests.helpers.telemetry import ScriptedSampler, scrape, value
 
 STREAM = textwrap.dedent('''
     import time

@@ -8,8 +8,6 @@ import time
 
 import numpy as np
 import pytest
-from telemetry_helpers import ScriptedSampler, fake_nvml, gpu
-from telemetry_helpers import sleepy_plan as _sleepy_plan
 
 from streammap.monitoring.telemetry import (
     CpuSampler,
@@ -22,6 +20,8 @@ from streammap.monitoring.telemetry import (
 )
 from streammap.runrecord import read_run_record
 from streammap.runtime import run_plan
+from tests.helpers.telemetry import ScriptedSampler, fake_nvml, gpu
+from tests.helpers.telemetry import sleepy_plan as _sleepy_plan
 
 
 def test_nvml_sampler_reads_every_field():
@@ -142,9 +142,9 @@ def test_recorder_series_and_dict():
 def test_periodic_thread_stops_at_once():
     calls = []
     th = PeriodicThread(lambda: calls.append(1), 10.0).start()
-    t0 = time.perf_counter()
-    th.stop()
-    assert time.perf_counter() - t0 < 1.0 and calls == []
+    th.stop(timeout=5.0)
+    # woken at once: ended within the join, which is shorter than the 10 s it would sleep otherwise
+    assert not th._thread.is_alive() and calls == []
     th = PeriodicThread(lambda: calls.append(1), 0.005).start()
     time.sleep(0.1)
     th.stop()
@@ -204,6 +204,14 @@ def test_old_run_records_stay_readable(tmp_path):
     assert record.tasks[0].planned_device is None
 
 
+def _until(condition, limit: float = 10.0) -> None:
+    """Wait until ``condition()`` holds (a thread has caught up), failing after ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.001)
+
+
 def test_ticker_wakes_only_when_needed():
     from streammap.monitoring.telemetry import Ticker
     tk = Ticker("test ticker")
@@ -216,9 +224,11 @@ def test_ticker_wakes_only_when_needed():
     time.sleep(0.03)
     assert len(calls) <= n + 1                   # at most one already under way
     assert tk._wake_at == float("inf")           # nothing left: it sleeps until the next add
+    before = time.perf_counter()
     tk.add(lambda: calls.append("b"), 10.0)      # wakes it (it slept forever) to sleep until then
-    time.sleep(0.02)
-    assert 9.0 < tk._wake_at - time.perf_counter() <= 10.0
+    after = time.perf_counter()
+    _until(lambda: tk._wake_at not in (float("inf"), float("-inf")))
+    assert before + 10.0 <= tk._wake_at <= after + 10.0
     tk.add(lambda: calls.append("c"), 20.0)      # later than its wake-up: no need to wake it
     h = tk.add(lambda: calls.append("d"), 0.005)  # earlier: woken, runs it
     time.sleep(0.05)

@@ -2,10 +2,7 @@
 whole device at once, with the same results as serial runs; memory oversubscription plans beyond a
 device's memory and the runtime spills to keep within it, bit for bit."""
 
-import importlib.util
 import textwrap
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,9 +16,10 @@ from streammap.placement.sharing import share_schedule, simulate_shared, stack_o
 from streammap.placement.spilling import SpillBook
 from streammap.plan import read_plan, share_profile, write_plan
 from streammap.runrecord import read_run_record
+from tests.helpers.paths import SAMPLES
+from tests.helpers.plans import FAN, make_plan, ref, task
 
-ROOT = Path(__file__).resolve().parents[2]
-SWEEP = ROOT / "samples" / "small_kernels.py"
+SWEEP = SAMPLES / "small_kernels.py"
 SMALL = {"JOBS": 16, "CELLS": 64, "STEPS": 4}
 
 
@@ -116,7 +114,7 @@ class LastDevice:
         return int(feasible[-1])
 
 
-@pytest.mark.parametrize("mapper", ["least-loaded", "fastest", "heft-plain", "test_sharing:LastDevice"])
+@pytest.mark.parametrize("mapper", ["least-loaded", "fastest", "heft-plain", "tests.placement.test_sharing:LastDevice"])
 def test_whole_device_mappers_keep_their_devices_and_are_timed_as_the_runtime_co_locates(mapper):
     from streammap.compiler import load_source_graph, resolve_cluster
     from streammap.mappers import get_mapper
@@ -171,22 +169,12 @@ def test_re_mapping_a_sharing_plan_keeps_shares_and_co_locates_the_rest(tmp_path
     assert res.plan.mapper.name == f"{plan.mapper.name}+remap"
 
 
-def _remap_fixtures():
-    """The cluster and program of the re-mapping tests, loaded by path: ``tests/runtime`` is on
-    ``sys.path`` only when its own tests are collected in the same run."""
-    spec = importlib.util.spec_from_file_location("remap_fixtures", ROOT / "tests" / "runtime" / "test_remap.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.CLUSTER, module.PROGRAM
-
-
 def test_a_sharing_run_re_mapped_off_a_slow_device_keeps_shares_and_gives_the_same_result(tmp_path):
     from collections import Counter
 
-    CLUSTER, PROGRAM = _remap_fixtures()
-
     from streammap.plan import validate_plan
     from streammap.runtime import run_plan
+    from tests.runtime.test_remap import CLUSTER, PROGRAM
     src = PROGRAM.replace("# @stream kernel(flops=1e10, out=32)", "# @stream kernel(flops=1e10, out=32, share=0.5)")
     assert src != PROGRAM
     (tmp_path / "prog.py").write_text(textwrap.dedent(src))
@@ -214,8 +202,6 @@ def test_a_sharing_run_re_mapped_off_a_slow_device_keeps_shares_and_gives_the_sa
 
 
 def test_re_mapping_a_hand_made_sharing_plan_keeps_its_shares(tmp_path):
-    from runtime_helpers import FAN, make_plan, ref, task
-
     from streammap.plan import validate_plan
     from streammap.remap import remap_plan
     devices = [{"id": f"node0/gpu{i}", "kind": "gpu", "vendor": "nvidia"} for i in range(2)]
@@ -320,14 +306,15 @@ def test_the_executor_runs_co_located_tasks_at_once_but_never_beyond_a_whole_dev
     (tmp_path / "prog.py").write_text(textwrap.dedent(SLEEPY))
     one = {"name": "one", "nodes": [{"name": "n0", "devices": [{"name": "gpu0", "kind": "gpu", "flops": "20 TFLOP/s"}]}]}
     plan = streammap.compile(tmp_path / "prog.py", cluster=one, history=False)
-    t0 = time.perf_counter()
     out = streammap.run(plan, emulate=True, outputs=tmp_path / "o.npz", progress=False, telemetry=False)
-    wall = time.perf_counter() - t0
     assert out["result"][0] == pytest.approx(1.0)        # two at once (0.5 + 0.5), never three
     assert out["result"][1] == sum(range(8))
-    assert wall < 8 * 0.05 * 0.8                          # 4 rounds of 50 ms, not 8
     rec = read_run_record(tmp_path / "o.run.json")
-    assert {t.share for t in rec.tasks if t.kernel == "nap"} == {0.5}
+    naps = [t for t in rec.tasks if t.kernel == "nap"]
+    assert {t.share for t in naps} == {0.5}
+    # every nap ran beside another: rounds of two, not one at a time (the time this saves is
+    # measured by benchmarks/sharing.py)
+    assert all(any(o is not t and o.start < t.finish and t.start < o.finish for o in naps) for t in naps)
 
 
 def test_a_failing_co_located_kernel_stops_the_run_with_its_task(tmp_path):
@@ -488,15 +475,10 @@ def test_the_spill_policy_evicts_the_result_needed_last_and_never_a_pinned_one()
     assert restores == [(1, "d")] and book.stats()["d"].overflow > 0
 
 
-def test_gpu_path_co_locates_on_streams_and_spills_through_the_host_on_a_fake_cupy(tmp_path, monkeypatch):
-    import sys
-
-    from runtime_helpers import FAN, make_fake_cupy, make_plan, ref, task
-
+def test_gpu_path_co_locates_on_streams_and_spills_through_the_host_on_a_fake_cupy(tmp_path, fake_cupy):
     from streammap.runtime import run_plan
 
-    cupy = make_fake_cupy(2)
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    cupy = fake_cupy(2)
     row = 64 * 8                                              # one result: N = 64 doubles
     devices = [{"id": f"node0/gpu{i}", "kind": "gpu", "vendor": "nvidia", "index": i, "memory": m}
                for i, m in enumerate((3 * row, 1e9))]

@@ -24,9 +24,6 @@ from streammap.remap import RemapError, remap_plan
 from streammap.runtime import run_plan
 from streammap.strategies import Mapped, choose_strategy
 
-ROOT = Path(__file__).resolve().parents[2]
-HETERO = ROOT.parent / "shared" / "benchmarks" / "clusters" / "hetero-2x4.yaml"
-needs_shared = pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
 
 def program(heavy: str, accumulate: str, entry: str) -> str:
     """A running sum over items: ``make(i)``, a heavy stateless step, a stateful ``accumulate``."""
@@ -106,8 +103,7 @@ def assert_results(got: dict, expected: list):
         np.testing.assert_array_equal(got[f"result_{i}"], e)
 
 
-@needs_shared
-def test_what_a_mapper_returns_beside_a_schedule_stays_with_that_schedule_through_the_re_mappings(tmp_path):
+def test_what_a_mapper_returns_beside_a_schedule_stays_with_that_schedule_through_the_re_mappings(tmp_path, hetero_cluster):
     """Co-location maps the graph again for each candidate device of the state; the strategy kept
     carries the spill estimate of the schedule it kept, not of another mapping."""
     graph = load_source_graph(write(tmp_path, BATCHES))
@@ -118,44 +114,41 @@ def test_what_a_mapper_returns_beside_a_schedule_stays_with_that_schedule_throug
         made.append(estimate_spills(cost, schedule))
         return Mapped(schedule, made[-1])
 
-    choice = choose_strategy(graph, resolve_cluster(str(HETERO)), map_fn=heft_with_spills, strategy="none")
+    choice = choose_strategy(graph, resolve_cluster(str(hetero_cluster)), map_fn=heft_with_spills, strategy="none")
     kept = choice.chosen
     assert len(made) > 2                                   # mapped as written, then per candidate device
     assert kept.spills.schedule is kept.schedule and any(e is kept.spills for e in made)
-    plain = choose_strategy(graph, resolve_cluster(str(HETERO)), map_fn=get_mapper("heft"), strategy="none")
+    plain = choose_strategy(graph, resolve_cluster(str(hetero_cluster)), map_fn=get_mapper("heft"), strategy="none")
     assert plain.chosen.spills is None
     np.testing.assert_array_equal(plain.chosen.schedule.device, kept.schedule.device)
 
 
-@needs_shared
-def test_the_mapper_alone_spreads_the_calls_and_the_compiler_keeps_them_on_one_device(tmp_path):
+def test_the_mapper_alone_spreads_the_calls_and_the_compiler_keeps_them_on_one_device(tmp_path, hetero_cluster):
     path = write(tmp_path, BATCHES)
-    cost = CostModel(load_source_graph(path), resolve_cluster(str(HETERO)))
+    cost = CostModel(load_source_graph(path), resolve_cluster(str(hetero_cluster)))
     calls = stateful_groups(cost)[0]
     assert len(set(get_mapper("heft")(cost).device[calls].tolist())) > 1     # the case being fixed
     expected = sequential(path, "main")
     for strategy in ("none", "data", "model"):
-        plan = streammap.compile(path, cluster=str(HETERO), strategy=strategy)
+        plan = streammap.compile(path, cluster=str(hetero_cluster), strategy=strategy)
         assert plan.strategy.chosen == strategy
         devices = stateful_devices(plan)
         assert len(devices) == 1 and sum(devices.values()) == 6, (strategy, devices)
         assert_results(run_plan(plan, emulate=True, progress=False, telemetry=False), expected)
 
 
-@needs_shared
-def test_a_stateful_kernel_called_at_two_stages_of_a_stream_keeps_one_device(tmp_path):
+def test_a_stateful_kernel_called_at_two_stages_of_a_stream_keeps_one_device(tmp_path, hetero_cluster):
     path = write(tmp_path, STREAM)
-    plan = streammap.compile(path, cluster=str(HETERO), strategy="pipeline")
+    plan = streammap.compile(path, cluster=str(hetero_cluster), strategy="pipeline")
     stages = [s for s in plan.pipeline.stages if s.stateful]
     assert len(stages) == 2 and stages[0].replicas == stages[1].replicas and len(stages[0].replicas) == 1
     assert len(stateful_devices(plan)) == 1
     assert_results(run_plan(plan, emulate=True, progress=False, telemetry=False), sequential(path, "stream"))
 
 
-@needs_shared
-def test_a_plan_edited_to_spread_a_stateful_kernel_is_refused_when_read(tmp_path, capsys):
+def test_a_plan_edited_to_spread_a_stateful_kernel_is_refused_when_read(tmp_path, capsys, hetero_cluster):
     path = write(tmp_path, BATCHES)
-    plan = streammap.compile(path, cluster=str(HETERO), strategy="none")
+    plan = streammap.compile(path, cluster=str(hetero_cluster), strategy="none")
     home = plan.tasks[[t.stateful for t in plan.tasks].index(True)].device
     other = next(d.id for d in plan.devices if d.id != home)
     last = max(i for i, t in enumerate(plan.tasks) if t.stateful)
@@ -180,10 +173,9 @@ def test_a_plan_from_before_the_stateful_field_still_reads(tmp_path):
     assert not any(t.stateful for t in read_plan(tmp_path / "old.yaml").tasks)
 
 
-@needs_shared
-def test_re_mapping_keeps_pending_calls_where_the_state_is_and_refuses_a_lost_state(tmp_path):
+def test_re_mapping_keeps_pending_calls_where_the_state_is_and_refuses_a_lost_state(tmp_path, hetero_cluster):
     path = write(tmp_path, BATCHES)
-    plan = streammap.compile(path, cluster=str(HETERO), strategy="none")
+    plan = streammap.compile(path, cluster=str(hetero_cluster), strategy="none")
     state = [t for t in plan.tasks if t.stateful]
     home = state[0].device
     done = [t.id for t in plan.tasks[:plan.tasks.index(state[1])]]        # the first call has run

@@ -7,7 +7,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from runtime_helpers import cpu_devices, make_plan, ref, task
 
 import streammap
 from streammap.plan import validate_plan
@@ -16,6 +15,7 @@ from streammap.runrecord import read_run_record
 from streammap.runtime import LocalExecutor, run_plan
 from streammap.runtime.devices import check_devices, make_devices
 from streammap.runtime.loader import load_program
+from tests.helpers.plans import cpu_devices, make_plan, ref, task
 
 # -- detector --------------------------------------------------------------------------------
 

@@ -13,8 +13,6 @@ import urllib.request
 
 import numpy as np
 import pytest
-from runtime_helpers import cpu_devices, make_fake_cupy, make_plan, ref, task
-from telemetry_helpers import ScriptedSampler
 
 import streammap
 from streammap.cluster.model import cluster_from_dict
@@ -33,6 +31,9 @@ from streammap.runtime.ray.monitor import SegmentState
 from streammap.runtime.shared import SharingExecutor
 from streammap.runtime.supervisor import RunSupervisor, Trigger
 from streammap.runtime.view import ExecutorView
+from tests.helpers.fake_cupy import make_fake_cupy
+from tests.helpers.plans import cpu_devices, make_plan, ref, task
+from tests.helpers.telemetry import ScriptedSampler
 
 FAN = """
 import time

@@ -8,12 +8,13 @@ import sys
 
 import numpy as np
 import pytest
-from runtime_helpers import FAN, cpu_devices, cuda_device_count, gpu_devices, make_fake_cupy, make_plan, ref, task
 
 from streammap.errors import KernelError, PlanError, StreamMapError
 from streammap.runtime import run_plan
 from streammap.runtime.context import array_module
 from streammap.runtime.devices import check_devices, gpu_ordinals
+from tests.helpers.fake_cupy import cuda_device_count
+from tests.helpers.plans import FAN, cpu_devices, gpu_devices, make_plan, ref, task
 
 
 def fan_plan(tmp_path, width=8, devices=None, n_dev=4):
@@ -457,18 +458,16 @@ def test_array_module_of_arrays():
 
 
 # -- GPU: on a real GPU when CuPy and CUDA are there, else skipped; the same tests also run on
-# -- a fake CuPy (runtime_helpers.make_fake_cupy) that checks device placement and streams.
+# -- a fake CuPy (the fake_cupy fixture) that checks device placement and streams.
 
 needs_gpu = pytest.mark.skipif(cuda_device_count() == 0, reason="needs CuPy and a CUDA device")
 
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=[pytest.mark.gpu, needs_gpu])])
-def gpu(request, monkeypatch):
+def gpu(request, fake_cupy):
     """(cupy module, number of GPUs, is_fake)."""
     if request.param == "fake":
-        fake = make_fake_cupy(2)
-        monkeypatch.setitem(sys.modules, "cupy", fake)
-        return fake, 2, True
+        return fake_cupy(2), 2, True
     import cupy
     return cupy, cuda_device_count(), False
 
@@ -566,8 +565,8 @@ def test_gpu_kernel_error(tmp_path, gpu):
     assert {t["id"]: t["attempts"] for t in record["tasks"]} == {"h": 1, "f": 2, "after": 0}
 
 
-def test_gpu_plan_needing_more_devices_than_there_are(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", make_fake_cupy(1))
+def test_gpu_plan_needing_more_devices_than_there_are(tmp_path, fake_cupy):
+    fake_cupy(1)
     plan = fan_plan(tmp_path, n_dev=4)
     with pytest.raises(StreamMapError) as info:
         run_plan(plan, progress=False)

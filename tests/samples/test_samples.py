@@ -15,10 +15,7 @@ import pytest
 
 import streammap
 from streammap.cli import main
-
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = ROOT / "samples"
-HETERO = ROOT.parent / "shared" / "benchmarks" / "clusters" / "hetero-2x4.yaml"
+from tests.helpers.paths import SAMPLES
 
 # (sample, entry, small params)
 CASES = [
@@ -57,13 +54,12 @@ def test_sample_through_streammap_api_agrees_with_plain_python(sample, entry, pa
     assert (tmp_path / "out.run.json").exists()
 
 
-@pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
 @pytest.mark.parametrize("sample,entry,params", CASES, ids=[c[0] for c in CASES])
-def test_sample_through_cli_on_an_emulated_8_gpu_cluster_agrees(sample, entry, params, tmp_path):
+def test_sample_through_cli_on_an_emulated_8_gpu_cluster_agrees(sample, entry, params, tmp_path, hetero_cluster):
     expected = direct(sample, entry, params)
     plan = tmp_path / "plan.yaml"
     defines = [a for k, v in params.items() for a in ("-D", f"{k}={v}")]
-    assert main(["compile", str(SAMPLES / sample), "--cluster", str(HETERO), *defines, "-o", str(plan)]) == 0
+    assert main(["compile", str(SAMPLES / sample), "--cluster", str(hetero_cluster), *defines, "-o", str(plan)]) == 0
     loaded = streammap.read_plan(plan)
     assert len({t.device for t in loaded.tasks}) > 1, "a fan-out sample should use several GPUs"
     assert main(["run", str(plan), "--emulate", "-o", str(tmp_path / "out.npz"), "--no-progress"]) == 0

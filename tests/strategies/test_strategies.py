@@ -9,7 +9,6 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 import pytest
-from runtime_helpers import make_fake_cupy
 
 import streammap
 from streammap.cli import main
@@ -20,12 +19,9 @@ from streammap.mappers.schedule import evaluate
 from streammap.plan import read_plan, write_plan
 from streammap.strategies.fission import GATHER, SCATTER, choose_shards, split_graph, splittable
 from streammap.strategies.pipeline import StageProblem, map_pipeline, period_lower_bound, stage_groups, stage_of
+from tests.helpers.paths import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = ROOT / "samples"
-HETERO = ROOT.parent / "shared" / "benchmarks" / "clusters" / "hetero-2x4.yaml"
 TINY = SAMPLES / "clusters" / "tiny-gpus.yaml"
-needs_shared = pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
 
 
 def two_gpus(memory="80GiB", n=2):
@@ -105,11 +101,10 @@ def test_the_shard_count_comes_from_the_cost_model():
     assert s.k == 1                                # tiny input: launches and transfers do not pay
 
 
-@needs_shared
-def test_a_forced_split_runs_with_identical_results_on_the_emulated_cluster(tmp_path):
+def test_a_forced_split_runs_with_identical_results_on_the_emulated_cluster(tmp_path, hetero_cluster):
     expected = load("mandelbrot.py", **MANDEL).mandelbrot()
     plan = tmp_path / "plan.yaml"
-    p = compile_cli("mandelbrot.py", HETERO, MANDEL, "data", plan)
+    p = compile_cli("mandelbrot.py", hetero_cluster, MANDEL, "data", plan)
     assert p.strategy.chosen == "data" and p.strategy.forced and list(p.strategy.splits.values())[0] >= 2
     assert len({t.device for t in p.tasks if "~shard" in t.id}) >= 2
     assert main(["run", str(plan), "--emulate", "-o", str(tmp_path / "out.npz"), "--no-progress"]) == 0
@@ -118,9 +113,8 @@ def test_a_forced_split_runs_with_identical_results_on_the_emulated_cluster(tmp_
     np.testing.assert_array_equal(got["histogram"], expected["histogram"])
 
 
-@needs_shared
-def test_auto_splits_a_large_kernel_and_records_the_alternatives():
-    plan = streammap.compile(SAMPLES / "mandelbrot.py", cluster=HETERO, params={"ROWS": 2048, "COLS": 2048, "ITER": 256})
+def test_auto_splits_a_large_kernel_and_records_the_alternatives(hetero_cluster):
+    plan = streammap.compile(SAMPLES / "mandelbrot.py", cluster=hetero_cluster, params={"ROWS": 2048, "COLS": 2048, "ITER": 256})
     assert plan.strategy.chosen == "data" and not plan.strategy.forced
     assert set(plan.strategy.estimates) == {"none", "data"}
     assert "model" in plan.strategy.skipped and "pipeline" in plan.strategy.skipped
@@ -181,11 +175,10 @@ def stream_expected(**params):
     return [module.fm_stream(i) for i in range(params["FRAMES"])]
 
 
-@needs_shared
-def test_a_stream_program_runs_through_the_pipeline_executor_with_identical_results(tmp_path, capsys):
+def test_a_stream_program_runs_through_the_pipeline_executor_with_identical_results(tmp_path, capsys, hetero_cluster):
     expected = stream_expected(**STREAM)
     plan = tmp_path / "plan.yaml"
-    p = compile_cli("fm_stream.py", HETERO, STREAM, "pipeline", plan)
+    p = compile_cli("fm_stream.py", hetero_cluster, STREAM, "pipeline", plan)
     assert p.objective == "throughput" and p.pipeline.items == 6
     assert p.pipeline.period >= p.pipeline.lower_bound > 0
     assert p.pipeline.items_per_second == pytest.approx(1 / p.pipeline.period)
@@ -404,10 +397,8 @@ def stream(i):
 '''
 
 
-def test_a_pipeline_runs_on_gpus_moving_items_between_them(tmp_path, monkeypatch):
-    import sys
-    fake = make_fake_cupy(2)
-    monkeypatch.setitem(sys.modules, "cupy", fake)
+def test_a_pipeline_runs_on_gpus_moving_items_between_them(tmp_path, fake_cupy):
+    fake = fake_cupy(2)
     (tmp_path / "gs.py").write_text(GPU_STREAM)
     plan = streammap.compile(tmp_path / "gs.py", cluster=two_gpus(), strategy="pipeline", history=False)
     assert len({t.device for t in plan.tasks if t.kernel == "scale"}) == 2     # replicated over both GPUs
@@ -419,10 +410,9 @@ def test_a_pipeline_runs_on_gpus_moving_items_between_them(tmp_path, monkeypatch
     assert fake.fake_stats["uploads"] > 0 and fake.fake_stats["peer_copies"] > 0
 
 
-@needs_shared
-def test_shards_are_sized_by_device_speed_on_a_heterogeneous_cluster():
+def test_shards_are_sized_by_device_speed_on_a_heterogeneous_cluster(hetero_cluster):
     from streammap.cluster.model import load_cluster
-    hetero = load_cluster(HETERO)
+    hetero = load_cluster(hetero_cluster)
     big = load_source_graph(SAMPLES / "mandelbrot.py", {"ROWS": 4096, "COLS": 4096, "ITER": 512})
     (c,) = choose_shards(big, hetero)
     assert c.k == 8 and c.speedup > 4            # beyond the four A100s: the V100s help too
@@ -431,7 +421,7 @@ def test_shards_are_sized_by_device_speed_on_a_heterogeneous_cluster():
         by_model.setdefault(pin, []).append(f)
     assert set(by_model) == {"A100-SXM4-80GB", "Tesla-V100-SXM2-32GB"}
     assert min(by_model["A100-SXM4-80GB"]) > 1.5 * max(by_model["Tesla-V100-SXM2-32GB"])
-    plan = streammap.compile(SAMPLES / "mandelbrot.py", cluster=HETERO, params={"ROWS": 4096, "COLS": 4096, "ITER": 512},
+    plan = streammap.compile(SAMPLES / "mandelbrot.py", cluster=hetero_cluster, params={"ROWS": 4096, "COLS": 4096, "ITER": 512},
                              history=False, mapper="heft")
     assert plan.strategy.chosen == "data" and plan.strategy.splits == {c.task: 8}
     shards = [t for t in plan.tasks if "~shard" in t.id]
@@ -478,13 +468,12 @@ def test_a_pipeline_plan_also_runs_as_a_dag_with_the_same_results(tmp_path):
         np.testing.assert_array_equal(streamed[key], as_dag[key])
 
 
-@needs_shared
-def test_state_is_placed_by_what_items_cost_to_move_and_the_floor_explains_a_missed_target():
+def test_state_is_placed_by_what_items_cost_to_move_and_the_floor_explains_a_missed_target(shared):
     from streammap.cluster.model import load_cluster
     from streammap.cost.model import CostModel
     from streammap.strategies.pipeline import period_floor, stage_problem
     g = load_source_graph(SAMPLES / "fm_stream.py", {})
-    problem = stage_problem(CostModel(g, load_cluster(HETERO.parent / "mixed-vendors.yaml")), 32)
+    problem = stage_problem(CostModel(g, load_cluster(shared / "clusters" / "mixed-vendors.yaml")), 32)
     m = map_pipeline(problem, 32)
     floor = period_floor(problem)
     # 256 KB frames over a 25 GB/s network, microsecond stages: the state's place decides the period

@@ -12,10 +12,7 @@ import pytest
 
 import streammap
 from streammap.cli import main
-
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = ROOT / "samples"
-HETERO = ROOT.parent / "shared" / "benchmarks" / "clusters" / "hetero-2x4.yaml"
+from tests.helpers.paths import SAMPLES
 
 # (sample, entry, small params)
 CASES = [
@@ -59,12 +56,11 @@ def test_sample_through_the_api_locally_agrees_with_plain_python(sample, entry, 
     same(streammap.run(plan, emulate=True, telemetry=False), direct(sample, entry, params))
 
 
-@pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
 @pytest.mark.parametrize("sample,entry,params", CASES, ids=IDS)
-def test_sample_through_the_cli_on_the_emulated_8_gpu_cluster_agrees(sample, entry, params, tmp_path):
+def test_sample_through_the_cli_on_the_emulated_8_gpu_cluster_agrees(sample, entry, params, tmp_path, hetero_cluster):
     plan = tmp_path / "plan.yaml"
     defines = [a for k, v in params.items() for a in ("-D", f"{k}={v}")]
-    assert main(["compile", str(SAMPLES / sample), "--cluster", str(HETERO), *defines, "-o", str(plan)]) == 0
+    assert main(["compile", str(SAMPLES / sample), "--cluster", str(hetero_cluster), *defines, "-o", str(plan)]) == 0
     assert streammap.read_plan(plan).strategy is not None
     assert main(["run", str(plan), "--emulate", "-o", str(tmp_path / "out.npz"), "--no-progress"]) == 0
     same(dict(np.load(tmp_path / "out.npz")), direct(sample, entry, params))

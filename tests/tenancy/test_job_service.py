@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +17,7 @@ import pytest
 import streammap
 from streammap.cli import main
 from streammap.tenancy.client import Client, ServiceError
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import SAMPLES, SHARED
 
 CLUSTER = """\
 name: box
@@ -124,7 +122,7 @@ def test_a_submitted_program_runs_on_its_granted_devices_and_gives_the_direct_re
                                                                                      monkeypatch):
     monkeypatch.setenv("STREAMMAP_SERVER", service.url)
     monkeypatch.setenv("STREAMMAP_TOKEN", VISION)
-    fm = str(ROOT / "samples" / "fm_radio.py")
+    fm = str(SAMPLES / "fm_radio.py")
     assert main(["submit", fm, "--tenant", "vision", "-D", "N=4096"]) == 0
     job = capsys.readouterr().out.split()[-1]
     status = wait_for(service.client(VISION), job)
@@ -181,7 +179,7 @@ def test_bad_programs_and_impossible_jobs_are_refused_at_submission(service, tmp
         vision.submit(bad, "vision")
     with pytest.raises(ServiceError, match="quota can never grant"):
         nlp.submit(tmp_path / "sleepy.py", "nlp", gpus=2)
-    wf = ROOT.parent / "shared" / "benchmarks" / "classic" / "topcuoglu-10.json"
+    wf = SHARED / "classic" / "topcuoglu-10.json"
     with pytest.raises(Exception, match="programs"):
         vision.submit(wf, "vision")
     assert vision.queue(all_states=True) == []
@@ -251,7 +249,7 @@ def test_a_running_job_whose_worker_died_with_the_machine_runs_again(tmp_path):
 
 def test_serve_refuses_what_it_cannot_serve(tmp_path, capsys):
     write_setup(tmp_path)
-    hetero = ROOT.parent / "shared" / "benchmarks" / "clusters" / "hetero-2x4.yaml"
+    hetero = SHARED / "clusters" / "hetero-2x4.yaml"
     args = ["serve", "--tenants", str(tmp_path / "tenants.yaml"), "--state", str(tmp_path / "s"), "--port", "0"]
     assert main(args + ["--cluster", str(hetero)]) == 2
     assert "--backend ray" in capsys.readouterr().err

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,12 +19,12 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
-from test_job_service import TENANTS, VISION, Service, wait_for  # noqa: E402
 
 import streammap  # noqa: E402
 from streammap.runrecord import read_run_record  # noqa: E402
+from tests.helpers.paths import SAMPLES  # noqa: E402
+from tests.tenancy.test_job_service import TENANTS, VISION, Service, wait_for  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 STORE = 80 * 2**20
 
@@ -70,7 +69,7 @@ def test_the_service_runs_a_job_on_the_ray_executor(ray_cluster, tmp_path):
     svc = Service(tmp_path, "--backend", "ray", "--address", ray_cluster.address, "--no-isolation")
     try:
         vision = svc.client(VISION)
-        fm = ROOT / "samples" / "fm_radio.py"
+        fm = SAMPLES / "fm_radio.py"
         job = vision.submit(fm, "vision", {"N": "4096"})
         status = wait_for(vision, job, timeout=90)
         assert status["model"] == "A100" and set(status["devices"]) <= {"node1/gpu0", "node1/gpu1"}

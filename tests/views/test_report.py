@@ -6,11 +6,10 @@ import base64
 import json
 import re
 
-from runtime_helpers import cpu_devices, make_plan, ref, task
-
 from streammap.runrecord import read_run_record
 from streammap.runtime import run_plan
 from streammap.views.report import default_report_path, furthest_off, write_report
+from tests.helpers.plans import cpu_devices, make_plan, ref, task
 
 PROG = """
 import time

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 from rich.console import Console
@@ -205,13 +204,12 @@ def test_empty_plan(tmp_path):
     assert "tasks: 0" in show.plan_summary(plan)
 
 
-def test_large_plan_renders_quickly(tmp_path):
+def test_a_2000_task_plan_renders_its_gantt_chart_and_graph(tmp_path):
+    # how long it takes (target: under 30 s) is measured by benchmarks/render_time.py
     plan = big_plan(2000)
     validate_plan(plan)
-    t0 = time.perf_counter()
     assert_png(show.gantt(plan, tmp_path / "big.png"))
     assert_png(show.graph_picture(plan, tmp_path / "big_graph.png"))
-    assert time.perf_counter() - t0 < 30
 
 
 def test_plan_verdict_states_the_gain_over_heft_and_the_gap_to_the_bound_in_words():

@@ -14,7 +14,6 @@ import tempfile
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,14 +21,12 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
-from runtime_helpers import FAN, make_plan, ref, task  # noqa: E402
 
 from streammap.errors import KernelError, StreamMapError  # noqa: E402
 from streammap.runrecord import read_run_record  # noqa: E402
 from streammap.runtime import run_plan  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[3]
-HETERO = ROOT.parent / "shared" / "benchmarks" / "clusters" / "hetero-2x4.yaml"
+from tests.helpers.paths import SAMPLES  # noqa: E402
+from tests.helpers.plans import FAN, make_plan, ref, task  # noqa: E402
 
 ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
        "RAY_health_check_period_ms": "200", "RAY_health_check_timeout_ms": "200",
@@ -189,13 +186,11 @@ def test_discover_ray_names_nodes_by_label(cluster, tmp_path):
     assert ray_node_names(fake) == {"abcdef01": "box-abcdef", "12345678": "box-123456", "99999999": "solo"}
 
 
-@pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
-def test_samples_agree_between_ray_and_local(cluster, tmp_path):
-    from test_samples import CASES  # every sample, at the sizes the sample tests use
-
+def test_samples_agree_between_ray_and_local(cluster, tmp_path, hetero_cluster):
     import streammap
+    from tests.samples.test_samples import CASES  # every sample, at the sizes the sample tests use
     for sample, _, params in CASES:
-        plan = streammap.compile(ROOT / "samples" / sample, cluster=str(HETERO), params=params)
+        plan = streammap.compile(SAMPLES / sample, cluster=str(hetero_cluster), params=params)
         local = run_plan(plan, emulate=True, progress=False, telemetry=False)
         got = run_plan(plan, emulate=True, backend="ray", progress=False)
         assert set(got) == set(local)
@@ -204,9 +199,8 @@ def test_samples_agree_between_ray_and_local(cluster, tmp_path):
 
 
 def test_a_stateful_kernel_gives_the_sequential_result_on_ray_under_every_strategy(cluster, tmp_path):
-    from test_stateful_placement import BATCHES, STREAM, TWO_BY_TWO, assert_results, sequential, write
-
     import streammap
+    from tests.placement.test_stateful_placement import BATCHES, STREAM, TWO_BY_TWO, assert_results, sequential, write
     batches, stream = write(tmp_path, BATCHES), write(tmp_path, STREAM, "stream.py")
     # model places by the same co-location step as none and data (test_stateful_placement runs it)
     for path, call, strategy in ((batches, "main", "none"), (batches, "main", "data"), (stream, "stream", "pipeline")):
@@ -215,11 +209,10 @@ def test_a_stateful_kernel_gives_the_sequential_result_on_ray_under_every_strate
         assert_results(run_plan(plan, emulate=True, backend="ray", progress=False), sequential(path, call))
 
 
-@pytest.mark.skipif(not HETERO.exists(), reason="needs ../shared/benchmarks")
-def test_cli_runs_a_plan_on_ray_and_agrees_with_the_local_run(cluster, tmp_path):
+def test_cli_runs_a_plan_on_ray_and_agrees_with_the_local_run(cluster, tmp_path, hetero_cluster):
     from streammap.cli import main
     plan = tmp_path / "plan.yaml"
-    assert main(["compile", str(ROOT / "samples" / "fm_radio.py"), "--cluster", str(HETERO), "-D", "N=2048",
+    assert main(["compile", str(SAMPLES / "fm_radio.py"), "--cluster", str(hetero_cluster), "-D", "N=2048",
                  "-o", str(plan), "--no-history"]) == 0
     assert main(["run", str(plan), "--emulate", "--no-progress", "--no-history", "-o", str(tmp_path / "local.npz")]) == 0
     assert main(["run", str(plan), "--emulate", "--no-progress", "--no-history", "--backend", "ray",
@@ -299,9 +292,8 @@ def test_co_located_tasks_run_at_once_in_one_actor_within_a_whole_device(cluster
 
 
 def test_an_oversubscribed_plan_spills_on_ray_exactly_as_locally(cluster, tmp_path):
-    from test_sharing import ACTIVATIONS, MIB8, direct_activations, tiny
-
     import streammap
+    from tests.placement.test_sharing import ACTIVATIONS, MIB8, direct_activations, tiny
 
     (tmp_path / "prog.py").write_text(textwrap.dedent(ACTIVATIONS))
     plan = streammap.compile(tmp_path / "prog.py", cluster=tiny(10 * MIB8, F=1.5), history=False)

@@ -7,26 +7,14 @@ with its node (recovery), not a crash.
 """
 
 import pickle
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from runtime_helpers import FAN, cpu_devices, cuda_device_count, gpu_devices, make_fake_cupy, make_plan, ref, task  # noqa: E402
-
-from streammap.runtime.ray import ipc  # noqa: E402
-
-
-@pytest.fixture
-def cp(monkeypatch):
-    from streammap.runtime.context import current_device, set_current_device
-    fake = make_fake_cupy(2)
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    before = current_device()
-    yield fake
-    set_current_device(before)           # a DeviceActor made in this process sets it
+from streammap.runtime.ray import ipc
+from tests.helpers.fake_cupy import cuda_device_count
+from tests.helpers.plans import FAN, cpu_devices, gpu_devices, make_plan, ref, task
 
 
 def test_a_shared_result_arrives_on_the_other_gpu_bit_identical(cp):

@@ -4,23 +4,20 @@ What a user relies on: under memory oversubscription a GPU actor keeps its devic
 capacity, counting the CUDA IPC copies that wait for another GPU's consumer; a result whose device
 copy was spilled still reaches that consumer intact through its IPC copy, comes back bit-identical
 for the producer's own later task, and the actor reports the run record's spill fields.
-(The same on the 2-node Ray test cluster: tests/test_ray.py.)
+(The same on the 2-node Ray test cluster: tests/runtime/ray/test_ray.py.)
 """
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from runtime_helpers import FAN, make_plan, ref, task  # noqa: E402
-from test_ray_ipc import cp  # noqa: E402,F401 -- the fake CuPy fixture
+from tests.helpers.plans import FAN, make_plan, ref, task
 
 ROW = 64 * 8                      # one result of FAN: N = 64 doubles
 
 
-def test_a_gpu_actor_spills_around_an_ipc_copy_and_every_consumer_gets_the_right_data(cp, tmp_path, monkeypatch):  # noqa: F811
+def test_a_gpu_actor_spills_around_an_ipc_copy_and_every_consumer_gets_the_right_data(cp, tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
     from streammap.runtime.ray import executor as ray_executor
     from streammap.runtime.ray import ipc

@@ -1,12 +1,14 @@
-"""A fake NVML for telemetry tests (the calls :class:`streammap.monitoring.telemetry.NvmlSampler` makes), and
-a sampler that replays fixed readings."""
+"""A fake NVML for telemetry tests (the calls :class:`streammap.monitoring.telemetry.NvmlSampler` makes),
+a sampler that replays fixed readings, a reader of the metrics a run serves, and a plan of naps."""
 
 from __future__ import annotations
 
 import types
+import urllib.request
 from types import SimpleNamespace
 
 from streammap.monitoring.telemetry import DeviceInfo, Reading, Sampler
+from tests.helpers.plans import cpu_devices, make_plan, ref, task
 
 
 class NVMLError(Exception):
@@ -116,6 +118,30 @@ class ScriptedSampler(Sampler):
         return [Reading(**vars(x)) for x in r]
 
 
+# -- reading what a run serves to Prometheus ---------------------------------------------------
+
+def scrape(port: int) -> str:
+    """The metrics text served on 127.0.0.1:``port``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def value(text: str, name: str, **labels) -> float:
+    """The sample of ``name`` whose labels include ``labels``."""
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        head, _, v = line.rpartition(" ")
+        metric, _, rest = head.partition("{")
+        if metric != name:
+            continue
+        got = dict(p.split("=", 1) for p in rest.rstrip("}").split(",") if "=" in p)
+        got = {k: v.strip('"') for k, v in got.items()}
+        if all(got.get(k) == str(x) for k, x in labels.items()):
+            return float(v)
+    raise KeyError(f"{name} {labels} not in metrics")
+
+
 SLEEPY = """
 import time
 import numpy as np
@@ -133,7 +159,6 @@ def nap(x, k):
 
 def sleepy_plan(tmp_path, n, nap_seconds):
     """``n`` tasks that sleep ``nap_seconds`` each, alternating over two CPU devices after a source."""
-    from runtime_helpers import cpu_devices, make_plan, ref, task
     devs = [d["id"] for d in cpu_devices(2)]
     tasks = [task("src", "source", devs[0])]
     tasks += [task(f"nap{k}", "nap", devs[k % 2], ref("src"), k) for k in range(n)]
