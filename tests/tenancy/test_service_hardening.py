@@ -13,11 +13,11 @@ import threading
 import time
 
 import pytest
-from test_job_service import NLP, SLEEPY, TENANTS, VISION, Service, write_setup
 
 from streammap.tenancy.client import Client, ServiceError
 from streammap.tenancy.service import JobService
 from streammap.tenancy.tenants import TenantsError, load_tenants, token_digest
+from tests.tenancy.test_job_service import NLP, SLEEPY, TENANTS, VISION, Service, write_setup
 
 FREEZE = '''\
 import numpy as np
