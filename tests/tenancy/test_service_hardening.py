@@ -19,7 +19,8 @@ from streammap.tenancy.service import JobService
 from streammap.tenancy.tenants import TenantsError, load_tenants, token_digest
 from tests.tenancy.test_job_service import NLP, SLEEPY, TENANTS, VISION, Service, write_setup
 
-FREEZE = '''\
+#: The issue's freezing clause: the front end now refuses it at once (its tuples are counted).
+TUPLE_BOMB = '''\
 import numpy as np
 
 # @stream param
@@ -33,6 +34,28 @@ def k():
 
 # @stream graph
 def g():
+    return k()
+'''
+
+#: A program within every budget of the front end that still takes many seconds to compile:
+#: a million loop iterations of arithmetic in its graph body.
+FREEZE = '''\
+import numpy as np
+
+# @stream param
+N = 8
+
+
+# @stream kernel(out=8*N)
+def k():
+    return np.zeros(N)
+
+
+# @stream graph
+def g():
+    s = 0
+    for i in range(999_999):
+        s = s + i * i - i // 3
     return k()
 '''
 
@@ -238,6 +261,10 @@ def test_a_program_that_freezes_the_compiler_is_refused_while_other_requests_are
     (tmp_path / "hog.py").write_text(hog)
     with pytest.raises(ServiceError, match="compiling the program took more than (64 MiB of memory|3 s)"):
         vision.submit(tmp_path / "hog.py", "vision")
+    # The issue's tuple bomb does not even get that far: the front end counts its tuples.
+    (tmp_path / "bomb.py").write_text(TUPLE_BOMB)
+    with pytest.raises(ServiceError, match="limit: 10000 items in all"):
+        vision.submit(tmp_path / "bomb.py", "vision")
     assert not any((strict.state / "incoming").iterdir())        # every check's scratch is gone
 
 
