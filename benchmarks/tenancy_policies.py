@@ -2,36 +2,55 @@
 
 A seeded Poisson stream of jobs over the shared benchmark workflows (``../shared/benchmarks``),
 from tenants with unequal arrival shares, replayed through ``streammap.tenancy`` on a generated
-cluster of A100 and V100 nodes (8 GPUs a node; V100s half as fast). Prints the policies side by
-side and the issue's targets with PASS/FAIL:
+cluster of A100 and V100 nodes (8 GPUs a node; V100s half as fast). Every setting is run at
+estimate error sigma 0, 0.5 and 1.0 (real durations = estimates x a seeded log-normal factor),
+and StreamMAP is scored against FIFO on the same arrivals with the issue's targets:
 
-* StreamMAP's average JCT at least 25% below FIFO's;
-* Jain's index over tenants' weighted shares during contention at least 0.95;
-* GPU utilisation no lower than FIFO's.
+| measure                        | sigma 0     | sigma 0.5 | sigma 1.0 |
+| average JCT vs FIFO            | <= 0.60x    | <= 0.65x  | <= 0.75x  |
+| p95 JCT vs FIFO                | <= 0.90x    | <= 1.00x  | <= 1.00x  |
+| Jain's index under contention  | >= 0.95     | >= 0.95   | >= 0.95   |
+| GPU utilisation                | >= FIFO + 5 | >= FIFO   | >= FIFO   |
+| actual start inside interval   | >= 90%      | >= 80%    | reported  |
 
-    python benchmarks/tenancy_policies.py                    # 10,000 jobs on 1,000 GPUs
-    python benchmarks/tenancy_policies.py --jobs 2000 --gpus 200 --estimate-error 0.5
+    python benchmarks/tenancy_policies.py                       # 10,000 jobs on 1,000 GPUs, load 1.1, seed 1
+    python benchmarks/tenancy_policies.py --loads 0.9,1.0,1.1,1.2 --seeds 7,8 --gpus 256,1000 \\
+        --tenants a:4,b:3,c:2,d:1 --tenants a:8,b:1,c:1        # a sweep: one row per setting
+    python benchmarks/tenancy_policies.py --jobs 100000 --gpus 10000 --policies streammap --sigmas 0
+
+``--jobs`` defaults to 10 jobs per GPU (the default's ratio). Tune on some seeds, report on others:
+the README's figures were tuned on seeds 1 and 2 and are reported on held-out seeds 7 and 8.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import math
 import sys
 import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from streammap.cluster.model import cluster_from_dict  # noqa: E402
-from streammap.tenancy.admission import SLACK  # noqa: E402
-from streammap.tenancy.jobs import graphs_in, poisson_jobs  # noqa: E402
-from streammap.tenancy.simulate import compare, plot, results_table, write_csv  # noqa: E402
+from streammap.io.files import atomic_write_text  # noqa: E402
+from streammap.tenancy.admission import POLICIES, SLACK, SLOWDOWN, Job  # noqa: E402
+from streammap.tenancy.estimate import Estimator  # noqa: E402
+from streammap.tenancy.jobs import graphs_in, parse_tenant_shares, poisson_jobs  # noqa: E402
+from streammap.tenancy.simulate import prepare_jobs, simulate  # noqa: E402
+from streammap.tenancy.tenants import tenants_from_dict  # noqa: E402
 
 WORKFLOWS = ROOT.parent / "shared" / "benchmarks" / "workflows"
+#: sigma -> (avg JCT ratio at most, p95 ratio at most, utilisation points above FIFO at least,
+#: start coverage at least or None).
+TARGETS = {0.0: (0.60, 0.90, 5.0, 0.90), 0.5: (0.65, 1.00, 0.0, 0.80), 1.0: (0.75, 1.00, 0.0, None)}
+JAIN = 0.95
 
 
 def generated_cluster(gpus: int) -> dict:
@@ -48,63 +67,156 @@ def generated_cluster(gpus: int) -> dict:
     return {"name": f"gen-{gpus}", "network": {"bandwidth": "25 GB/s", "latency": "10us"}, "nodes": nodes}
 
 
+def arrival_rate(load: float, graphs, shares, estimator: Estimator, seed: int) -> float:
+    """The arrival rate that offers ``load``: work in GPU-seconds on the fastest model, against the
+    cluster's capacity in fastest-model GPUs (a V100 at half speed counts as half a GPU)."""
+    probe = prepare_jobs(poisson_jobs(graphs, 1.0, len(graphs) * 20, shares, seed=seed), estimator)
+    mean_work = sum(j.work for j in probe) / len(probe)
+    capacity = sum(len(devs) * sum(j.demand.best.duration / j.demand.option(m).duration for j in probe) / len(probe)
+                   for m, devs in estimator.pools.items())
+    return load * capacity / mean_work
+
+
+def run_setting(gpus: int, jobs: int, mix: str, seed: int, load: float, sigmas, policies, slack, slowdown,
+                estimators: dict) -> list[dict]:
+    """One (cluster, tenants, seed, load): every policy at every sigma, on the same arrivals."""
+    shares = parse_tenant_shares(mix)
+    if gpus not in estimators:
+        estimators[gpus] = (cluster_from_dict(generated_cluster(gpus)), None)
+        estimators[gpus] = (estimators[gpus][0], Estimator(estimators[gpus][0]))
+    cluster, est = estimators[gpus]
+    graphs = graphs_in([WORKFLOWS])
+    rate = arrival_rate(load, graphs, shares, est, seed)
+    admitted = prepare_jobs(poisson_jobs(graphs, rate, jobs, shares, seed=seed), est)
+    tenants = tenants_from_dict(sorted(shares))
+    rows = []
+    for sigma in sigmas:
+        res = {}
+        for p in policies:
+            res[p] = simulate([_copy(j) for j in admitted], cluster, tenants, policy=p, estimate_error=sigma,
+                              seed=seed, slack=slack, slowdown=slowdown)
+        rows.append({"gpus": gpus, "jobs": jobs, "tenants": mix, "seed": seed, "load": load, "sigma": sigma,
+                     "results": res})
+    return rows
+
+
+def _copy(job):
+    return Job(job.id, job.tenant, job.arrival, job.demand, job.priority)
+
+
+def verdicts(row: dict) -> list[tuple[str, bool | None]]:
+    """The targets of ``row``'s sigma for StreamMAP against FIFO: (text, pass) pairs."""
+    res = row["results"]
+    if "fifo" not in res or "streammap" not in res:
+        return []
+    fifo, sm = res["fifo"], res["streammap"]
+    avg_max, p95_max, util_pts, cov_min = TARGETS.get(row["sigma"], TARGETS[1.0])
+    avg, p95 = sm.avg_jct / fifo.avg_jct, sm.p95_jct / fifo.p95_jct
+    pts = 100 * (sm.utilisation - fifo.utilisation)
+    out = [(f"avg JCT {avg:.2f}x FIFO (<= {avg_max:.2f}x)", avg <= avg_max),
+           (f"p95 JCT {p95:.2f}x FIFO (<= {p95_max:.2f}x)", p95 <= p95_max),
+           (f"Jain {sm.jain:.3f} (>= {JAIN})", None if math.isnan(sm.jain) else sm.jain >= JAIN),
+           (f"utilisation {pts:+.1f} points vs FIFO (>= {util_pts:+.0f})", pts >= util_pts - 1e-9),
+           (f"start inside interval {sm.start_coverage:.0%}" + (f" (>= {cov_min:.0%})" if cov_min else ""),
+            None if cov_min is None or math.isnan(sm.start_coverage) else sm.start_coverage >= cov_min)]
+    return out
+
+
+def sweep_table(rows: list[dict]) -> Table:
+    t = Table(title="StreamMAP against FIFO on the same arrivals (ratios; utilisation in points)")
+    for col in ("GPUs", "jobs", "tenants", "seed", "load", "sigma", "avg JCT", "p95 JCT", "DRF avg/p95",
+                "Jain", "util", "util arr.", "in interval", "sim s", "targets"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        res = r["results"]
+        fifo, sm, drf = res.get("fifo"), res.get("streammap"), res.get("drf")
+        if fifo is None or sm is None:
+            continue
+        v = verdicts(r)
+        met = sum(1 for _, ok in v if ok)
+        graded = sum(1 for _, ok in v if ok is not None)
+        failed = ", ".join(text.split(" ")[0] + (" JCT" if "JCT" in text.split(" ")[1] else "")
+                           for text, ok in v if ok is False)
+        t.add_row(str(r["gpus"]), str(r["jobs"]), r["tenants"], str(r["seed"]), f"{r['load']:g}", f"{r['sigma']:g}",
+                  f"{sm.avg_jct / fifo.avg_jct:.2f}", f"{sm.p95_jct / fifo.p95_jct:.2f}",
+                  f"{drf.avg_jct / fifo.avg_jct:.2f}/{drf.p95_jct / fifo.p95_jct:.2f}" if drf else "-",
+                  "n/a" if math.isnan(sm.jain) else f"{sm.jain:.3f}",
+                  f"{100 * (sm.utilisation - fifo.utilisation):+.1f}",
+                  f"{100 * (sm.utilisation_arriving - fifo.utilisation_arriving):+.1f}",
+                  "n/a" if math.isnan(sm.start_coverage) else f"{sm.start_coverage:.0%}",
+                  f"{sm.wall_seconds:.0f}", f"{met}/{graded}" + (f" ({failed})" if failed else ""))
+    return t
+
+
+def write_rows(rows: list[dict], path: Path) -> None:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["gpus", "jobs", "tenants", "seed", "load", "sigma", "policy", "avg_jct", "p95_jct", "utilisation", "utilisation_arriving",
+                "jain", "start_coverage", "shown_intervals", "preemptions", "sim_wall_seconds"])
+    for r in rows:
+        for p, s in r["results"].items():
+            w.writerow([r["gpus"], r["jobs"], r["tenants"], r["seed"], r["load"], r["sigma"], p, f"{s.avg_jct:.3f}",
+                        f"{s.p95_jct:.3f}", f"{s.utilisation:.5f}", f"{s.utilisation_arriving:.5f}", f"{s.jain:.5f}", f"{s.start_coverage:.4f}",
+                        s.shown_intervals, sum(j.preemptions for j in s.jobs), f"{s.wall_seconds:.2f}"])
+    atomic_write_text(path, buf.getvalue(), what="CSV")
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=10_000)
-    ap.add_argument("--gpus", type=int, default=1_000)
-    ap.add_argument("--load", type=float, default=1.1,
-                    help="offered load: arrival rate x mean job GPU-seconds (fastest model) / the cluster's "
-                         "capacity in fastest-model GPUs")
-    ap.add_argument("--tenants", default="a:4,b:3,c:2,d:1", help="NAME:ARRIVAL_SHARE,...")
-    ap.add_argument("--estimate-error", type=float, default=0.0)
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=None, help="jobs per setting (default 10 per GPU)")
+    ap.add_argument("--gpus", default="1000", help="cluster sizes, comma-separated")
+    ap.add_argument("--loads", "--load", default="1.1",
+                    help="offered loads, comma-separated: arrival rate x mean job GPU-seconds (fastest model) / "
+                         "the cluster's capacity in fastest-model GPUs")
+    ap.add_argument("--tenants", action="append", default=None,
+                    help="NAME:ARRIVAL_SHARE,... (repeat for several mixes; default a:4,b:3,c:2,d:1)")
+    ap.add_argument("--sigmas", "--estimate-error", default="0,0.5,1.0", help="estimate errors, comma-separated")
+    ap.add_argument("--seeds", "--seed", default="1", help="seeds, comma-separated")
+    ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--slack", type=float, default=SLACK, help="the streammap policy's placement slack")
+    ap.add_argument("--slowdown", type=float, default=SLOWDOWN, help="the streammap policy's slowdown deadline")
     ap.add_argument("--out", default="bench-out")
-    ap.add_argument("--write-cluster", metavar="FILE", help="also write the generated cluster file (for streammap simulate)")
     args = ap.parse_args(argv)
-    out = Console(highlight=False, width=200)
-
-    from streammap.tenancy.estimate import Estimator
-    from streammap.tenancy.jobs import parse_tenant_shares
-    from streammap.tenancy.simulate import prepare_jobs
-    shares = parse_tenant_shares(args.tenants)
-    cluster = cluster_from_dict(generated_cluster(args.gpus))
-    if args.write_cluster:
-        from streammap.io.files import atomic_write_text
-        atomic_write_text(args.write_cluster, cluster.to_yaml(), what="cluster file")
-    graphs = graphs_in([WORKFLOWS])
-    # The arrival rate that offers --load: work in GPU-seconds on the fastest model, against the
-    # cluster's capacity in fastest-model GPUs (a V100 at half speed counts as half a GPU).
-    probe = prepare_jobs(poisson_jobs(graphs, 1.0, len(graphs) * 20, shares, seed=args.seed), Estimator(cluster))
-    mean_work = sum(j.work for j in probe) / len(probe)
-    sizes = Estimator(cluster).pools
-    capacity = sum(len(devs) * sum(j.demand.best.duration / j.demand.option(m).duration for j in probe) / len(probe)
-                   for m, devs in sizes.items())
-    rate = args.load * capacity / mean_work
-    specs = poisson_jobs(graphs, rate, args.jobs, shares, seed=args.seed)
-    out.print(f"{args.jobs} jobs ({len(graphs)} workflows), tenants {args.tenants}, {args.gpus} GPUs, "
-              f"load {args.load}, {rate:.4g} arrivals/s, estimate error sigma {args.estimate_error}, "
-              f"placement slack {args.slack:g}", markup=False)
+    out = Console(highlight=False, width=220)
+    mixes = args.tenants or ["a:4,b:3,c:2,d:1"]
+    policies = [p for p in args.policies.split(",") if p]
+    estimators: dict = {}
+    rows = []
     t0 = time.perf_counter()
-    results = compare(specs, cluster, estimate_error=args.estimate_error, seed=args.seed, slack=args.slack)
-    elapsed = time.perf_counter() - t0
-    out.print(results_table(results))
+    for gpus in _ints(args.gpus):
+        for mix in mixes:
+            for seed in _ints(args.seeds):
+                for load in _floats(args.loads):
+                    rows += run_setting(gpus, args.jobs or 10 * gpus, mix, seed, load, _floats(args.sigmas),
+                                        policies, args.slack, args.slowdown, estimators)
+                    out.print(f"... {gpus} GPUs, {mix}, seed {seed}, load {load}: done "
+                              f"({time.perf_counter() - t0:.0f} s)", markup=False)
+    out.print(f"slowdown deadline {args.slowdown:g}, placement slack {args.slack:g}", markup=False)
+    out.print(sweep_table(rows))
+    for r in rows:
+        for p, s in r["results"].items():
+            if p == "streammap" and "fifo" not in r["results"]:
+                out.print(f"{r['gpus']} GPUs, {r['jobs']} jobs, sigma {r['sigma']}: streammap simulated in "
+                          f"{s.wall_seconds:.1f} s (avg JCT {s.avg_jct:,.0f} s, utilisation {s.utilisation:.1%})",
+                          markup=False)
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
-    write_csv(results, folder / "tenancy.csv")
-    plot(results, folder / "tenancy.png")
-    by = {r.policy: r for r in results}
-    fifo, sm = by["fifo"], by["streammap"]
-    cut = 1 - sm.avg_jct / fifo.avg_jct
-    checks = [(f"avg JCT {cut:.0%} below FIFO's (target >= 25%)", cut >= 0.25),
-              (f"Jain's index {sm.jain:.3f} under contention (target >= 0.95)", sm.jain >= 0.95),
-              (f"utilisation {sm.utilisation:.1%} vs FIFO {fifo.utilisation:.1%} (target >= FIFO)",
-               sm.utilisation >= fifo.utilisation - 1e-9)]
-    for text, ok in checks:
-        out.print(f"{'PASS' if ok else 'FAIL'}  {text}", markup=False)
-    out.print(f"all three policies simulated (with estimation) in {elapsed:.1f} s; wrote {folder / 'tenancy.csv'}, "
-              f"{folder / 'tenancy.png'}", markup=False)
-    return 0 if all(ok for _, ok in checks) else 1
+    write_rows(rows, folder / "tenancy.csv")
+    failed = [(r, text) for r in rows for text, ok in verdicts(r) if ok is False]
+    for r, text in failed:
+        out.print(f"FAIL  {r['gpus']} GPUs {r['tenants']} seed {r['seed']} load {r['load']} sigma {r['sigma']}: "
+                  f"{text}", markup=False)
+    out.print(f"{len(rows)} settings in {time.perf_counter() - t0:.0f} s; wrote {folder / 'tenancy.csv'}",
+              markup=False)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def _status(args) -> int:
         lines.append(f"devices: {', '.join(j['devices'])} ({j['model']})")
     lines.append("estimated duration: " + ", ".join(f"{m} {t:.4g} s" for m, t in j["estimates"].items()))
     if j.get("estimated_start") is not None:
-        lines.append(f"estimated start: {_estimated_start(j, time.time())} (if the jobs ahead take their estimates)")
+        lines.append(f"estimated start: {_estimated_start(j, time.time())} (the range is calibrated to hold 9 starts in 10)")
     if j.get("error"):
         lines.append(j["error"])
     _print("\n".join(lines))
@@ -82,10 +82,16 @@ def _status(args) -> int:
 
 
 def _estimated_start(j: dict, now: float) -> str:
-    """A queued job's reservation: "in 42 s on A100", or "-" (running, or not planned yet)."""
+    """A queued job's reservation: "in 42 s (30-90 s) on A100", or "-" (running, or not planned yet).
+
+    The interval is calibrated on how earlier jobs' real starts compared with their estimates."""
     if j.get("estimated_start") is None:
         return "-"
-    return f"in {max(0.0, j['estimated_start'] - now):.0f} s on {j['estimated_model']}"
+    text = f"in {max(0.0, j['estimated_start'] - now):.0f} s"
+    if j.get("estimated_start_interval"):
+        lo, hi = (max(0.0, t - now) for t in j["estimated_start_interval"])
+        text += f" ({lo:.0f}-{hi:.0f} s)"
+    return f"{text} on {j['estimated_model']}"
 
 
 def _cancel(args) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from streammap.cli.common import console
 from streammap.errors import StreamMapError
-from streammap.tenancy.admission import POLICIES, SLACK
+from streammap.tenancy.admission import POLICIES, SLACK, SLOWDOWN
 from streammap.tenancy.jobs import graphs_in, load_jobs, parse_tenant_shares, poisson_jobs, write_jobs
 from streammap.tenancy.simulate import DEFAULT_GRAPHS, compare, plot, results_table, write_csv, write_jobs_csv
 
@@ -34,7 +34,10 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--slack", type=float, default=SLACK,
                    help=f"streammap policy: start a job now on a slower model with room if it ends there within "
                         f"SLACK x its time to finish on a faster busy one (default {SLACK:g}; 1 always waits)")
-    parser.add_argument("--out", default="simulate-out", help="folder for simulate.csv, simulate-jobparser.csv, simulate.png")
+    parser.add_argument("--slowdown", type=float, default=SLOWDOWN,
+                   help=f"streammap policy: a tenant's jobs go in order of arrival + SLOWDOWN x estimated duration "
+                        f"(default {SLOWDOWN:g}; 0 is arrival order, inf shortest first)")
+    parser.add_argument("--out", default="simulate-out", help="folder for simulate.csv, simulate-jobs.csv, simulate.png")
     parser.set_defaults(func=run)
 
 
@@ -60,9 +63,13 @@ def run(args) -> int:
     if not args.slack >= 1:
         raise StreamMapError(f"--slack must be at least 1, not {args.slack:g}",
                              hint="1 always waits for the earliest finish; 2 starts on a half-speed model with room")
+    if not args.slowdown >= 0:
+        raise StreamMapError(f"--slowdown must be at least 0, not {args.slowdown:g}",
+                             hint="0 orders a tenant's jobs by arrival; inf puts the shortest first")
     specs = load_jobs(args.jobs)
     results = compare(specs, args.cluster, tenants=tenants_arg, policies=policies, mapper=args.mapper,
-                      estimate_error=args.estimate_error, seed=args.seed, slack=args.slack)
+                      estimate_error=args.estimate_error, seed=args.seed, slack=args.slack,
+                      slowdown=args.slowdown)
     out.print(results_table(results))
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)

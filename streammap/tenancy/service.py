@@ -257,7 +257,9 @@ class JobService:
 
     def public(self, row: dict) -> dict:
         """What a tenant may see of its job, with the last pass's estimated start if it waits."""
-        return _public(row, self.scheduler.estimated_starts.get(row["id"]) if row["state"] == "queued" else None)
+        queued = row["state"] == "queued"
+        return _public(row, self.scheduler.estimated_starts.get(row["id"]) if queued else None,
+                       self.scheduler.start_intervals.get(row["id"]) if queued else None)
 
     def job(self, tenant: str, job_id: str) -> dict:
         row = self.store.get(job_id)
@@ -498,8 +500,10 @@ def _demand_dict(d: Demand) -> dict:
     return {"gpus": d.gpus, "options": [o.__dict__ for o in d.options]}
 
 
-def _public(row: dict, planned: tuple[float, str] | None = None) -> dict:
-    """What a tenant may see of its job; ``planned``: its reservation (start time, model), if any."""
+def _public(row: dict, planned: tuple[float, str] | None = None,
+            interval: tuple[float, float] | None = None) -> dict:
+    """What a tenant may see of its job; ``planned``: its reservation (start time, model), if any;
+    ``interval``: the calibrated (earliest, latest) start around it (``streammap.tenancy.forecast``)."""
     keys = ("id", "tenant", "state", "priority", "submitted", "started", "finished", "source", "params", "entry",
             "attempts", "error")
     out = {k: row[k] for k in keys}
@@ -515,6 +519,7 @@ def _public(row: dict, planned: tuple[float, str] | None = None) -> dict:
     out["isolation"] = g.get("isolation")
     out["limits"] = g.get("limits")
     out["estimated_start"], out["estimated_model"] = planned if planned else (None, None)
+    out["estimated_start_interval"] = list(interval) if interval else None
     return out
 
 

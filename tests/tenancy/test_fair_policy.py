@@ -1,0 +1,94 @@
+"""The streammap policy's tail and its promises: slowdown deadlines, calibrated start intervals."""
+
+import math
+
+import numpy as np
+
+from streammap.cluster.model import cluster_from_dict
+from streammap.tenancy.admission import Job, Scheduler
+from streammap.tenancy.estimate import Demand, Option
+from streammap.tenancy.forecast import MIN_SAMPLES, PRIOR, StartForecast
+from streammap.tenancy.simulate import simulate
+from streammap.tenancy.tenants import tenants_from_dict
+
+
+def one_model_cluster(gpus):
+    return cluster_from_dict({"name": "t", "nodes": [
+        {"name": "n0", "link": {"bandwidth": "300 GB/s", "latency": "3us"}, "devices": [{"name": f"g{i}", "kind": "gpu", "model": "A100", "memory": "80GiB"}
+                                   for i in range(gpus)]}]})
+
+
+def job(jid, arrival, duration, gpus=1, tenant="a"):
+    return Job(jid, tenant, arrival, Demand(gpus, (Option("A100", gpus, duration, 1e9),)))
+
+
+def test_a_long_job_is_not_starved_by_a_stream_of_short_ones():
+    # One GPU, a short job arriving every second for 1,000 s (exactly as fast as they run) and
+    # one 100 s job at t=0.5: shortest-first never finds a moment for it until the stream ends.
+    def stream():
+        return [job(f"s{i}", float(i), 1.0) for i in range(1000)] + [job("long", 0.5, 100.0)]
+
+    tenants = tenants_from_dict(["a"])
+    shortest = {j.id: j for j in simulate(stream(), one_model_cluster(1), tenants, slowdown=math.inf).jobs}
+    assert shortest["long"].start >= 999
+    # The slowdown deadline (arrival + 4 x 100 s) puts it before every short job arriving after it.
+    fair = {j.id: j for j in simulate(stream(), one_model_cluster(1), tenants, slowdown=4).jobs}
+    assert fair["long"].start <= 0.5 + 4 * 100 + 1
+
+
+def test_a_zero_slowdown_orders_a_tenants_jobs_by_arrival():
+    s = Scheduler(one_model_cluster(1), tenants_from_dict(["a"]), slowdown=0)
+    s.submit(job("busy", 0, 10))
+    s.schedule(0)
+    s.submit(job("long", 1, 50))
+    s.submit(job("short", 2, 1))
+    s.finish("busy")
+    assert [x.job_id for x in s.schedule(10)[0]] == ["long"]
+
+
+def test_the_interval_is_wide_until_calibrated_then_follows_how_promises_held():
+    f = StartForecast(coverage=0.9)
+    assert f.interval(100.0, 200.0) == (100 + PRIOR[0] * 100, 100 + PRIOR[1] * 100)
+    rng = np.random.default_rng(0)
+    ratios = rng.uniform(0.5, 1.5, size=2000)
+    for i, r in enumerate(ratios):
+        f.planned(f"j{i}", 0.0, 100.0)          # promised a start in 100 s ...
+        f.started(f"j{i}", 100.0 * r)           # ... and started after 100 x r s
+    lo, hi = f.band
+    assert 0.5 <= lo < 0.6 and 1.4 < hi <= 1.5   # the 5th and 95th percentiles of the ratios
+    assert f.interval(1000.0, 1100.0) == (1000 + lo * 100, 1000 + hi * 100)
+
+
+def test_only_the_first_promise_of_a_job_is_scored_and_a_cancelled_job_teaches_nothing():
+    f = StartForecast()
+    first = f.planned("j", 0.0, 100.0)
+    f.planned("j", 50.0, 300.0)                 # re-planned later: the user already saw the first
+    assert f.first_shown["j"] == first
+    f.planned("gone", 0.0, 10.0)
+    f.forget("gone")
+    f.started("gone", 5.0)
+    f.started("j", 90.0)
+    assert len(f._ratios) == 1 and f._ratios[0] == 0.9
+
+
+def test_every_planned_start_comes_with_an_interval_around_it():
+    s = Scheduler(one_model_cluster(4), tenants_from_dict(["a"]))
+    s.submit(job("wide", 0, 10, gpus=4))
+    s.schedule(0)
+    for i in range(5):
+        s.submit(job(f"w{i}", 1, 5 + i, gpus=2))
+    s.schedule(1)
+    assert set(s.start_intervals) == set(s.estimated_starts) and s.estimated_starts
+    for jid, (at, _) in s.estimated_starts.items():
+        lo, hi = s.start_intervals[jid]
+        assert lo <= at <= hi
+
+
+def test_the_simulator_scores_how_often_starts_fall_inside_the_shown_interval():
+    rng = np.random.default_rng(4)
+    jobs = [job(f"j{i}", i * 0.5, float(rng.uniform(5, 20)), int(rng.choice([1, 2])), tenant=str(rng.choice(["a", "b"])))
+            for i in range(600)]
+    res = simulate(jobs, one_model_cluster(8), tenants_from_dict(["a", "b"]))
+    assert res.shown_intervals > MIN_SAMPLES
+    assert res.start_coverage >= 0.8            # exact estimates: the calibrated band holds most starts
+    assert res.summary()["start_coverage"] == res.start_coverage
