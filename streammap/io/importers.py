@@ -52,7 +52,8 @@ _NL_HINT = ("a node-link file has 'directed', 'nodes' and 'edges' (or 'links'); 
             "'kernel' and 'runtime' or 'times', each edge 'source', 'target' and 'bytes'")
 _PEGASUS_ID = re.compile(r"_ID\d+$")
 #: Node-link attributes copied into the IR (the others are ignored).
-_PASS = ("site", "code", "flops", "bytes", "mem", "out", "device", "split", "share", "stateful", "retries")
+_PASS = ("site", "code", "flops", "bytes", "mem", "out", "device", "split", "share", "stateful", "retries",
+         "timeout")
 
 
 def load_graph(path) -> nx.DiGraph:
