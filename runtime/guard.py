@@ -145,9 +145,10 @@ def explain(exc: BaseException, kernel: str, task: str) -> BaseException:
 
 
 def written_arguments(exc: BaseException, kernel: str) -> Optional[list]:
-    """The names of the kernel's arguments that the failed write went to, best first: the read-only
-    arguments whose memory the failing line's read-only arrays share (``[]``: a read-only argument,
-    but which one is unknown); ``None`` when no argument of the kernel is read-only."""
+    """The names of the kernel's arguments that the failed write went to: the read-only arguments
+    whose memory the read-only arrays the failing line writes into share; when the line does not
+    tell, the only read-only argument (``[]``: one of several). ``None``: the write did not go to
+    an input (no argument is read-only, or the line wrote into another read-only array)."""
     frames = [(tb.tb_frame, tb.tb_lineno) for tb in _walk(exc.__traceback__)]
     own = [(f, n) for f, n in frames if not f.f_code.co_filename.startswith(_HERE)]
     if not own:
@@ -167,10 +168,10 @@ def written_arguments(exc: BaseException, kernel: str) -> Optional[list]:
     targets = [v for name in _written_names(line)
                for v in leaves(inner.f_locals.get(name))
                if isinstance(v, _ndarray) and not v.flags.writeable]
-    hit = [name for name, found in arrays.items()
-           if any(numpy.may_share_memory(a, t) for a in found for t in targets)]
-    if hit:
-        return hit
+    if targets:                           # the line says what it wrote into: one of the inputs, or not
+        hit = [name for name, found in arrays.items()
+               if any(numpy.may_share_memory(a, t) for a in found for t in targets)]
+        return hit or None
     return list(arrays) if len(arrays) == 1 else []
 
 

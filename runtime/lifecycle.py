@@ -116,13 +116,20 @@ class RunSession:
 
     def begin(self) -> None:
         """The run starts now (its resources are up): the record's ``started``, and the record
-        written with status ``incomplete`` until :meth:`finish` replaces it."""
+        written with status ``incomplete`` until :meth:`finish` replaces it (when it can be
+        written: else the end of the run reports the path)."""
         self.started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
         self._t_begin = time.perf_counter()
-        if self.record_path is not None:
+        if self.record_path is None:
+            return
+        try:
             write_run_record(incomplete_record(self.plan, emulate=self.emulate, started=self.started,
                                                plan_path=self.plan_path, backend=self.backend), self.record_path)
-            self._incomplete = True
+        except StreamMapError:
+            # A folder that cannot be written: the run goes on, and its end reports the path (the
+            # outputs' or the record's) as a run without this record always did.
+            return
+        self._incomplete = True
 
     def supervise(self, placements: dict, *, remap=None, telemetry: Optional[bool] = None, samplers=None,
                   record_telemetry: bool = True) -> RunSupervisor:

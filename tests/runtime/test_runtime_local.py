@@ -587,9 +587,7 @@ def test_gpu_random_dags_match_sequential_evaluation(tmp_path, gpu, seed):
 def test_unwritable_outputs_path_is_a_clear_error(tmp_path):
     plan = fan_plan(tmp_path, width=2)
     with pytest.raises(StreamMapError, match="cannot write the outputs"):
-        run_plan(plan, emulate=True, outputs_path=tmp_path / "missing" / "o.npz", record_path=tmp_path / "o.run.json",
-                 progress=False)
-    assert json.loads((tmp_path / "o.run.json").read_text())["status"] == "failed"
+        run_plan(plan, emulate=True, outputs_path=tmp_path / "missing" / "o.npz", progress=False)
 
 
 def test_plan_file_path_is_accepted_and_named_in_the_record(tmp_path):
