@@ -61,5 +61,6 @@ def incomplete_summary(record) -> str:
     return "\n".join([
         f"run of {record.plan}: INCOMPLETE ({mode}), started {record.started}",
         f"error: {record.error}",
-        "the run never ended: no task time, output or telemetry was recorded; the estimates below are the plan's",
+        "the run never ended: no task time, output or telemetry was recorded (a task shown 'not run' may have "
+        "run); the estimates below are the plan's",
     ])

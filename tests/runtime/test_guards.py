@@ -15,7 +15,7 @@ import types
 
 import numpy as np
 import pytest
-from runtime_helpers import cpu_devices, gpu_devices, make_plan, ref, task
+from runtime_helpers import cpu_devices, cuda_device_count, gpu_devices, make_plan, ref, task
 
 import streammap
 from streammap.cli import main
@@ -532,3 +532,49 @@ def test_input_written_is_what_the_error_is(tmp_path):
     with pytest.raises(KernelError) as info:
         run_plan(plan_of(tmp_path, rows, ref("w")), emulate=True, progress=False, telemetry=False)
     assert isinstance(info.value.cause, InputWritten)
+
+
+# -- on real GPUs (skipped without CuPy and a CUDA device) ----------------------------------------
+
+needs_gpu = pytest.mark.skipif(cuda_device_count() == 0, reason="needs CuPy and a CUDA device")
+
+GPU_PROG = """
+import time
+
+import numpy as np
+
+def source():
+    return np.arange(8.0)
+
+def poke(x):
+    x[0] = -1.0                 # CuPy arrays have no read-only flag: only check_inputs sees this
+    return x.sum()
+
+# @stream kernel(timeout=0.3)
+def hang(x):
+    time.sleep(3)
+    return x
+"""
+
+
+def one_gpu():
+    return [{"id": "node0/gpu0", "kind": "gpu", "vendor": "nvidia", "index": 0}]
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_check_inputs_finds_a_write_into_a_gpu_input(tmp_path):
+    rows = [task("src", "source", "node0/gpu0"), task("p", "poke", "node0/gpu0", ref("src"))]
+    plan = make_plan(tmp_path, GPU_PROG, rows, devices=one_gpu(), outputs=ref("p"))
+    run_plan(plan, progress=False, telemetry=False)                   # unchecked: unseen
+    assert "kernel 'poke' changed its argument 'x' in place" in failure(plan, check_inputs=True)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_a_gpu_task_past_its_timeout_is_not_retried(tmp_path):
+    rows = [task("src", "source", "node0/gpu0"), timed(task("h", "hang", "node0/gpu0", ref("src"), retries=2), 0.3)]
+    plan = make_plan(tmp_path, GPU_PROG, rows, devices=one_gpu(), outputs=ref("h"))
+    text = failure(plan, record_path=tmp_path / "r.run.json")
+    assert "kernel 'hang' ran past its timeout of 0.3 s" in text and "node0/gpu0 is not used again in this run" in text
+    assert {t.id: t.attempts for t in read_run_record(tmp_path / "r.run.json").tasks}["h"] == 1
