@@ -436,7 +436,8 @@ def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed: set, wha
 
 CLAUSE_HINT = ("flops, bytes, mem and out are non-negative numbers; device is a string (\"gpu\", "
                 "\"cpu\", \"any\", or a model/vendor); split is an int axis; share is a number in "
-                "(0, 1]; stateful is a bool; retries is an int >= 0")
+                "(0, 1]; stateful is a bool; retries is an int >= 0; timeout is a number of seconds > 0 "
+                "(or None)")
 
 
 def clause_problem(name: str, value) -> str | None:
@@ -463,6 +464,9 @@ def clause_problem(name: str, value) -> str | None:
     if name == "retries":
         return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
             else f"retries must be an int >= 0, got {value!r}"
+    if name == "timeout":
+        return None if value is None or (number(value) and math.isfinite(value) and value > 0) \
+            else f"timeout must be a number of seconds > 0, got {value!r}"
     if name == "items":
         return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
             else f"items must be an int >= 0, got {value!r}"
@@ -484,7 +488,7 @@ def _short(value) -> str:
 
 def clause_attr(name: str, value):
     """The IR attribute value of a valid clause value."""
-    if name in SIZE_CLAUSES or name == "share":
+    if name in SIZE_CLAUSES or name in ("share", "timeout"):
         return None if value is None else float(value)
     return value
 

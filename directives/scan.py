@@ -47,7 +47,7 @@ from streammap.errors import DirectiveError
 #: Directive name -> the clauses it accepts.
 DIRECTIVES = {
     "param": (),
-    "kernel": ("flops", "bytes", "mem", "out", "device", "split", "share", "stateful", "retries"),
+    "kernel": ("flops", "bytes", "mem", "out", "device", "split", "share", "stateful", "retries", "timeout"),
     "graph": (),
     "pipeline": ("items",),
 }

@@ -191,6 +191,8 @@ class CupyDevice:
     """
 
     is_gpu = True
+    #: A call that ran past its timeout was abandoned here (:mod:`.guard`): its stream may never finish.
+    abandoned = False
 
     def __init__(self, placement: Placement, cupy):
         self.id = placement.device_id

@@ -11,22 +11,29 @@ to any of it lands once. A run goes:
 2. ``with session:`` the alert rules are read and checked, then the metrics port is opened (when
    ``metrics`` is a port). The backend opens its own resources (the program, a Ray connection)
    and hands their closing to the session (:meth:`RunSession.defer`); :meth:`RunSession.begin`
-   stamps the start; :meth:`RunSession.supervise` starts watching (alerts, metrics, telemetry:
+   stamps the start and writes the run record with status ``incomplete`` (:func:`incomplete_record`),
+   so that a process that ends in the middle of the run (a kernel calling ``os._exit``, a
+   segfault, a kill) leaves a record that says so; :meth:`RunSession.supervise` starts watching (alerts, metrics, telemetry:
    :class:`~streammap.runtime.supervisor.RunSupervisor`).
 3. Leaving the ``with`` (also on an error) closes everything in the reverse order it was opened:
    the supervisor first (a last sample, while the backend's resources are still up; its
    telemetry and alerts are kept for the record and the supervisor itself is dropped, so that
    what monitoring allocated is freed before the record's YAML and JSON work), then what the
-   backend deferred, then the metrics the session opened.
+   backend deferred, then the metrics the session opened. When an exception leaves the ``with``
+   after :meth:`RunSession.begin` (the backend failed, not a kernel: that is in the outcome), the
+   incomplete record is replaced by a ``failed`` one naming the exception.
 4. :meth:`RunSession.finish` (:func:`finish_run`): the outputs written (only when the run
-   succeeded), the run record written (also when it failed), then the outputs returned or the
-   run's error raised.
+   succeeded), the run record written over the incomplete one (also when the run failed), then
+   the outputs returned or the run's error raised.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import os
+import socket
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Optional
@@ -91,6 +98,8 @@ class RunSession:
         self.alerts: list = []
         self._record_telemetry = True
         self._closers = ExitStack()
+        self._incomplete = False             # the record on disk says "incomplete"
+        self._t_begin: Optional[float] = None
 
     # -- set-up --------------------------------------------------------------------------------
     def __enter__(self) -> "RunSession":
@@ -106,8 +115,21 @@ class RunSession:
         self._closers.callback(close, *args)
 
     def begin(self) -> None:
-        """The run starts now (its resources are up): the record's ``started``."""
+        """The run starts now (its resources are up): the record's ``started``, and the record
+        written with status ``incomplete`` until :meth:`finish` replaces it (when it can be
+        written: else the end of the run reports the path)."""
         self.started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        self._t_begin = time.perf_counter()
+        if self.record_path is None:
+            return
+        try:
+            write_run_record(incomplete_record(self.plan, emulate=self.emulate, started=self.started,
+                                               plan_path=self.plan_path, backend=self.backend), self.record_path)
+        except StreamMapError:
+            # A folder that cannot be written: the run goes on, and its end reports the path (the
+            # outputs' or the record's) as a run without this record always did.
+            return
+        self._incomplete = True
 
     def supervise(self, placements: dict, *, remap=None, telemetry: Optional[bool] = None, samplers=None,
                   record_telemetry: bool = True) -> RunSupervisor:
@@ -132,8 +154,27 @@ class RunSession:
         return self.supervisor
 
     # -- tear-down -----------------------------------------------------------------------------
-    def __exit__(self, *exc) -> bool:
-        return self._closers.__exit__(*exc)
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            return self._closers.__exit__(exc_type, exc, tb)
+        finally:
+            if exc is not None and self._incomplete:
+                self._record_failure(exc)
+
+    def _record_failure(self, exc: BaseException) -> None:
+        """Replace the incomplete record by a failed one: the run stopped on ``exc`` before it had
+        an outcome (the run's own error, not a failure to write, is what the caller sees)."""
+        n = len(self.plan.tasks)
+        wall = time.perf_counter() - self._t_begin if self._t_begin is not None else 0.0
+        outcome = Outcome(outputs={}, error=exc, wall_time=wall, starts=[None] * n, finishes=[None] * n,
+                          attempts=[0] * n)
+        try:
+            write_run_record(build_run_record(self.plan, outcome, emulate=self.emulate, started=self.started,
+                                              plan_path=self.plan_path, backend=self.backend,
+                                              telemetry=self.telemetry, alerts=self.alerts), self.record_path)
+        except StreamMapError:
+            pass
+        self._incomplete = False
 
     def _stop_supervisor(self) -> None:
         supervisor, self.supervisor = self.supervisor, None
@@ -146,6 +187,7 @@ class RunSession:
     def finish(self, outcome: Outcome) -> dict:
         """:func:`finish_run` for this session: write the outputs and the record; return the
         outputs or raise the run's error."""
+        self._incomplete = False
         return finish_run(self.plan, outcome, outputs_path=self.outputs_path, record_path=self.record_path,
                           emulate=self.emulate, started=self.started, plan_path=self.plan_path,
                           backend=self.backend, telemetry=self.telemetry, alerts=self.alerts)
@@ -191,6 +233,22 @@ def _plan_digest(plan: Plan, plan_path) -> str:
         except OSError:
             pass
     return hashlib.sha256(plan.model_dump_json().encode("utf-8")).hexdigest()
+
+
+#: The error of a record left incomplete (followed by the process id and host).
+INCOMPLETE_ERROR = ("the run's process ended before the run finished: a kernel may have ended the process "
+                    "(os._exit, a crash) or it was killed")
+
+
+def incomplete_record(plan: Plan, *, emulate: bool, started: str, plan_path=None, backend: str = "local") -> RunRecord:
+    """The record of a run that has started and not ended (see the module docstring): status
+    ``incomplete``, no task measured, and the error a reader sees if it is never replaced."""
+    n = len(plan.tasks)
+    outcome = Outcome(outputs={}, error=None, wall_time=0.0, starts=[None] * n, finishes=[None] * n,
+                      attempts=[0] * n)
+    record = build_run_record(plan, outcome, emulate=emulate, started=started, plan_path=plan_path, backend=backend)
+    where = f"process {os.getpid()} on {socket.gethostname()}"
+    return record.model_copy(update={"status": "incomplete", "error": f"{INCOMPLETE_ERROR} ({where})"})
 
 
 def build_run_record(plan: Plan, outcome: Outcome, *, emulate: bool, started: str, plan_path=None,

@@ -38,6 +38,14 @@ Policy
   last consumer in plan order; across devices, the last device to get there, counted with an
   ``itertools.count`` whose ``next`` is atomic), unless it is one of the plan's outputs. Results
   nobody uses are never stored.
+- **Inputs are read-only**: a stored result is a read-only view of what the kernel returned
+  (:func:`.guard.read_only`, no copy), so a kernel writing into its input fails with
+  :class:`.guard.InputWritten` instead of changing what other consumers read.
+- **Timeouts**: a task with a ``timeout`` has its call wrapped by :func:`.guard.with_deadline`
+  when the steps are compiled (a helper thread per call, waited for at most the timeout); a call
+  past it raises :class:`.guard.KernelTimeout`, handled like a kernel's error. Other tasks are
+  called as before. On a GPU a timed-out call is not retried and its device is not synchronised
+  again (it is ``abandoned``).
 - **Failure**: a kernel that raises is called again up to its task's ``retries``; then the run
   stops: the failing thread sets the stop flag and releases the locks of its remaining tasks;
   every other thread stops before its next task, releasing its own, so threads waiting on a
@@ -76,6 +84,16 @@ from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan
 from streammap.runtime.context import set_current_device
 from streammap.runtime.devices import to_host
+from streammap.runtime.guard import (
+    GuardError,
+    KernelTimeout,
+    deadline_of,
+    explain,
+    freeze,
+    read_only,
+    with_deadline,
+    writable,
+)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -110,6 +128,7 @@ class HostStep(NamedTuple):
 
     index: int                      #: the task's index in ``plan.tasks``
     call: Callable                  #: ``call(results)``: resolves the arguments and calls the kernel
+                                    #: (within the task's deadline when it has a ``timeout``)
     waits: tuple                    #: :class:`Wait` for each pruned cross-device dependency
     lock: Optional[threading.Lock]  #: released when the task is done (``None``: no other device waits)
     frees: tuple                    #: indices of the results this task is the last consumer of
@@ -122,7 +141,7 @@ class GpuStep(NamedTuple):
     """A task of a GPU device: its kernel and argument getters, called on the device's stream."""
 
     index: int                      #: the task's index in ``plan.tasks``
-    kernel: Callable                #: the kernel
+    kernel: Callable                #: the kernel (within the task's deadline when it has a ``timeout``)
     arg_getters: list               #: ``getter(results)`` per positional argument (moving data here)
     kwarg_getters: list             #: ``(name, getter)`` per keyword argument
     waits: tuple                    #: as :attr:`HostStep.waits`
@@ -287,6 +306,7 @@ class LocalExecutor:
             for k in ks:
                 t = tasks[k]
                 fn = kernels[t.kernel]
+                deadline = deadline_of(t, fn) if t.timeout is not None else None
                 w = waits.get(k)
                 w = tuple([Wait._make((i, locks[i], devices[dev_of[i]].is_gpu)) for i in w]) if w else none
                 fr = tuple(frees.get(k, none))
@@ -295,10 +315,14 @@ class LocalExecutor:
                 # with keywords), a tenth of the executor's whole per-task cost
                 if dev.is_gpu:
                     argg, kwg = self._resolver(t, dev, dev_of)
+                    if deadline is not None:
+                        fn = with_deadline(fn, deadline, dev)
                     steps.append(GpuStep._make((k, fn, argg, kwg, w, locks[k], fr, sh, store[k], t.retries)))
                 else:
-                    steps.append(HostStep._make((k, self._call(t, fn, dev, dev_of), w, locks[k], fr, sh, store[k],
-                                                 t.retries)))
+                    call = self._call(t, fn, dev, dev_of)
+                    if deadline is not None:
+                        call = with_deadline(call, deadline, dev)
+                    steps.append(HostStep._make((k, call, w, locks[k], fr, sh, store[k], t.retries)))
             self.steps[d] = steps
 
     def _ref_getter(self, ref: str, item, consumer, dev_of):
@@ -321,8 +345,8 @@ class LocalExecutor:
             def moved(r, get=get, i=i, producer=producer):
                 return bring(get(r), producer, events[i])
         else:
-            def moved(r, get=get, i=i):
-                return to_host(get(r), events[i])
+            def moved(r, get=get, i=i):          # a fresh host copy, read-only like any input
+                return freeze(to_host(get(r), events[i]))
         return moved
 
     def _spec_getter(self, spec, consumer, dev_of):
@@ -403,7 +427,7 @@ class LocalExecutor:
                     th.join()
         for d in self.order:
             dev = self.devices[d]
-            if dev.is_gpu:
+            if dev.is_gpu and not getattr(dev, "abandoned", False):    # an abandoned stream may never finish
                 try:
                     dev.stream.synchronize()
                 except Exception as exc:      # an asynchronous CUDA error surfaces here  # noqa: BLE001
@@ -478,6 +502,8 @@ class LocalExecutor:
         for _ in range(retries):
             if self.stop[0] and not self.draining:
                 break
+            if type(exc) is KernelTimeout and not exc.retry:
+                break
             self.attempts[k] += 1
             try:
                 return call()
@@ -514,7 +540,7 @@ class LocalExecutor:
                 finishes[k] = perf()
                 starts[k] = s
                 if store:
-                    results[k] = out
+                    results[k] = read_only(out)
                 done[k] = True
                 if lock is not None:
                     lock.release()
@@ -631,6 +657,7 @@ def task_error(plan, k: Optional[int], exc: BaseException) -> BaseException:
     if k is None:
         return exc
     t = plan.tasks[k]
+    exc = explain(exc, t.kernel, t.id)
     err = KernelError(t.id, t.site, t.device, user_traceback(exc), cause=exc)
     err.__cause__ = exc
     return err
@@ -647,10 +674,10 @@ def name_outputs(value) -> dict[str, numpy.ndarray]:
 
 
 def to_numpy(value) -> numpy.ndarray:
-    """``value`` as a NumPy array (CuPy arrays are copied to the host)."""
+    """``value`` as a NumPy array the caller may change (CuPy arrays are copied to the host)."""
     value = to_host(value)
     if isinstance(value, numpy.ndarray):
-        return value
+        return writable(value)
     try:
         return numpy.asarray(value)
     except ValueError:                      # ragged sequences
@@ -660,10 +687,11 @@ def to_numpy(value) -> numpy.ndarray:
 
 
 def user_traceback(exc: BaseException) -> str:
-    """The traceback of ``exc`` from the first frame that is not the executor's (the kernel's)."""
+    """The traceback of ``exc`` from the first frame that is not the runtime's (the kernel's); a
+    guard's own error (a timeout) without frames."""
     tb = exc.__traceback__
-    while tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _HERE:
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_HERE + os.sep):
         tb = tb.tb_next
-    if tb is None:
+    if tb is None and not isinstance(exc, GuardError):
         tb = exc.__traceback__
     return "".join(traceback.format_exception(type(exc), exc, tb))

@@ -29,6 +29,8 @@ Policy
   that edge), so they become ready, and run, in item order on their single device: results are
   those of the sequential program. Stateless replicas may finish items out of order; every value
   is stored per task, so the outputs are in item order regardless.
+* **Guards** as in the DAG executor (:mod:`.guard`): results are stored as read-only views on the
+  host, and a task with a ``timeout`` is called within its deadline (on a GPU, not retried).
 * **Failure**: a kernel that raises after its retries stops the run: the error is kept, every
   queue gets a stop marker, and admission ends; the outcome carries the :class:`KernelError`.
 * **Timing**: ``time.perf_counter`` around each task, relative to the run's start (the same
@@ -54,6 +56,7 @@ from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan
 from streammap.runtime.context import set_current_device
 from streammap.runtime.devices import to_host
+from streammap.runtime.guard import KernelTimeout, deadline_of, freeze, read_only, with_deadline
 from streammap.runtime.local import Outcome, name_outputs, task_error
 
 _STOP = -1
@@ -194,6 +197,8 @@ class PipelineExecutor:
                 continue
             t = tasks[k]
             fn = self.kernels[t.kernel]
+            if t.timeout is not None:
+                fn = with_deadline(fn, deadline_of(t, fn), dev)
             try:
                 args = [self._value(spec, dev) for spec in t.args]
                 kwargs = {key: self._value(spec, dev) for key, spec in t.kwargs.items()}
@@ -214,14 +219,14 @@ class PipelineExecutor:
                     break
                 except BaseException as e:          # retried, then reported with the kernel's traceback  # noqa: BLE001
                     exc = e
-                    if self.stopped:
+                    if self.stopped or (type(e) is KernelTimeout and not e.retry):
                         break
             if exc is not None:
                 self._fail(k, exc)
                 continue
             self.starts[k], self.finishes[k] = start, time.perf_counter()
             args = kwargs = None
-            self._complete(k, out)
+            self._complete(k, out if dev.is_gpu else read_only(out))
 
     def _complete(self, k: int, out) -> None:
         tasks = self.plan.tasks
@@ -254,7 +259,7 @@ class PipelineExecutor:
             producer = self.devices[self.replica_of[k][1]]
             if producer is dev or not (producer.is_gpu or dev.is_gpu):
                 return v
-            return dev.bring(v, producer) if dev.is_gpu else to_host(v)
+            return dev.bring(v, producer) if dev.is_gpu else freeze(to_host(v))
         return resolve_spec(spec, ref)
 
     def _fail(self, k: Optional[int], exc: BaseException) -> None:

@@ -26,6 +26,7 @@ from streammap.monitoring.options import MonitorOptions, monitor_options
 from streammap.plan import Plan
 from streammap.remap import RemapError, remap_plan
 from streammap.runtime.devices import check_devices, make_devices
+from streammap.runtime.guard import checked_kernels
 from streammap.runtime.lifecycle import RunSession
 from streammap.runtime.loader import load_program
 from streammap.runtime.local import LocalExecutor, Outcome
@@ -42,7 +43,7 @@ log = logging.getLogger("streammap.runtime")
 def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None, progress: bool = True,
              plan_path=None, backend: str = "local", address: Optional[str] = None,
              max_recoveries: Optional[int] = None, monitoring: Optional[MonitorOptions] = None,
-             **monitoring_keywords) -> dict:
+             check_inputs: bool = False, **monitoring_keywords) -> dict:
     """Run ``plan`` on this machine and return its outputs.
 
     Parameters
@@ -74,6 +75,12 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
         How the run is watched: telemetry, its interval, Prometheus metrics, alert rules (see
         :class:`~streammap.monitoring.options.MonitorOptions`; default: telemetry and the default
         alert rules).
+    check_inputs : bool
+        Checksum every array argument of every kernel call before and after the call, and fail
+        the run, naming the kernel and the argument, when a kernel changed one
+        (:func:`~streammap.runtime.guard.checked_kernels`). NumPy inputs are read-only anyway;
+        this catches writes into CuPy arrays on GPUs, which have no read-only flag. It costs two
+        passes over every input per call.
     **monitoring_keywords
         Instead of ``monitoring``, its fields one by one: ``telemetry``, ``interval``, ``metrics``,
         ``dcgm_names``, ``metrics_addr``, ``alerts``, ``samplers``.
@@ -92,8 +99,10 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
     PlanError
         The source file changed since the plan was compiled.
     KernelError
-        A kernel raised (after its retries); carries the task id, call site, device and the
-        kernel's own traceback text.
+        A kernel raised (after its retries), ran past its task's ``timeout``
+        (:class:`~streammap.runtime.guard.KernelTimeout`) or wrote into one of its inputs
+        (:class:`~streammap.runtime.guard.InputWritten`); carries the task id, call site, device
+        and the kernel's own traceback text.
     TypeError
         An unknown keyword, or both ``monitoring`` and monitoring keywords.
 
@@ -109,7 +118,7 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
         return run_plan_ray(plan, emulate=emulate, outputs_path=outputs_path, record_path=record_path,
                             progress=progress, plan_path=plan_path, address=address,
                             max_recoveries=DEFAULT_MAX_RECOVERIES if max_recoveries is None else max_recoveries,
-                            monitoring=options)
+                            monitoring=options, check_inputs=check_inputs)
     if backend != "local":
         raise StreamMapError(f"unknown backend {backend!r}", hint="use 'local' or 'ray'")
     session = RunSession(plan, options, backend="local", emulate=emulate, plan_path=plan_path,
@@ -119,6 +128,7 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
     with session:
         program = load_program(plan)
         session.defer(program.unload)
+        kernels = checked_kernels(program.kernels) if check_inputs else program.kernels
         session.begin()
         devices = make_devices(placements)
         if options.watching:        # a local run nobody asked to watch runs without a supervisor
@@ -127,9 +137,9 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
             remap = config.remap if config.remap.active(emulate) and config.remap.max_remaps > 0 else None
             session.supervise(placements, remap=remap if plan.pipeline is None else None)
         if plan.pipeline is not None:
-            outcome = _stream(plan, program.kernels, devices, session.supervisor)
+            outcome = _stream(plan, kernels, devices, session.supervisor)
         else:
-            outcome = _execute(plan, program.kernels, devices, placements, emulate=emulate, progress=progress,
+            outcome = _execute(plan, kernels, devices, placements, emulate=emulate, progress=progress,
                                supervisor=session.supervisor)
     return session.finish(outcome)
 

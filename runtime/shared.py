@@ -31,7 +31,8 @@ Policy
   another device is read from its host copy), and room made for its output; at finish its output is accounted and the device brought back within its capacity
   (:mod:`.spill`). The time a task spends on its spills is part of its measured time, as the
   compiler's estimate charges it.
-- **Failure and draining** as in the local executor; a stop also wakes every waiter.
+- **Failure and draining** as in the local executor; a stop also wakes every waiter. Inputs are
+  read-only and timeouts apply as there (the steps are the local executor's).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import time
 from streammap.ir import spec_refs
 from streammap.plan import Plan
 from streammap.runtime.context import set_current_device
+from streammap.runtime.guard import read_only
 from streammap.runtime.local import LocalExecutor, _Stop
 from streammap.runtime.spill import HostView, Spilled, Spiller, nbytes_of
 
@@ -237,7 +239,7 @@ class SharingExecutor(LocalExecutor):
                     except BaseException as exc:  # noqa: BLE001
                         out = self._retry(k, lambda: call(results), tasks[k].retries, exc)
                     if self.store[k]:
-                        self.results[k] = out
+                        self.results[k] = read_only(out)
                     out = None
                     self._done(k, d)
                     self.finishes[k] = perf()

@@ -27,6 +27,7 @@ import numpy
 
 from streammap.placement.spilling import SpillBook
 from streammap.runtime.devices import leaves, map_leaves
+from streammap.runtime.guard import freeze
 
 
 class Spilled:
@@ -53,7 +54,7 @@ def _leaf_to_host(v):
 
 
 def _to_host(v):
-    return map_leaves(v, _leaf_to_host)
+    return freeze(map_leaves(v, _leaf_to_host))       # read by consumers: read-only like any input
 
 
 def _to_device(v, dev):
@@ -62,7 +63,7 @@ def _to_device(v, dev):
             out = dev._bring(v, None)
             dev.stream.synchronize()
         return out
-    return map_leaves(v, lambda a: a.copy() if isinstance(a, numpy.ndarray) else a)
+    return freeze(map_leaves(v, lambda a: a.copy() if isinstance(a, numpy.ndarray) else a))
 
 
 class HostView:

@@ -58,7 +58,8 @@ def compile(path, cluster="local", params=None, mapper="auto", entry=None, emit_
                     history=history, strategy=strategy, max_tasks=max_tasks)
 
 
-def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: bool = False, **monitoring) -> dict:
+def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: bool = False, check_inputs: bool = False,
+        **monitoring) -> dict:
     """Run a plan (a :class:`Plan` or a plan file) on this machine; return its outputs.
 
     Parameters
@@ -73,6 +74,9 @@ def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: boo
         Where to write the run record (default: beside ``outputs``, ``out.run.json``).
     progress : bool
         Show a progress bar.
+    check_inputs : bool
+        Fail a kernel call that changed one of its array inputs (checksums before and after each
+        call; for GPUs, where CuPy arrays cannot be made read-only as NumPy inputs are).
     **monitoring
         ``monitoring=`` a :class:`~streammap.monitoring.options.MonitorOptions`, or its fields one by
         one: ``telemetry`` (default True), ``interval``, ``metrics`` (a port or a
@@ -116,7 +120,7 @@ def run(plan, *, emulate: bool = False, outputs=None, record=None, progress: boo
     if isinstance(plan, (str, Path)):
         plan_path, plan = plan, read_plan(plan)
     return run_plan(plan, emulate=emulate, outputs_path=outputs, record_path=record, progress=progress,
-                    plan_path=plan_path, **monitoring)
+                    plan_path=plan_path, check_inputs=check_inputs, **monitoring)
 
 
 def array_module(*arrays):

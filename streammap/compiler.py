@@ -164,6 +164,7 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
             deps=sorted(graph.predecessors(tid), key=topo.__getitem__),
             start=float(schedule.start[i]), finish=float(schedule.finish[i]),
             site=node.get("site"), estimate=cost.source[i], retries=int(node.get("retries") or 0),
+            timeout=node.get("timeout"),
             share=cost.share_on(i, int(schedule.device[i])), out=float(cost.out[i]) if cluster.oversubscription > 1 else None,
             stateful=bool(node.get("stateful")),
             args=node.get("args") or [], kwargs=node.get("kwargs") or {}))

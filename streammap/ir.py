@@ -29,6 +29,8 @@ Node attributes (one node per task; the node key is the task id)
 ``split``     data-parallel axis (``int``) or ``None``.
 ``share``     fraction of one device's compute, ``0 < share <= 1`` (default 1.0).
 ``stateful``  ``bool``; ``retries``: ``int`` (default 0).
+``timeout``   seconds a call may run before it is abandoned and counts as failed (``float``), or
+              ``None`` (default: no limit).
 ``runtime``   reference runtime in seconds on a speed-1.0 device (imported), or ``None``.
 ``times``     ``{model or kind: seconds}`` measured times (imported), or ``None``.
 ``args``      positional arguments, a list of arg specs (programs; ``[]`` for workflows).
@@ -60,7 +62,7 @@ from streammap.io.files import atomic_write_text
 NODE_DEFAULTS = {
     "kernel": None, "site": None, "code": None, "flops": None, "bytes": None, "mem": None, "out": None,
     "device": "any", "split": None, "share": 1.0, "stateful": False, "retries": 0,
-    "runtime": None, "times": None, "args": [], "kwargs": {},
+    "timeout": None, "runtime": None, "times": None, "args": [], "kwargs": {},
 }
 
 

@@ -21,7 +21,7 @@ Beyond the design's example, a plan carries what a machine needs to run it witho
              runtime knows a GPU from a CPU and which local GPU ``node0/gpu1`` is;
 ``outputs``  the graph's return value as an arg spec (``streammap.ir``);
 per task     ``site`` (call site), ``estimate`` (where its time estimate came from), ``args`` and
-             ``kwargs`` (arg specs), ``retries``.
+             ``kwargs`` (arg specs), ``retries``, ``timeout``.
 
 Paths: ``source.path`` is written relative to the plan file's folder and resolved against it on
 read, so a plan and its program can move together.
@@ -103,6 +103,8 @@ class PlanTask(_Strict):
     site: Optional[str] = None
     estimate: Optional[str] = None
     retries: int = Field(default=0, ge=0)
+    # Seconds a call may run before it is abandoned and counts as a failure (the kernel's timeout clause).
+    timeout: Optional[float] = Field(default=None, gt=0)
     # GPU sharing (streammap.placement.sharing): the fraction of its device the task needs, and, under
     # memory oversubscription, the bytes its output is expected to take (spilling reserves them).
     share: float = Field(default=1.0, gt=0, le=1)
@@ -215,7 +217,7 @@ class Plan(_Strict):
         if relative_to is not None:
             data["source"]["path"] = _relpath(self.source.path, relative_to)
         for t in data["tasks"]:
-            for key, empty in (("site", None), ("estimate", None), ("retries", 0), ("share", 1.0), ("out", None), ("stateful", False),
+            for key, empty in (("site", None), ("estimate", None), ("retries", 0), ("timeout", None), ("share", 1.0), ("out", None), ("stateful", False),
                            ("args", []), ("kwargs", {})):
                 if t.get(key) == empty:
                     del t[key]

@@ -198,7 +198,7 @@ def _graph_from_plan(plan: Plan, cluster) -> nx.DiGraph:
                   params=plan.params)
     g.graph["outputs"] = plan.outputs
     for t in plan.tasks:
-        add_task(g, t.id, t.kernel, site=t.site, retries=t.retries, args=t.args, kwargs=t.kwargs,
+        add_task(g, t.id, t.kernel, site=t.site, retries=t.retries, timeout=t.timeout, args=t.args, kwargs=t.kwargs,
                  runtime=max(t.finish - t.start, 0.0) * speed.get(t.device, 1.0),
                  device=kind.get(t.device, "any"), share=t.share, out=t.out, stateful=t.stateful)
         for dep in t.deps:

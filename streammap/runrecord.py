@@ -1,7 +1,11 @@
 """The run record: what a run did, beside its outputs (``out.npz`` → ``out.run.json``).
 
 Per task: the device, the mapper's estimated start/finish and duration, and the measured ones
-(seconds since the run started), with the number of attempts. Per device: what executed it
+(seconds since the run started), with the number of attempts. ``status`` is ``ok``, ``failed``
+(``error`` says why) or ``incomplete``: the runtime writes the record when the run starts, with
+that status, and replaces it (atomically) when the run ends, so a record left ``incomplete``
+tells that the run's process ended first (a kernel called ``os._exit`` or crashed it, or it was
+killed). Per device: what executed it
 (``cupy:0``, ``numpy``, ``numpy (emulating node0/gpu1)``), busy time and utilisation, and peak
 memory where known. ``streammap show run.json`` reads it.
 
@@ -130,7 +134,10 @@ class RunRecord(_Strict):
     started: str                       # ISO 8601 wall-clock time
     wall_time: float
     estimated_makespan: float
-    status: Literal["ok", "failed"]
+    # incomplete: written when the run starts and replaced when it ends; a record still
+    # incomplete means the run's process ended first (a kernel called os._exit or crashed it, or
+    # it was killed); ``error`` then says so
+    status: Literal["ok", "failed", "incomplete"]
     error: Optional[str] = None
     outputs: Optional[str] = None
     devices: list[DeviceRun]

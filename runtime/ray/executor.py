@@ -51,7 +51,13 @@ Policy
   ``ray.wait`` for the progress bar and the run record.
 - **Failure**: a kernel that raises is called again up to its ``retries``; then its call raises
   :class:`TaskFailed` (task id, call site, device, the kernel's own traceback); the driver kills
-  the actors and raises :class:`~streammap.errors.KernelError`. Outputs are written by
+  the actors and raises :class:`~streammap.errors.KernelError`.
+- **Guards** (:mod:`streammap.runtime.guard`), as in the local executor: a result kept on a CPU
+  actor is a read-only view (results from the object store are read-only already), so a kernel
+  writing into its input fails naming the argument; a task with a ``timeout`` is called on a
+  helper thread of the actor and abandoned past its deadline (retried on a CPU, not on a GPU);
+  killing the actors when the run fails ends an abandoned call for good. ``check_inputs`` makes
+  each actor checksum its kernels' inputs. Outputs are written by
   ``run_plan`` only after success, atomically.
 - **Node loss**: an actor call failing with ``RayActorError`` (the actor or its node died; with
   ``NodeDiedError``, ``ObjectLostError`` for data that lived there) starts recovery. Surviving
@@ -85,6 +91,15 @@ from streammap.remap import RemapError, remap_plan
 from streammap.runtime.accelerators import cupy_platform
 from streammap.runtime.context import set_current_device
 from streammap.runtime.devices import Placement, make_devices, node_of, raise_not_executable, to_host
+from streammap.runtime.guard import (
+    Deadline,
+    KernelTimeout,
+    checked_kernels,
+    declared_at,
+    explain,
+    read_only,
+    with_deadline,
+)
 from streammap.runtime.lifecycle import RunSession
 from streammap.runtime.loader import load_program
 from streammap.runtime.local import Outcome, name_outputs, user_traceback
@@ -135,12 +150,14 @@ class ActorStep(NamedTuple):
     store: bool                     #: keep the result on the actor (a consumer or the outputs need it)
     retries: int                    #: further attempts after the kernel raises
     site: str                       #: the call site, for the error of a failing task
+    timeout: Optional[float] = None  #: seconds a call may run (:func:`~streammap.runtime.guard.with_deadline`)
 
 
 class DeviceActor:
     """Runs the tasks of one plan device (wrapped with ``ray.remote`` by :func:`_actor_class`)."""
 
-    def __init__(self, plan: Plan, source_text: bytes, device_id: str, backend: str, emulated: bool):
+    def __init__(self, plan: Plan, source_text: bytes, device_id: str, backend: str, emulated: bool,
+                 check_inputs: bool = False):
 
         path = Path(plan.source.path)
         if not (path.exists() and path.read_bytes() == source_text):      # no shared filesystem
@@ -149,7 +166,7 @@ class DeviceActor:
             plan = plan.model_copy(update={"source": plan.source.model_copy(
                 update={"path": str(folder / path.name)})})
         self.program = load_program(plan)
-        self.kernels = self.program.kernels
+        self.kernels = checked_kernels(self.program.kernels) if check_inputs else self.program.kernels
         self.device_id = device_id
         placement = Placement(device_id, plan.device(device_id).kind, backend,
                               ordinal=_own_cuda_ordinal() if backend == "cupy" else None, emulated=emulated)
@@ -313,7 +330,7 @@ class DeviceActor:
             return dev.bring(v)
 
     def _run(self, k, releases, refs):
-        tid, kernel, args, kwargs, remote_ids, frees, store, retries, site = self.steps[k]
+        tid, kernel, args, kwargs, remote_ids, frees, store, retries, site, timeout = self.steps[k]
         dev = self.dev
         if releases or self.shared:
             self._reap(releases)
@@ -323,6 +340,8 @@ class DeviceActor:
                 if r is not None:
                     remote[r] = self._receive(r, v) if dev.is_gpu else v
         fn = self.kernels[kernel]
+        if timeout is not None:
+            fn = with_deadline(fn, Deadline(timeout, kernel, tid, self.device_id, declared_at(fn)), dev)
         attempts = 0
         gate = self.gate
         if gate is not None:
@@ -346,10 +365,11 @@ class DeviceActor:
                             out = dev.bring(fn(*a, **kw))
                             stream.synchronize()
                     else:
-                        out = fn(*a, **kw)
+                        out = read_only(fn(*a, **kw))      # what this actor's consumers read
                     break
                 except Exception as exc:                     # noqa: BLE001 -- the kernel's error
-                    if attempts > retries:
+                    if attempts > retries or (type(exc) is KernelTimeout and not exc.retry):
+                        exc = explain(exc, kernel, tid)
                         raise TaskFailed(tid, site, self.device_id, user_traceback(exc), attempts) from None
             if spill is None:
                 if store:
@@ -410,7 +430,7 @@ def _own_cuda_ordinal() -> int:
 
 def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=None, progress: bool = True,
                  plan_path=None, address: Optional[str] = None, max_recoveries: int = DEFAULT_MAX_RECOVERIES,
-                 monitoring: Optional[MonitorOptions] = None, **monitoring_keywords) -> dict:
+                 monitoring: Optional[MonitorOptions] = None, check_inputs: bool = False, **monitoring_keywords) -> dict:
     """:func:`streammap.runtime.run_plan` with ``backend="ray"`` (same outputs, record, errors).
 
     ``address``: the Ray cluster (``auto``, ``host:port``, ``ray://...``); default: the cluster
@@ -436,7 +456,7 @@ def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=
         if board is not None:
             session.defer(_kill_quietly, ray, board)
         executor = RayExecutor(plan, session.source.read_bytes(), emulate=emulate, progress=progress,
-                               max_recoveries=max_recoveries,
+                               max_recoveries=max_recoveries, check_inputs=check_inputs,
                                telemetry_interval=options.sample_interval if options.telemetry else None, board=board)
         samplers = [BoardSampler(ray, board, executor.actor_info)] if board is not None else []
         # the supervisor stops first when the session closes: a last sample while the board is up
@@ -463,7 +483,7 @@ class RayExecutor:
 
     def __init__(self, plan: Plan, source_text: bytes, *, emulate: bool = False, progress: bool = False,
                  max_recoveries: int = DEFAULT_MAX_RECOVERIES, telemetry_interval: Optional[float] = None,
-                 board=None):
+                 board=None, check_inputs: bool = False):
         import ray  # noqa: PLC0415
         self.ray = ray
         self.telemetry_interval = telemetry_interval
@@ -476,6 +496,7 @@ class RayExecutor:
         self.plan = plan
         self.source_text = source_text
         self.emulate = emulate
+        self.check_inputs = check_inputs
         self.progress = progress
         self.max_recoveries = max_recoveries
         self.actors: dict = {}
@@ -553,7 +574,8 @@ class RayExecutor:
             max_restarts=0, max_task_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_of_device[device], soft=False),
             runtime_env=env,
-        ).remote(self.plan, self.source_text, device, "cupy" if gpu else "numpy", self.emulate and d.kind != "cpu")
+        ).remote(self.plan, self.source_text, device, "cupy" if gpu else "numpy", self.emulate and d.kind != "cpu",
+                  self.check_inputs)
         self.actors[device] = a
         return a
 
@@ -752,7 +774,7 @@ class RayExecutor:
             store = t.id in outputs or t.id in used
             steps[d][k] = ActorStep(task_id=t.id, kernel=t.kernel, args=t.args, kwargs=t.kwargs,
                                     remote_ids=tuple(remote_ids), frees=tuple(frees.get(t.id, ())), store=store,
-                                    retries=t.retries, site=t.site)
+                                    retries=t.retries, site=t.site, timeout=t.timeout)
             calls.append((k, t, remote_refs))
         spilling = spill_tables(plan, todo, dev_of, self._held, outputs) if oversubscribed(plan) else {}
         if plan_shares_devices(plan):

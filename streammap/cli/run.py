@@ -28,6 +28,9 @@ def configure(parser, command: str) -> None:
                    help="with --backend ray: recover from at most N lost nodes (default 3)")
     parser.add_argument("--record", help="run record path (default: OUTPUT_STEM.run.json)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--check-inputs", action="store_true",
+                        help="checksum every kernel's array inputs before and after each call and fail when a kernel "
+                             "changed one (for GPUs: NumPy inputs are always read-only); costs two passes over the inputs")
     parser.add_argument("--history", metavar="DIR", help="performance history folder (default: $STREAMMAP_HISTORY, else $XDG_DATA_HOME/streammap/history, else ~/.local/share/streammap/history)")
     parser.add_argument("--no-history", action="store_true", help="do not record this run's task times in the performance history")
     add_monitoring_arguments(parser)
@@ -44,7 +47,8 @@ def run(args) -> int:
     try:
         outputs = run_plan(plan, emulate=args.emulate, outputs_path=output, record_path=record, plan_path=plan_path,
                            progress=not args.no_progress and sys.stderr.isatty(), backend=args.backend,
-                           address=args.address, max_recoveries=args.max_recoveries, monitoring=monitoring)
+                           address=args.address, max_recoveries=args.max_recoveries, monitoring=monitoring,
+                           check_inputs=args.check_inputs)
     finally:
         if monitoring.metrics is not None:       # served here (serve_metrics), so closed here
             monitoring.metrics.close()

@@ -36,7 +36,10 @@ def run(args) -> int:
     out = console()
     if path.suffix.lower() == ".json":
         obj = read_run_record(path)
-        out.print(show.run_summary(obj), markup=False)
+        if obj.status == "incomplete":
+            out.print(incomplete_summary(obj), markup=False)
+        else:
+            out.print(show.run_summary(obj), markup=False)
         out.print(show.run_table(obj, limit=args.limit or None))
     else:
         obj = read_plan(path)
@@ -57,3 +60,15 @@ def run(args) -> int:
         show.graph_picture(obj, args.graph)
         out.print(f"wrote {args.graph}", markup=False)
     return 0
+
+
+def incomplete_summary(record) -> str:
+    """What an ``incomplete`` record tells: the run started and its process ended before the run
+    did, so nothing was measured (the record is written at the start and replaced at the end)."""
+    mode = f"backend {record.backend}" + (", emulated on the CPU" if record.emulate else "")
+    return "\n".join([
+        f"run of {record.plan}: INCOMPLETE ({mode}), started {record.started}",
+        f"error: {record.error}",
+        "the run never ended: no task time, output or telemetry was recorded (a task shown 'not run' may have "
+        "run); the estimates below are the plan's",
+    ])

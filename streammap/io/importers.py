@@ -57,7 +57,8 @@ _NL_HINT = ("a node-link file has 'directed', 'nodes' and 'edges' (or 'links'); 
             "'kernel' and 'runtime' or 'times', each edge 'source', 'target' and 'bytes'")
 _PEGASUS_ID = re.compile(r"_ID\d+$")
 #: Node-link attributes copied into the IR (the others are ignored).
-_PASS = ("site", "code", "flops", "bytes", "mem", "out", "device", "split", "share", "stateful", "retries")
+_PASS = ("site", "code", "flops", "bytes", "mem", "out", "device", "split", "share", "stateful", "retries",
+         "timeout")
 #: Largest workflow file read (the largest WfInstances trace is a few MB).
 MAX_JSON_BYTES = 256 * 1024 * 1024
 #: Default most tasks a workflow may have (``max_tasks=`` of :func:`load_graph`).

@@ -85,7 +85,7 @@ def _split_arg(attrs) -> int | None:
 
 def _scaled(attrs: dict, k: float, out_bytes: float) -> dict:
     """Clause attributes of a shard of 1/k of a task."""
-    keep = {key: attrs.get(key) for key in ("device", "share", "retries", "site", "code")}
+    keep = {key: attrs.get(key) for key in ("device", "share", "retries", "timeout", "site", "code")}
     for key in ("flops", "bytes", "mem"):
         v = attrs.get(key)
         keep[key] = None if v is None else float(v) / k

@@ -348,6 +348,57 @@ def test_monitor_shows_every_node_of_the_ray_cluster(cluster, capsys):
     assert main(["monitor", "--ray", "--cluster", "c.yaml", "--once"]) == 2      # one or the other
 
 
+GUARDED = FAN + """
+import time
+
+def bump(x):
+    x += 1
+    return x
+
+def sneaky(x):
+    x.setflags(write=True)
+    x[0] = -1.0
+    return x.sum()
+
+# @stream kernel(timeout=0.3)
+def hang(x):
+    time.sleep(3)
+    return x
+"""
+
+
+@pytest.mark.parametrize("producer", ["node1/gpu0", "node0/gpu0"])     # same actor; another node's
+def test_a_kernel_writing_its_input_on_ray_fails_naming_the_argument(cluster, tmp_path, producer):
+    tasks = [task("src", "source", producer), task("w", "bump", "node1/gpu0", ref("src")),
+             task("r", "total", "node1/gpu1", ref("src"))]
+    plan = make_plan(tmp_path, GUARDED, tasks, devices=devices2x2(), outputs={"tuple": [ref("w"), ref("r")]})
+    with pytest.raises(KernelError) as ei:
+        run_plan(plan, emulate=True, backend="ray", progress=False, telemetry=False)
+    assert ei.value.task_id == "w"
+    assert "kernel 'bump' wrote into its argument 'x' in place, in task w" in ei.value.traceback_text
+    assert "copy first: x = x.copy()" in ei.value.traceback_text
+
+
+def test_a_task_past_its_timeout_on_ray_is_retried_then_fails(cluster, tmp_path):
+    tasks = [task("src", "source", "node0/gpu0"), {**task("h", "hang", "node1/gpu0", ref("src"), retries=1),
+                                                   "timeout": 0.3}]
+    plan = make_plan(tmp_path, GUARDED, tasks, devices=devices2x2(), outputs=ref("h"))
+    with pytest.raises(KernelError) as ei:
+        run_plan(plan, emulate=True, backend="ray", progress=False, telemetry=False, record_path=tmp_path / "r.run.json")
+    text = ei.value.traceback_text
+    assert "kernel 'hang' ran past its timeout of 0.3 s (timeout= at prog.py:" in text and "in task h" in text
+    assert {t.id: t.attempts for t in read_run_record(tmp_path / "r.run.json").tasks}["h"] == 2
+
+
+def test_check_inputs_on_ray(cluster, tmp_path):
+    # on the same actor: a read-only view of a writable array, which the kernel can flip back
+    tasks = [task("src", "source", "node1/gpu0"), task("s", "sneaky", "node1/gpu0", ref("src"))]
+    plan = make_plan(tmp_path, GUARDED, tasks, devices=devices2x2(), outputs=ref("s"))
+    with pytest.raises(KernelError) as ei:
+        run_plan(plan, emulate=True, backend="ray", progress=False, telemetry=False, check_inputs=True)
+    assert "kernel 'sneaky' changed its argument 'x' in place" in ei.value.traceback_text
+
+
 def test_node_loss_mid_run_recovers_and_reruns_only_what_was_lost(cluster, tmp_path):
     """Runs last: removes node1 (a node the fixture started) while its tasks run."""
     log_file = tmp_path / "calls.log"
