@@ -97,14 +97,14 @@ def measure_device(device: DeviceSpec, *, budget_s: float = BUDGET_S, cupy=None)
         xp = cupy if cupy is not None else import_cupy()
         if xp is None:
             return Measured(note="CuPy is not installed")
-        gpu, side, nbytes, dtype = xp.cuda.Device(device.index or 0), GEMM_SIDE["gpu"], GPU_COPY_BYTES, np.float32
+        gpu, side, nbytes, dtype = device.index or 0, GEMM_SIDE["gpu"], GPU_COPY_BYTES, np.float32
     else:
         return Measured(note=f"StreamMAP cannot execute on {device.kind} devices")
     try:
         if gpu is None:
             flops, bandwidth = _measure(xp, _no_sync, side, nbytes, dtype, budget_s)
         else:
-            with gpu:
+            with xp.cuda.Device(gpu) as gpu:
                 flops, bandwidth = _measure(xp, gpu.synchronize, side, nbytes, dtype, budget_s)
     except Exception as exc:          # noqa: BLE001 -- out of memory, a broken driver: a finding, not a crash
         return Measured(note=f"the measurement failed: {type(exc).__name__}: {exc}",
