@@ -1,5 +1,5 @@
 """Calibrated first estimates: discovery measures each device once (a GEMM and a streaming copy)
-and records what it achieved beside the peaks; the cluster file validates the new fields, and the
+and records what it achieved beside the peaks; the cluster file validates the new fields, and
 a failed measurement leaves the peaks in place."""
 
 from __future__ import annotations
