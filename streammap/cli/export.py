@@ -8,7 +8,6 @@ from streammap.k8s import K8S_VERSION, export_k8s
 from streammap.k8s.resources import device_groups
 from streammap.plan import read_plan
 
-
 #: The tag `make image` builds (the repository's Dockerfile: CUDA runtime, CuPy, streammap[cluster]).
 DEFAULT_IMAGE = f"streammap:{__version__}"
 
