@@ -39,7 +39,7 @@ def test_no_log_message_repeats_the_prefix_the_cli_adds():
 def test_an_alert_reads_with_one_prefix_under_the_cli_format(caplog):
     manager = AlertManager(AlertConfig())
     handler_format = logging.Formatter("streammap: %(message)s")
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING, logger="streammap.monitoring.alerts"):
         manager.fire("memory", "gpu0 holds 95% of its memory", t=1.0)
     lines = [handler_format.format(r) for r in caplog.records]
     assert lines and lines[0].startswith("streammap: alert [warning] memory: gpu0 holds 95%")
