@@ -70,11 +70,11 @@ class Measured:
     note: str = ""
 
     def describe(self, device: DeviceSpec) -> str:
-        """``"cpu: GEMM 41.2 GFLOP/s (50% of 83.1 peak), copy 23.4 GB/s (117% of 20 peak)"``."""
+        """``"cpu: GEMM 41.2 GFLOP/s (50% of the 83.1 peak), copy 23.4 GB/s (117% of the 20 peak) (measured in 0.41 s)"``."""
         if self.flops is None:
             return f"{device.name}: not measured ({self.note})"
-        return (f"{device.name}: GEMM {_share(self.flops, device.flops, 'GFLOP/s', 1e9)}, "
-                f"copy {_share(self.bandwidth, device.mem_bandwidth, 'GB/s', 1e9)} "
+        return (f"{device.name}: GEMM {_share(self.flops, device.flops, _FLOP_UNITS)}, "
+                f"copy {_share(self.bandwidth, device.mem_bandwidth, _RATE_UNITS)} "
                 f"(measured in {self.seconds:.2f} s)")
 
 
@@ -189,7 +189,13 @@ def _sig3(x: float) -> float:
     return float(f"{x:.3g}")
 
 
-def _share(got: float, peak: float | None, unit: str, scale: float) -> str:
+_FLOP_UNITS = (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6))
+_RATE_UNITS = (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6))
+
+
+def _share(got: float, peak: float | None, units) -> str:
+    """``"49.1 TFLOP/s (73% of the 67 peak)"``: the unit the measured figure reads best in."""
+    unit, scale = next(((u, f) for u, f in units if got >= f), units[-1])
     text = f"{got / scale:.3g} {unit}"
     if peak:
         text += f" ({got / peak:.0%} of the {peak / scale:.3g} peak)"
