@@ -52,8 +52,9 @@ GEMM_SIDE = {"cpu": 512, "gpu": 4096}
 #: launch is noise.
 COPY_BYTES = 32 << 20
 GPU_COPY_BYTES = 512 << 20
-#: At most this many timed runs per measurement (after the warm-up).
-REPEATS = 5
+#: At most this many timed runs per measurement (after the warm-up): on a quiet device they take a few ms
+#: each, and more of them give a shared machine more chances to show its real rate.
+REPEATS = 20
 #: Seconds of timed runs per device, both measurements together (the warm-ups come on top).
 BUDGET_S = 0.3
 #: Device kinds measured with CuPy.
