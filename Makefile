@@ -27,7 +27,7 @@ venv: $(BIN)/streammap
 # (installing the CuPy its driver runs, unless a CuPy of either flavour is already there), else on the CPU.
 demo: venv
 	@mkdir -p $(DEMO)
-	@if grep -q 'kind: gpu' $(DEMO)/cluster.yaml 2>/dev/null || $(BIN)/python -c 'import pynvml; pynvml.nvmlInit()' 2>/dev/null; then \
+	@if grep -q 'kind: gpu' $(DEMO)/cluster.yaml 2>/dev/null || $(BIN)/python -c 'import pynvml; pynvml.nvmlInit(); assert pynvml.nvmlDeviceGetCount() > 0' 2>/dev/null; then \
 	  if ! $(BIN)/python -c 'import cupy' 2>/dev/null; then \
 	    echo "installing streammap[$(CUPY_EXTRA)] for this driver"; \
 	    $(BIN)/pip install --quiet -e ".[$(CUPY_EXTRA)]" || echo "CuPy could not be installed: the GPU plan runs emulated on the CPU"; fi; fi
