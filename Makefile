@@ -4,8 +4,15 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SHARED ?= ../shared
 DEMO   ?= .demo
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+# The tag `streammap export k8s` defaults its --image to (streammap.cli.export.DEFAULT_IMAGE).
+IMAGE  ?= streammap:$(VERSION)
+CUDA_IMAGE ?= nvidia/cuda:12.8.1-runtime-ubuntu24.04
+GPU_EXTRA  ?= gpu-cuda12
+# The CuPy extra this machine's NVIDIA driver runs (gpu-cuda13 from CUDA 13 on, else gpu-cuda12).
+CUPY_EXTRA = $$($(BIN)/python -c 'from streammap.cluster.doctor import cupy_extra; print(cupy_extra())')
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test venv bench clean image gpu-check
 
 $(BIN)/streammap: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,15 +22,18 @@ $(BIN)/streammap: pyproject.toml
 
 venv: $(BIN)/streammap
 
-# Discover this machine, compile the FM-radio sample for it, show the plan, and run it: on the GPUs
-# with CuPy when this machine has them (installing the `gpu` extra if it can), else on the CPU.
+# Discover this machine (measuring each device once: calibrated first estimates), compile the
+# FM-radio sample for it, show the plan, and run it: on the GPUs with CuPy when this machine has them
+# (installing the CuPy its driver runs, unless a CuPy of either flavour is already there), else on the CPU.
 demo: venv
 	@mkdir -p $(DEMO)
+	@if grep -q 'kind: gpu' $(DEMO)/cluster.yaml 2>/dev/null || $(BIN)/python -c 'import pynvml; pynvml.nvmlInit(); assert pynvml.nvmlDeviceGetCount() > 0' 2>/dev/null; then \
+	  if ! $(BIN)/python -c 'import cupy' 2>/dev/null; then \
+	    echo "installing streammap[$(CUPY_EXTRA)] for this driver"; \
+	    $(BIN)/pip install --quiet -e ".[$(CUPY_EXTRA)]" || echo "CuPy could not be installed: the GPU plan runs emulated on the CPU"; fi; fi
 	$(BIN)/streammap discover -o $(DEMO)/cluster.yaml
 	$(BIN)/streammap compile samples/fm_radio.py --cluster $(DEMO)/cluster.yaml -D N=65536 -o $(DEMO)/plan.yaml
 	$(BIN)/streammap show $(DEMO)/plan.yaml --gantt $(DEMO)/plan.png --limit 12
-	@if grep -q 'kind: gpu' $(DEMO)/cluster.yaml && ! $(BIN)/python -c 'import cupy' 2>/dev/null; then \
-	  $(BIN)/pip install --quiet -e '.[gpu]' || echo "CuPy could not be installed: the GPU plan runs emulated on the CPU"; fi
 	@if ! grep -q 'kind: gpu' $(DEMO)/cluster.yaml || $(BIN)/python -c 'import cupy' 2>/dev/null; then \
 	  $(BIN)/streammap run $(DEMO)/plan.yaml -o $(DEMO)/out.npz; \
 	else $(BIN)/streammap run $(DEMO)/plan.yaml -o $(DEMO)/out.npz --emulate; fi
@@ -51,5 +61,16 @@ bench: venv
 	$(BIN)/python benchmarks/pipeline_period.py
 	$(BIN)/python benchmarks/fission_speedup.py
 
+# The container image `streammap export k8s` defaults to (needs a Docker engine; see the Dockerfile).
+image:
+	docker build -t $(IMAGE) --build-arg CUDA_IMAGE=$(CUDA_IMAGE) --build-arg GPU_EXTRA=$(GPU_EXTRA) .
+	@echo "built $(IMAGE); push it where the cluster pulls from: docker tag $(IMAGE) REGISTRY/$(IMAGE) && docker push REGISTRY/$(IMAGE)"
+
+# On a GPU machine, offline, under 8 minutes: the GPU tests, then every sample through StreamMAP against
+# its kernels called directly with CuPy (and GPU-to-GPU hand-offs with two GPUs); figures in gpu-check-out/.
+# Without CuPy or a GPU it says so and measures nothing.
+gpu-check: venv
+	$(BIN)/python benchmarks/gpu_check.py --out gpu-check-out
+
 clean:
-	rm -rf $(VENV) $(DEMO) build *.egg-info
+	rm -rf $(VENV) $(DEMO) build *.egg-info gpu-check-out

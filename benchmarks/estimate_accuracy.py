@@ -13,11 +13,20 @@ The error of a task is ``|estimate − measured| / measured``, where the estimat
 sample and pooled over all tasks: the median error in each case, beside the target (at most 25%
 after one profile run), and where the second plan's estimates came from.
 
-    python benchmarks/estimate_accuracy.py [--runs 3] [--repeats 3] [--all-devices] [--held-out] [--check]
+    python benchmarks/estimate_accuracy.py [--runs 3] [--repeats 3] [--all-devices] [--held-out]
+                                           [--first-estimate] [--check]
 
 ``--held-out`` profiles each program at four *other* sizes instead (one param varied, two below
 and two above the compiled size), so that every estimate comes from the history's regression
 over sizes rather than from an exact match.
+
+``--first-estimate`` measures the estimates a user gets *before* any profile: discover this
+machine twice, with the peak figures alone (``streammap discover --no-calibrate``) and calibrated
+(``streammap discover``: achieved GEMM FLOP/s and copy bandwidth per device), compile each sample
+without history against each, run it, and compare every task's estimate with its measured time in
+the run record. Reported: the median per-task ratio ``max(measured, estimate) / min(...)`` (1 is
+exact; target at most 2, :data:`FIRST_TARGET`), and the median ``measured / estimate`` (above 1:
+the estimates are optimistic).
 
 ``--all-devices`` compiles for every device discovery finds (GPUs run with CuPy) instead of the
 CPU alone; ``--check`` exits with status 1 when the pooled median after profiling misses the
@@ -34,7 +43,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from streammap.cluster.discover import discover_local
+from streammap.cluster.discover import calibrate, discover
 from streammap.cluster.model import Cluster, ClusterSpec, Node
 from streammap.compiler import build_plan, load_source_graph
 from streammap.cost.calibrate import profile
@@ -45,6 +54,8 @@ from streammap.runrecord import read_run_record
 from streammap.runtime import run_plan
 
 TARGET = 0.25
+#: --first-estimate: the median per-task max(measured/estimate, estimate/measured) to reach.
+FIRST_TARGET = 2.0
 #: --held-out: (param, sizes profiled) per sample; the compiled size is the one in SAMPLES.
 HELD_OUT = {"fm_radio": ("N", [1 << 14, 1 << 15, 1 << 17, 1 << 18]),
             "tiled_cholesky": ("B", [64, 96, 192, 256]),
@@ -65,8 +76,9 @@ SAMPLES = [
 ]
 
 
-def local_cluster(all_devices: bool) -> Cluster:
-    spec = discover_local()
+def local_cluster(all_devices: bool, calibrated: bool = False) -> Cluster:
+    found = discover()
+    spec = (calibrate(found) if calibrated else found).spec
     if not all_devices:
         node = spec.nodes[0]
         cpu = [d for d in node.devices if d.kind == "cpu"]
@@ -87,8 +99,14 @@ def make_plan(path, params, cluster, history_dir=None):
                       heft_makespan=None)
 
 
-def errors(plan, runs: int) -> list[float]:
-    """Per task: |estimate − median measured| / median measured, over ``runs`` runs after a warm-up."""
+def ratios(plan, runs: int) -> list[float]:
+    """Per task: median measured / estimate, over ``runs`` runs after a warm-up (as the run record has them)."""
+    measured = measured_times(plan, runs)
+    return [statistics.median(measured[t.id]) / (t.finish - t.start)
+            for t in plan.tasks if measured[t.id] and t.finish > t.start]
+
+
+def measured_times(plan, runs: int) -> dict[str, list[float]]:
     measured: dict[str, list[float]] = {t.id: [] for t in plan.tasks}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(runs + 1):
@@ -98,6 +116,44 @@ def errors(plan, runs: int) -> list[float]:
                 for t in read_run_record(rec).tasks:
                     if t.measured:
                         measured[t.id].append(t.measured)
+    return measured
+
+
+def first_estimate(args) -> int:
+    """The ``--first-estimate`` mode (see the module docstring)."""
+    peak, calibrated = local_cluster(args.all_devices), local_cluster(args.all_devices, calibrated=True)
+    for d in calibrated.devices:
+        print(f"device {d.id} ({d.model or d.kind}): peak {d.flops / 1e9:.4g} GFLOP/s, {d.mem_bandwidth / 1e9:.4g} GB/s; "
+              f"achieved {_g(d.achieved_flops)} GFLOP/s, {_g(d.achieved_bandwidth)} GB/s")
+    print(f"target: median per-task max(measured/estimate, estimate/measured) <= {FIRST_TARGET:g} before any profile")
+    print(f"{'sample':<20}{'tasks':>6}{'peak: ratio':>13}{'meas/est':>10}{'calibrated: ratio':>19}{'meas/est':>10}")
+    pooled = {"peak": [], "calibrated": []}
+    for name, path, params in SAMPLES:
+        row = []
+        for key, cluster in (("peak", peak), ("calibrated", calibrated)):
+            got = ratios(make_plan(path, params, cluster), args.runs)
+            pooled[key] += got
+            row += [statistics.median(_sym(r) for r in got), statistics.median(got)]
+        print(f"{name:<20}{len(got):>6}{row[0]:>12.2f}x{row[1]:>9.2f}x{row[2]:>18.2f}x{row[3]:>9.2f}x")
+    p, c = pooled["peak"], pooled["calibrated"]
+    mc = statistics.median(_sym(r) for r in c)
+    print(f"{'all tasks':<20}{len(c):>6}{statistics.median(_sym(r) for r in p):>12.2f}x{statistics.median(p):>9.2f}x"
+          f"{mc:>18.2f}x{statistics.median(c):>9.2f}x  target <= {FIRST_TARGET:g}x: "
+          f"{'met' if mc <= FIRST_TARGET else 'MISSED'}")
+    return 1 if args.check and mc > FIRST_TARGET else 0
+
+
+def _sym(r: float) -> float:
+    return max(r, 1.0 / r)
+
+
+def _g(x):
+    return f"{x / 1e9:.4g}" if x else "—"
+
+
+def errors(plan, runs: int) -> list[float]:
+    """Per task: |estimate − median measured| / median measured, over ``runs`` runs after a warm-up."""
+    measured = measured_times(plan, runs)
     out = []
     for t in plan.tasks:
         if measured[t.id]:
@@ -112,9 +168,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="profile repeats (default 3)")
     ap.add_argument("--all-devices", action="store_true", help="compile for every local device, not the CPU alone")
     ap.add_argument("--held-out", action="store_true", help="profile at other sizes only (regression lookups)")
+    ap.add_argument("--first-estimate", action="store_true",
+                    help="estimates before any profile: peak against calibrated cluster files, no history")
     ap.add_argument("--check", action="store_true", help="exit 1 when the pooled median misses the target")
     args = ap.parse_args(argv)
     logging.getLogger("streammap").setLevel(logging.ERROR)   # slow-task alerts of clause-only plans
+    if args.first_estimate:
+        return first_estimate(args)
 
     cluster = local_cluster(args.all_devices)
     names = ", ".join(f"{d.id} ({d.model or d.kind})" for d in cluster.devices)

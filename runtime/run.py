@@ -199,7 +199,7 @@ def _execute(plan: Plan, kernels: dict, devices: dict, placements: dict, *, emul
                                 available=held.keys())
         except (RemapError, StreamMapError) as exc:
             msg = f"cannot re-map the rest of the plan ({exc.message}); going on with the current plan"
-            log.warning("streammap: %s", msg)
+            log.warning("%s", msg)
             if supervisor is not None:
                 if supervisor.alerts is not None:
                     supervisor.alerts.fire("remap", msg, t=now)
@@ -225,7 +225,7 @@ def _execute(plan: Plan, kernels: dict, devices: dict, placements: dict, *, emul
         remaps.append(rec)
         off = [k for k in result.moved if current.tasks[executor.index[k]].device in rec["devices"]]
         what = ", ".join(rec["devices"]) or "the devices"
-        log.warning("streammap: re-mapped the remaining %d task(s) in %.1f ms after %s: %d moved (%d off %s)",
+        log.warning("re-mapped the remaining %d task(s) in %.1f ms after %s: %d moved (%d off %s)",
                     len(result.unfinished), result.mapping_time * 1e3, rec["reason"].split(";")[0],
                     len(result.moved), len(off), what)
         if supervisor is not None:

@@ -534,7 +534,7 @@ class RayExecutor:
         if missing:
             alive = sorted(by_name)
             assign = {n: by_name[alive[k % len(alive)]] for k, n in enumerate(plan_nodes)}
-            log.warning("streammap: the plan's nodes are not Ray nodes; emulating them round-robin: %s",
+            log.warning("the plan's nodes are not Ray nodes; emulating them round-robin: %s",
                         ", ".join(f"{n} -> {names[assign[n]]}" for n in plan_nodes))
         else:
             assign = {n: by_name[n] for n in plan_nodes}
@@ -888,7 +888,7 @@ class RayExecutor:
                         if lost_at is None:
                             lost_at = time.perf_counter()
                             self._seen = exc
-                            log.warning("streammap: lost a Ray actor or node while running %s; waiting for the "
+                            log.warning("lost a Ray actor or node while running %s; waiting for the "
                                         "other devices' running tasks", t.id)
                         continue
                     self.starts[t.id] = s - t0
@@ -967,7 +967,7 @@ class RayExecutor:
             "estimated_makespan": result.estimated_makespan,
         }
         self.remaps.append(rec)
-        log.warning("streammap: lost %s (%d device(s)); re-mapped the remaining %d task(s) (%d re-run) "
+        log.warning("lost %s (%d device(s)); re-mapped the remaining %d task(s) (%d re-run) "
                     "onto the surviving devices; recovered in %.3f s", what, len(lost), len(result.unfinished),
                     len(result.rerun), recovery)
         return result.plan

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from streammap.cli.common import console
-from streammap.cluster.discover import discover, format_cluster, write_cluster
+from streammap.cluster.discover import calibrate, discover, format_cluster, write_cluster
 from streammap.cluster.ray import discover_ray
 
 
@@ -16,6 +16,9 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--ray", metavar="ADDRESS", nargs="?", const="auto",
                    help="discover every node of the Ray cluster at ADDRESS (default auto); node names from "
                         "the 'streammap-node' label, else the host name")
+    parser.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                        help="skip the micro-benchmarks (a GEMM and a copy per device, under a second each) that "
+                             "record achieved_flops and achieved_bandwidth for the cost model")
     parser.set_defaults(func=run)
 
 
@@ -25,6 +28,8 @@ def run(args) -> int:
                              cluster_name=args.name if args.name != "local" else "ray")
     else:
         found = discover(node_name=args.node, cluster_name=args.name)
+        if args.calibrate:
+            found = calibrate(found)
     spec = found.spec
     out = console()
     if args.output:

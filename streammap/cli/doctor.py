@@ -13,11 +13,14 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--ray", metavar="ADDRESS", help="connect to this Ray cluster and measure between two nodes")
     parser.add_argument("--path", help="folder whose storage throughput to measure (default: the temporary folder)")
     parser.add_argument("--size", type=int, default=32, metavar="MiB", help="MiB written and read (default 32)")
+    parser.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                        help="skip measuring each device (a GEMM and a copy, under a second per device)")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
     t0 = time.perf_counter()
-    checks = run_checks(cluster_file=args.cluster, ray_address=args.ray, path=args.path, size_mb=args.size)
+    checks = run_checks(cluster_file=args.cluster, ray_address=args.ray, path=args.path, size_mb=args.size,
+                        calibrate_devices=args.calibrate)
     print(format_checks(checks) + f" ({time.perf_counter() - t0:.1f} s)")
     return EXIT_FAILURE if any(c.status == "fail" for c in checks) else 0

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from streammap import __version__
 from streammap.errors import EXIT_USAGE, StreamMapError
 from streammap.k8s import K8S_VERSION, export_k8s
 from streammap.k8s.resources import device_groups
 from streammap.plan import read_plan
+
+#: The tag `make image` builds (the repository's Dockerfile: CUDA runtime, CuPy, streammap[cluster]).
+DEFAULT_IMAGE = f"streammap:{__version__}"
 
 
 def configure(parser, command: str) -> None:
@@ -14,8 +18,9 @@ def configure(parser, command: str) -> None:
     k = targets.add_parser("k8s", help="one Pod or Job per node of the plan, a ConfigMap with the plan and program")
     k.add_argument("plan", help="plan.yaml")
     k.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the manifests")
-    k.add_argument("--image", required=True, help="container image with streammap installed "
-                   "(pip install 'streammap[cluster,gpu]')")
+    k.add_argument("--image", default=DEFAULT_IMAGE,
+                   help=f"container image with streammap installed (default {DEFAULT_IMAGE}: what `make image` builds "
+                        "from the repository's Dockerfile; tag and push it to a registry the cluster pulls from)")
     k.add_argument("--kind", choices=["pod", "job"], default="pod", help="Pod (default) or batch/v1 Job per node")
     k.add_argument("--name", help="object name prefix (default: the plan's program name)")
     k.add_argument("--namespace", help="metadata.namespace of every object")
@@ -57,5 +62,9 @@ def run(args) -> int:
     if plan.source.kind == "workflow":
         print("note: a workflow plan has no kernels: the pods reserve its devices, but streammap run "
               "refuses to run it")
+    if args.image == DEFAULT_IMAGE:
+        print(f"image {DEFAULT_IMAGE}: build it with `make image`, then make it reachable from the cluster's nodes: "
+              f"docker tag {DEFAULT_IMAGE} REGISTRY/{DEFAULT_IMAGE} && docker push REGISTRY/{DEFAULT_IMAGE}, and "
+              "export again with --image REGISTRY/" + DEFAULT_IMAGE)
     print(f"apply with: kubectl apply -f {args.output}/all.yaml")
     return 0

@@ -13,7 +13,8 @@ from streammap.units import parse_size, parse_time
 
 
 def configure(parser, command: str) -> None:
-    parser.add_argument("--cluster", required=True, help="cluster.yaml (one node for the local executor; any with Ray)")
+    parser.add_argument("--cluster", required=True, help="cluster.yaml, or 'local' to discover this machine (one node for the local "
+                                                          "executor unless --emulate; any with Ray)")
     parser.add_argument("--tenants", help="tenants file (default STATE/tenantparser.yaml)")
     parser.add_argument("--state", required=True, metavar="DIR", help="folder for the job store (SQLite) and job folders")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")

@@ -64,6 +64,12 @@ physical cores × nominal GHz × 16, a rough FP64 AVX2 figure (two 4-wide FMA un
 FLOP per cycle); nominal GHz from the model name ("@ 2.40GHz"), else the base or maximum
 frequency in ``/sys``, else "cpu MHz", else 2.5 GHz; ``mem_bandwidth`` = 20 GB/s per socket
 (:data:`CPU_BANDWIDTH_PER_SOCKET`), a deliberately modest default for what a few threads reach.
+
+Calibration (``streammap discover`` without ``--no-calibrate``; :func:`calibrate`): the figures
+above are peaks, read or derived; :func:`calibrate` adds what each device *achieved* in two short
+micro-benchmarks, ``achieved_flops`` and ``achieved_bandwidth`` (:mod:`streammap.cluster.microbench`),
+which the cost model prefers. :func:`discover` itself never measures (``--cluster local`` at
+compile time stays fast and deterministic).
 """
 
 from __future__ import annotations
@@ -81,6 +87,7 @@ from typing import Any, Callable
 
 import yaml
 
+from streammap.cluster.microbench import calibrate_spec
 from streammap.cluster.model import REFERENCE_FLOPS, ClusterSpec, DeviceSpec, Link, Node
 from streammap.cluster.rocm import rocm_devices
 from streammap.errors import ClusterError
@@ -202,6 +209,26 @@ def discover(node_name: str | None = None, cluster_name: str = "local",
     node = Node(name=node_name, link=link, devices=devices, topology=topology or None)
     spec = ClusterSpec(name=cluster_name, nodes=[node])
     return Discovery(spec=spec, status=status, notes=notes, gpus=len(gpus))
+
+
+def calibrate(found: Discovery, *, budget_s: float | None = None, cupy=None, measure=None) -> Discovery:
+    """``found`` with every device of every node measured once (``achieved_flops``, ``achieved_bandwidth``).
+
+    The micro-benchmarks of :mod:`streammap.cluster.microbench` (a GEMM and a streaming copy, CuPy
+    on GPUs, NumPy on the CPU) run on this machine, so only a discovery of this machine is
+    calibrated. Each device's result, or why it was not measured, becomes a header note.
+    ``budget_s``, ``cupy`` and ``measure`` go to :func:`~streammap.cluster.microbench.calibrate_spec`.
+    """
+    nodes, notes = [], list(found.notes)
+    kwargs = {"cupy": cupy, "measure": measure}
+    if budget_s is not None:
+        kwargs["budget_s"] = budget_s
+    for node in found.spec.nodes:
+        devices, got = calibrate_spec(list(node.devices), **kwargs)
+        nodes.append(node.model_copy(update={"devices": devices}))
+        notes += got
+    spec = found.spec.model_copy(update={"nodes": nodes})
+    return Discovery(spec=spec, status=found.status, notes=notes, gpus=found.gpus)
 
 
 def nvml_status(nvml: ModuleType | Any | None = None) -> str:
@@ -664,6 +691,10 @@ def _readable(spec: ClusterSpec) -> dict:
                 d["flops"] = _sig4(d["flops"], _FLOP_UNITS)
             if "mem_bandwidth" in d:
                 d["mem_bandwidth"] = _sig4(d["mem_bandwidth"], _RATE_UNITS)
+            if "achieved_flops" in d:
+                d["achieved_flops"] = _sig4(d["achieved_flops"], _FLOP_UNITS)
+            if "achieved_bandwidth" in d:
+                d["achieved_bandwidth"] = _sig4(d["achieved_bandwidth"], _RATE_UNITS)
             if d.get("speed") == 1.0:
                 del d["speed"]
     return data

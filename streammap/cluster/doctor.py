@@ -12,7 +12,10 @@ check               how
 nvidia driver       NVML (``nvmlSystemGetDriverVersion``); 384.81 is the oldest driver CUDA 9 / CuPy and
                     NVML's device queries need. No NVML or no driver: warn (CPU-only machine).
 gpu runtime         CuPy: import, CUDA or ROCm (``cupy.cuda.runtime.is_hip``), runtime version, device
-                    count; fail when NVML sees GPUs that CuPy cannot.
+                    count; fail when NVML sees GPUs that CuPy cannot, or when the installed wheel
+                    (``cupy-cuda12x`` or ``cupy-cuda13x``, either accepted) needs a newer CUDA than the
+                    driver supports (``nvmlSystemGetCudaDriverVersion``). The fix names the extra for
+                    this driver (:func:`cupy_extra`: ``gpu-cuda13`` from CUDA 13 on, else ``gpu-cuda12``).
 rocm devices        AMD GPUs and Hygon DCUs through amdsmi, rocm-smi or CuPy's HIP runtime (skip: none)
 ray                 the installed version (no import); with ``--ray ADDRESS``: connect, count live nodes
 kubernetes          with a kubeconfig (``$KUBECONFIG``, else ``~/.kube/config``): the API server's
@@ -23,6 +26,10 @@ cluster file        ``--cluster FILE`` validates
 network             with ``--ray``: Ray actors on two nodes; latency = median round trip of a tiny call / 2,
                     bandwidth = bytes / time of passing an array between them; warn below half of what the
                     cluster file's ``network`` claims
+device speed        each device of this machine measured once, as ``streammap discover`` calibrates it
+                    (:mod:`streammap.cluster.microbench`: a GEMM and a streaming copy, CuPy on GPUs, NumPy
+                    on the CPU), beside its peak; warn when a GPU cannot be measured (``--no-calibrate``:
+                    skip)
 storage             write ``--size`` MiB to ``--path`` with ``fsync``, drop it from the page cache
                     (``posix_fadvise``), read it back: MB/s each way; warn below 100 MB/s
 ==================  =====================================================================================
@@ -42,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from streammap.cluster.discover import calibrate, discover
 from streammap.cluster.model import load_cluster
 from streammap.cluster.rocm import rocm_devices
 from streammap.errors import StreamMapError
@@ -98,15 +106,68 @@ def check_driver(nvml=None) -> Check:
     return Check(name, "pass", detail)
 
 
-def check_gpu_runtime(cupy, nvml_gpus: Optional[int] = None) -> Check:
+def cuda_driver_major(nvml=None) -> Optional[int]:
+    """The newest CUDA major version the NVIDIA driver supports (NVML's
+    ``nvmlSystemGetCudaDriverVersion``: 12040 -> 12), or ``None`` without a driver."""
+    try:
+        if nvml is None:
+            import pynvml as nvml  # noqa: PLC0415
+        nvml.nvmlInit()
+        try:
+            get = getattr(nvml, "nvmlSystemGetCudaDriverVersion_v2", None) or nvml.nvmlSystemGetCudaDriverVersion
+            return int(get()) // 1000
+        finally:
+            nvml.nvmlShutdown()
+    except Exception:              # noqa: BLE001 -- no pynvml, no driver: no CUDA at all
+        return None
+
+
+def cupy_extra(cuda_major: Optional[int] = None, nvml=None) -> str:
+    """The ``streammap`` extra whose CuPy this driver runs: ``gpu-cuda13`` for a driver that
+    supports CUDA 13 or newer, else ``gpu-cuda12`` (also without a driver, the safer guess: a
+    CUDA 12 build runs on every driver from 525 on, a CUDA 13 build needs 580).
+    ``cuda_major`` defaults to :func:`cuda_driver_major`."""
+    major = cuda_major if cuda_major is not None else cuda_driver_major(nvml)
+    return "gpu-cuda13" if major is not None and major >= 13 else "gpu-cuda12"
+
+
+#: CuPy's wheels, newest first: the distribution name and the CUDA major it is built for (0: a
+#: source build or a ROCm wheel, whose CUDA is not in its name).
+CUPY_DISTRIBUTIONS = (("cupy-cuda13x", 13), ("cupy-cuda12x", 12), ("cupy-cuda11x", 11), ("cupy", 0))
+
+
+def installed_cupy() -> Optional[tuple[str, int]]:
+    """``(distribution, CUDA major)`` of the installed CuPy wheel, or ``None``."""
+    import importlib.metadata as md  # noqa: PLC0415 -- only doctor asks
+    for dist, major in CUPY_DISTRIBUTIONS:
+        try:
+            md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+        return dist, major
+    return None
+
+
+def check_gpu_runtime(cupy, nvml_gpus: Optional[int] = None, cuda_major: Optional[int] = None,
+                      wheel: Optional[tuple[str, int]] = None) -> Check:
     """CuPy on CUDA or ROCm (``cupy``: the module, ``None`` when absent); ``nvml_gpus``: the GPUs
-    NVML counted (GPUs that CuPy cannot use are then a failure)."""
+    NVML counted (GPUs that CuPy cannot use are then a failure); ``cuda_major``: the newest CUDA
+    the driver supports (:func:`cuda_driver_major`), which chooses the extra to install;
+    ``wheel``: the installed CuPy distribution (:func:`installed_cupy`): either flavour is
+    accepted as long as the driver supports its CUDA major."""
     name = "gpu runtime"
+    extra = cupy_extra(cuda_major)
     if cupy is None:
         status = "fail" if nvml_gpus else "warn"
         why = f"NVML sees {nvml_gpus} GPU(s) but CuPy is not installed" if nvml_gpus else "CuPy is not installed"
+        cuda = f"this driver supports CUDA {cuda_major}" if cuda_major else "CUDA 12 assumed without a driver"
         return Check(name, status, f"{why}; GPU plans run with --emulate only",
-                     "pip install 'streammap[gpu]' (CUDA 12) or a cupy-rocm-* build for AMD/Hygon")
+                     f"pip install 'streammap[{extra}]' ({cuda}; 'streammap[gpu]' is the newest, CUDA 13) "
+                     "or a cupy-rocm-* build for AMD/Hygon")
+    if wheel and cuda_major and wheel[1] > cuda_major:
+        return Check(name, "fail", f"{wheel[0]} is built for CUDA {wheel[1]} but this driver supports CUDA "
+                     f"{cuda_major} at most", f"pip uninstall {wheel[0]} && pip install 'streammap[{extra}]', "
+                     "or upgrade the NVIDIA driver")
     hip = bool(getattr(cupy.cuda.runtime, "is_hip", False))
     platform = "ROCm/HIP" if hip else "CUDA"
     try:
@@ -364,14 +425,42 @@ def check_storage(path=None, size_mb: int = 32) -> Check:
     return Check(name, "pass", detail)
 
 
+# -- device speed -----------------------------------------------------------------------------------
+
+def check_device_speed(found=None, cupy=None, measure=None) -> Check:
+    """Each device of this machine measured once (a GEMM and a streaming copy, as ``streammap
+    discover`` records them: :mod:`streammap.cluster.microbench`), beside its peak figures.
+
+    ``found``: a :class:`~streammap.cluster.discover.Discovery` (default: discover now). Warns when
+    a GPU could not be measured (no CuPy, a failing device): its plans then run on peak figures.
+    """
+    name = "device speed"
+    try:
+        found = calibrate(found if found is not None else discover(), cupy=cupy, measure=measure)
+    except Exception as exc:       # noqa: BLE001 -- a finding, not a crash
+        return Check(name, "warn", f"could not measure the devices: {type(exc).__name__}: {exc}",
+                     "streammap discover --no-calibrate writes peak figures only")
+    devices = [d for n in found.spec.nodes for d in n.devices]
+    detail = "; ".join(n.removeprefix("calibrated ") for n in found.notes if n.startswith("calibrated "))
+    missed = [d.name for d in devices if d.kind in ("gpu", "dcu") and d.achieved_flops is None]
+    if missed:
+        return Check(name, "warn", detail, f"{', '.join(missed)} not measured: install CuPy "
+                     f"(pip install 'streammap[{cupy_extra()}]') so that estimates use what the GPUs achieve")
+    return Check(name, "pass", detail + " (streammap discover records these in the cluster file)")
+
+
 # -- all together ---------------------------------------------------------------------------------
 
 def run_checks(*, cluster_file=None, ray_address: Optional[str] = None, path=None, size_mb: int = 32,
-               nvml=None, cupy=None, ray=None, kubeconfig=None, rocm=None) -> list[Check]:
-    """Every check, in order (the fakes are for tests)."""
+               nvml=None, cupy=None, ray=None, kubeconfig=None, rocm=None, calibrate_devices: bool = True,
+               measure=None) -> list[Check]:
+    """Every check, in order (the fakes are for tests; ``calibrate_devices=False`` skips the
+    device-speed measurement)."""
     checks = [check_driver(nvml)]
     gpus = _nvml_count(nvml) if checks[0].status == "pass" else None
-    checks.append(check_gpu_runtime(cupy if cupy is not None else _import_cupy(), gpus))
+    cupy_module = cupy if cupy is not None else _import_cupy()
+    checks.append(check_gpu_runtime(cupy_module, gpus, cuda_driver_major(nvml),
+                                    installed_cupy() if cupy is None else None))
     checks.append(check_rocm(rocm))
     checks.append(check_ray(ray_address, ray))
     checks.append(check_kubernetes(kubeconfig))
@@ -381,6 +470,10 @@ def run_checks(*, cluster_file=None, ray_address: Optional[str] = None, path=Non
         checks.append(c)
     checks.append(check_network(ray_address, cluster, ray))
     checks.append(check_storage(path, size_mb))
+    if calibrate_devices:
+        checks.append(check_device_speed(discover(nvml=nvml), cupy=cupy_module, measure=measure))
+    else:
+        checks.append(Check("device speed", "skip", "not measured (--no-calibrate)"))
     return checks
 
 

@@ -67,6 +67,10 @@ class DeviceSpec(BaseModel):
     flops: Optional[Flops] = Field(default=None, gt=0)
     mem_bandwidth: Optional[Rate] = Field(default=None, gt=0)
     speed: float = Field(default=1.0, gt=0)
+    # Measured by discovery's micro-benchmarks (streammap.cluster.microbench): a GEMM's FLOP/s and a
+    # streaming copy's bytes/s. The cost model prefers them to the peaks above when present.
+    achieved_flops: Optional[Flops] = Field(default=None, gt=0)
+    achieved_bandwidth: Optional[Rate] = Field(default=None, gt=0)
     # Filled in by discovery; the runtime uses ``index`` to find the local GPU.
     index: Optional[int] = Field(default=None, ge=0, le=65535)
     uuid: Optional[str] = None
@@ -141,19 +145,36 @@ class Device:
     mem_bandwidth: float
     speed: float
     index: int | None
+    achieved_flops: float | None = None       # FLOP/s a GEMM reached (discovery); None: not measured
+    achieved_bandwidth: float | None = None   # bytes/s a streaming copy reached
+
+    @property
+    def compute_rate(self) -> float:
+        """FLOP/s the cost model divides ``flops`` by: the achieved figure when measured, else ``flops``."""
+        return self.achieved_flops if self.achieved_flops is not None else self.flops
+
+    @property
+    def memory_rate(self) -> float:
+        """Bytes/s the cost model divides ``bytes`` by: the achieved figure when measured, else ``mem_bandwidth``."""
+        return self.achieved_bandwidth if self.achieved_bandwidth is not None else self.mem_bandwidth
 
     def matches(self, constraint: str | None) -> bool:
         """Whether a kernel's ``device`` clause admits this device.
 
-        ``"any"`` admits all; ``"gpu"``/``"cpu"``/``"mlu"``... match the kind; anything else
-        matches the vendor, or is a case-insensitive substring of the model ("A100", "V100").
-        Several alternatives may be given separated by ``|``.
+        The clause is one or more alternatives separated by ``|``; the device is admitted when
+        any alternative admits it. An alternative is ``"any"`` (admits every device, so
+        ``"cpu|any"`` and ``"any|cpu"`` mean the same as ``"any"``), a kind (``"gpu"``,
+        ``"cpu"``, ``"mlu"``...), a vendor (``"nvidia"``), or a case-insensitive substring of
+        the model (``"A100"``). Matching ignores case and the spaces around each alternative;
+        an empty alternative (``"gpu|"``) admits nothing.
         """
-        if constraint is None or constraint == "any":
+        if constraint is None:
             return True
         for alt in constraint.split("|"):
             alt = alt.strip().lower()
-            if alt in (self.kind.lower(), (self.vendor or "").lower()):
+            if not alt:
+                continue
+            if alt == "any" or alt in (self.kind.lower(), (self.vendor or "").lower()):
                 return True
             if self.model and alt in self.model.lower():
                 return True
@@ -180,7 +201,8 @@ class Cluster:
                     memory=d.memory if d.memory is not None else math.inf,
                     flops=d.flops if d.flops is not None else REFERENCE_FLOPS * d.speed,
                     mem_bandwidth=d.mem_bandwidth if d.mem_bandwidth is not None else REFERENCE_MEM_BANDWIDTH * d.speed,
-                    speed=d.speed, index=d.index))
+                    speed=d.speed, index=d.index,
+                    achieved_flops=d.achieved_flops, achieved_bandwidth=d.achieved_bandwidth))
         self.devices: list[Device] = devices
         self.index = {d.id: i for i, d in enumerate(devices)}
 

@@ -49,7 +49,10 @@ In this order of preference (``design.md``, section *The cost model*):
 1. ``history(kernel, device_model, task_attrs)`` when a history hook is given and it returns a
    number: a measured time, as StarPU's performance models do [1]_;
 2. a roofline estimate [2]_ when the task has ``flops`` or ``bytes`` clauses:
-   ``max(flops / d.flops, bytes / d.mem_bandwidth) + launch(d)``;
+   ``max(flops / F, bytes / B) + launch(d)``, where F and B are the rates the device *achieved*
+   in discovery's micro-benchmarks (``achieved_flops``: a GEMM, ``achieved_bandwidth``: a
+   streaming copy; :mod:`streammap.cluster.microbench`) when the cluster file records them, else
+   its peak ``flops`` and ``mem_bandwidth`` (``Device.compute_rate``, ``Device.memory_rate``);
 3. ``times[d.model]``, else ``times[d.kind]``, else ``runtime / d.speed`` (imported workflows; this
    is exactly the benchmark model of ``shared/benchmarks/README.md``);
 4. otherwise the launch overhead alone (a task with no estimate at all).
@@ -284,12 +287,12 @@ class CostModel:
         # Devices that look alike to every estimate share a column ("class").
         keys, cls_of = {}, np.empty(D, dtype=np.int64)
         for j, d in enumerate(devs):
-            key = (d.kind, d.vendor, d.model, d.speed, d.flops, d.mem_bandwidth)
+            key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.memory_rate)
             cls_of[j] = keys.setdefault(key, len(keys))
         reps = [devs[int(np.flatnonzero(cls_of == c)[0])] for c in range(len(keys))]
         C = len(reps)
-        c_flops = np.array([d.flops for d in reps])
-        c_mbw = np.array([d.mem_bandwidth for d in reps])
+        c_flops = np.array([d.compute_rate for d in reps])
+        c_mbw = np.array([d.memory_rate for d in reps])
         c_speed = np.array([d.speed for d in reps])
         c_launch = np.array([launch_overhead(d) for d in reps])
         c_model = [d.model if d.model else d.kind for d in reps]

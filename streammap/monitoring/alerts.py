@@ -186,7 +186,7 @@ class Webhook:
             except Exception as exc:   # noqa: BLE001 -- a webhook never fails the run
                 if not self._failed:
                     self._failed = True
-                    log.warning("streammap: alert webhook %s failed: %s (further failures are not logged)",
+                    log.warning("alert webhook %s failed: %s (further failures are not logged)",
                                 self.config.url, exc)
             finally:
                 self._queue.task_done()
@@ -242,7 +242,7 @@ class AlertManager:
             rec = {"t": round(t, 6), "kind": kind, "severity": severity, "message": message, "device": device,
                    "task": task, "value": value, "threshold": threshold}
             self.alerts.append(rec)
-        (log.error if severity == "critical" else log.warning)("streammap alert [%s] %s: %s (at %s)",
+        (log.error if severity == "critical" else log.warning)("alert [%s] %s: %s (at %s)",
                                                                severity, kind, message, format_time(t))
         if self.metrics is not None:
             try:

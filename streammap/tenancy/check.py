@@ -198,7 +198,8 @@ def check_in_child(conn, folder: str, name: str, source_text: str, params: dict,
             demand = Estimator(cluster, mapper="heft").demand(("check",), graph, gpus, max_gpus=max_gpus)
             answer = ("ok", {"gpus": demand.gpus, "options": [o.__dict__ for o in demand.options]})
         except StreamMapError as exc:
-            answer = ("refused", exc.format())
+            # The client prints a refusal as "error: <message>": send the error without its own "error: ".
+            answer = ("refused", exc.format().replace("error: ", "", 1))
         except RecursionError:
             answer = ("refused", f"{name}: the program nests too deeply to compile")
         except MemoryError:

@@ -147,9 +147,11 @@ class Estimator:
             return self._demands[dk]
         sizes = {m: len(ds) for m, ds in self.pools.items()}
         if gpus is not None:
-            if gpus < 1 or gpus > max(sizes.values()):
-                raise StreamMapError(f"a job asks for {gpus} devices; the largest pool has {max(sizes.values())}",
-                                     hint="ask for fewer GPUs")
+            largest = max(sizes.values())
+            if gpus < 1 or gpus > largest:
+                raise StreamMapError(f"a job asks for {gpus} devices; the largest pool has {largest}",
+                                     hint=f"ask for 1 to {largest} (--gpus {largest} at most), or leave --gpus out "
+                                          "to let the service size the gang")
             width = gpus
         else:
             singles = {m: self.run_estimate(key, graph, m, 1) for m in self.pools}

@@ -65,14 +65,14 @@ import threading
 import time
 from pathlib import Path
 
-from streammap.cluster.model import load_cluster
+from streammap.compiler import resolve_cluster
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write_text
 from streammap.tenancy import sandbox
 from streammap.tenancy.admission import Job, Scheduler
 from streammap.tenancy.api import HttpLimits, Refused, listen, make_server
 from streammap.tenancy.check import Checker, CheckLimits, CheckRefused
-from streammap.tenancy.estimate import Demand, Estimator, Option, sub_cluster_spec
+from streammap.tenancy.estimate import WIDTHS, Demand, Estimator, Option, sub_cluster_spec
 from streammap.tenancy.store import ACTIVE, JobStore, StateError
 from streammap.tenancy.tenants import limits_from, load_tenants
 
@@ -98,13 +98,15 @@ class JobService:
     Parameters
     ----------
     cluster, tenants : path
-        The cluster file and the tenants file.
+        The cluster file (or ``"local"``: discover this machine now, as ``compile --cluster local``
+        does) and the tenants file.
     state_dir : path
         Where the job store and the job folders live.
     policy : str
         Admission policy (``streammap``, ``drf`` or ``fifo``).
     emulate : bool
-        Run GPU plans on the CPU (a machine without the cluster's GPUs; tests).
+        Run GPU plans on the CPU (a machine without the cluster's GPUs; tests). Emulated, a
+        cluster of several nodes is served by the local backend too, as ``run --emulate`` runs it.
     backend, address :
         ``local`` (one machine) or ``ray`` with the Ray address.
     mapper : str
@@ -123,16 +125,18 @@ class JobService:
     def __init__(self, cluster, tenants, state_dir, *, policy: str = "streammap", emulate: bool = False,
                  backend: str = "local", address: str | None = None, mapper: str = "auto", tick: float = 1.0,
                  isolation: str = "auto", limits=None, check: CheckLimits | None = None):
-        self.cluster = load_cluster(cluster)
+        self.cluster = resolve_cluster(cluster)      # a cluster file, or "local": discover this machine now
         self.tenants = load_tenants(tenants)
         _warn_plain_tokens(self.tenants, tenants)
         self.tenants_file = Path(tenants).resolve()
         self.isolation = _choose_isolation(isolation, len(self.tenants), backend)
         self.limits = limits_from(limits)
-        if backend == "local" and len(self.cluster.spec.nodes) > 1:
+        # Emulated, every node's devices are threads of this machine, as `streammap run --emulate` runs them.
+        if backend == "local" and not emulate and len(self.cluster.spec.nodes) > 1:
             raise StreamMapError(f"cluster '{self.cluster.name}' has {len(self.cluster.spec.nodes)} nodes; the local "
                                  "executor runs one machine", path=cluster,
-                                 hint="serve with --backend ray --address HEAD:6379 on a Ray cluster")
+                                 hint="serve with --backend ray --address HEAD:6379 on a Ray cluster, "
+                                      "or with --emulate to run every node's devices emulated on this machine")
         self.store = JobStore(state_dir)
         self.estimator = Estimator(self.cluster, mapper="heft")    # refuses a cluster without accelerators
         self.checker = Checker(self.cluster, self.store.incoming, check)
@@ -236,14 +240,27 @@ class JobService:
 
         key = ("program", hashlib.sha256(source_text.encode("utf-8", "surrogatepass")).hexdigest(), name,
                tuple(sorted((k, str(v)) for k, v in params.items())), entry)
-        try:
-            demand = self.checker.demand(key, name, source_text, params, entry, gpus, quota.gpus)
-        except CheckRefused as exc:
-            raise Refused(exc.status, exc.message, {"Retry-After": "2"} if exc.status == 503 else None) from None
-        fits = [o for o in demand.options if self.scheduler.quota_allows(tenant, o, ever=True)]
-        if not fits:
-            raise Refused(400, f"the job needs {demand.gpus} device(s) of {', '.join(o.model for o in demand.options)}; "
-                               f"tenant {tenant}'s quota can never grant that")
+        def check(width):
+            try:
+                return self.checker.demand(key, name, source_text, params, entry, width, quota.gpus)
+            except CheckRefused as exc:
+                raise Refused(exc.status, exc.message, {"Retry-After": "2"} if exc.status == 503 else None) from None
+
+        demand = check(gpus)
+        if gpus is None:
+            # The width was ours to choose: narrower, as far as the quota needs (a per-model cap or a
+            # memory quota can refuse the width the estimate chose within quota.gpus).
+            for width in sorted((w for w in WIDTHS if w < demand.gpus), reverse=True):
+                if self._quota_fits(tenant, demand):
+                    break
+                try:
+                    demand = check(width)
+                except Refused as exc:
+                    if exc.status != 400:      # busy: say so; 400: it cannot run this narrow
+                        raise
+                    break
+        if not self._quota_fits(tenant, demand):
+            raise Refused(400, self._quota_refusal(tenant, demand, gpus))
         with self._lock:
             job_id = self.store.add(tenant=tenant, priority=priority, source=name, params=params, entry=entry,
                                     gpus=gpus, demand=_demand_dict(demand), prepare=prepare)
@@ -251,6 +268,21 @@ class JobService:
             self.scheduler.submit(_job_of(row))
         self._wake.set()
         return job_id
+
+    def _quota_fits(self, tenant: str, demand: Demand) -> bool:
+        return any(self.scheduler.quota_allows(tenant, o, ever=True) for o in demand.options)
+
+    def _quota_refusal(self, tenant: str, demand: Demand, asked: int | None) -> str:
+        """Why ``tenant``'s quota can never run ``demand``, and which ``--gpus`` it would accept."""
+        models = [o.model for o in demand.options]
+        head = (f"the job asks for {asked} device(s)" if asked is not None else
+                f"the job needs {demand.gpus} device(s)") + f" of {', '.join(models)}; tenant {tenant}'s quota can never grant that"
+        widest = max((k for m in models for k in range(1, self.scheduler.pool.size.get(m, 0) + 1)
+                      if self.scheduler.quota_allows(tenant, Option(model=m, gpus=k, duration=0.0, memory=0.0),
+                                                     ever=True)), default=0)
+        if widest and widest < demand.gpus:
+            return head + f"; it grants at most {widest}: submit with --gpus {widest} (a narrower gang, slower)"
+        return head + f"; it grants no device of {', '.join(models)}: ask the service's operator for a quota"
 
     def jobs(self, tenant: str, all_states: bool = False) -> list[dict]:
         return [self.public(r) for r in self.store.list(tenant, None if all_states else ACTIVE)]
