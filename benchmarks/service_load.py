@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "tenancy"))
+sys.path.insert(0, str(ROOT))                     # the test package's service fixtures
 
-from test_job_service import SLEEPY, VISION, write_setup  # noqa: E402
-from test_service_hardening import FREEZE, post, status_of  # noqa: E402
+from tests.tenancy.test_job_service import SLEEPY, VISION, write_setup  # noqa: E402
+from tests.tenancy.test_service_hardening import FREEZE, post, status_of  # noqa: E402
 
 
 def start(folder: Path) -> tuple[subprocess.Popen, str]:
