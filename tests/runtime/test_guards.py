@@ -15,7 +15,6 @@ import types
 
 import numpy as np
 import pytest
-from runtime_helpers import cpu_devices, cuda_device_count, gpu_devices, make_plan, ref, task
 
 import streammap
 from streammap.cli import main
@@ -35,6 +34,8 @@ from streammap.runtime.guard import (
     with_deadline,
     writable,
 )
+from tests.helpers.fake_cupy import cuda_device_count
+from tests.helpers.plans import cpu_devices, gpu_devices, make_plan, ref, task
 
 PROG = """
 import time
