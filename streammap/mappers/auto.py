@@ -47,6 +47,8 @@ import numpy as np
 
 from streammap.cost.model import CostModel, concat_ranges, segment_max
 from streammap.errors import MappingError
+from streammap.mappers.exact import available as exact_available
+from streammap.mappers.exact import model_size, solve_exact
 from streammap.mappers.heft import check_placeable, heft, list_schedule, priority_order
 from streammap.mappers.local_search import improve
 from streammap.mappers.partition import GroupTimes, device_speed, partition_tasks
@@ -54,7 +56,7 @@ from streammap.mappers.partition import available as metis_available
 from streammap.mappers.peft import peft
 from streammap.mappers.schedule import MEM_RTOL, Schedule, fits, peak_memory
 
-__all__ = ["auto", "lift"]
+__all__ = ["auto", "lift", "exact_fits"]
 
 #: Work (tasks × devices) up to which every candidate is tried.
 SMALL_WORK = 200_000
@@ -67,6 +69,12 @@ SEARCH_BUDGET = 700_000
 SEARCH_BUDGET_LARGE = 100_000
 #: Most re-timings for one local search.
 SEARCH_MAX_RUNS = 1500
+#: The exact model runs on graphs of at most this many tasks ...
+EXACT_MAX_TASKS = 60
+#: ... whose model has at most this many terms (:func:`streammap.mappers.exact.model_size`).
+EXACT_MAX_TERMS = 60_000
+#: CP-SAT's work budget there, in deterministic seconds.
+EXACT_WORK = 5.0
 
 
 def lift(cost: CostModel, devices, schedule: Schedule, mapper: str | None = None) -> Schedule:
@@ -92,18 +100,22 @@ def _placement_order(s: Schedule) -> np.ndarray:
     return np.argsort(s.seq, kind="stable")
 
 
-def auto(cost: CostModel) -> Schedule:
+def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     """Map a task graph with the best of HEFT, PEFT, subset, partition and local-search candidates.
 
     Parameters
     ----------
     cost : CostModel
+    exact : bool
+        Run the exact model (:mod:`streammap.mappers.exact`) on small graphs (see
+        :func:`exact_fits`); ``False`` gives the heuristic candidates alone.
 
     Returns
     -------
     Schedule
         Never a longer makespan than :func:`~streammap.mappers.heft.heft` gives, memory-valid;
-        ``mapper`` is ``"auto(<winner>)"``.
+        ``mapper`` is ``"auto(<winner>)"``; ``bound`` is the exact model's proven lower bound
+        when it ran.
 
     Raises
     ------
@@ -249,5 +261,20 @@ def auto(cost: CostModel) -> Schedule:
         results.sort(key=lambda r: (r[0], r[1]))
 
     ms, _, name, best = results[0]
+    bound = None
+    if exact and exact_fits(cost):
+        # The exact model, warm-started from the best plan so far: a better plan, or a proof of
+        # how close this one is.
+        res = solve_exact(cost, best, work=EXACT_WORK)
+        bound = res.bound
+        if res.schedule is not None and res.schedule.makespan < best.makespan:
+            name, best = "exact", res.schedule
     return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
-                    n_devices=D, seq=best.seq)
+                    n_devices=D, seq=best.seq, bound=bound)
+
+
+def exact_fits(cost: CostModel) -> bool:
+    """Whether ``auto`` runs the exact model on ``cost``: OR-Tools is there, the graph has at most
+    :data:`EXACT_MAX_TASKS` tasks and the model at most :data:`EXACT_MAX_TERMS` terms."""
+    return (cost.n_tasks <= EXACT_MAX_TASKS and model_size(cost) <= EXACT_MAX_TERMS
+            and exact_available())
