@@ -74,7 +74,7 @@ EXACT_MAX_TASKS = 60
 #: ... whose model has at most this many terms (:func:`streammap.mappers.exact.model_size`).
 EXACT_MAX_TERMS = 60_000
 #: CP-SAT's work budget there, in deterministic seconds.
-EXACT_WORK = 5.0
+EXACT_WORK = 3.0
 
 
 def lift(cost: CostModel, devices, schedule: Schedule, mapper: str | None = None) -> Schedule:
