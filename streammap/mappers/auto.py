@@ -29,14 +29,21 @@ Candidates, in order:
    another device, while the makespan (then the sum of finish times) falls; at a local optimum
    the best plan is kicked (a few critical tasks to random devices, seeded RNG) and the descent
    resumes, until the re-timing budget is spent (iterated local search).
+6. **Exact model** (:func:`streammap.mappers.exact.solve_exact`), on graphs of at most
+   :data:`EXACT_MAX_TASKS` tasks whose model has at most :data:`EXACT_MAX_TERMS` terms: CP-SAT,
+   warm-started from the best plan so far, for :data:`EXACT_WORK` deterministic seconds. Its plan
+   replaces the best one only if shorter (winner ``"exact"``); either way the schedule carries
+   the solver's proven lower bound (``Schedule.bound``). Never on large graphs: the mapping time
+   at scale is that of the heuristics.
 
 Effort is bounded by operation counts that scale with the graph (no wall-clock budget, which
 would make plans depend on the machine's load): the number of candidates shrinks as ``T × D``
-grows, and the local search gets a number of re-timings inversely proportional to T. The
+grows, the local search gets a number of re-timings inversely proportional to T, and the
+solver a budget in its deterministic time. The
 schedule's ``mapper`` names the winner, e.g. ``"auto(peft+search)"``.
 
-Deterministic: every step breaks ties by task and device position, METIS runs with a fixed seed,
-and no step reads the clock.
+Deterministic: every step breaks ties by task and device position, METIS and CP-SAT run with a
+fixed seed (CP-SAT with one worker), and no step reads the clock.
 """
 
 from __future__ import annotations
