@@ -31,7 +31,7 @@ __all__ = ["optimal", "OPTIMAL_WORK", "OPTIMAL_MAX_TERMS"]
 #: CP-SAT's work budget, in deterministic seconds.
 OPTIMAL_WORK = 30.0
 #: Largest model (terms) the mapper builds.
-OPTIMAL_MAX_TERMS = 2_000_000
+OPTIMAL_MAX_TERMS = 500_000
 
 
 def optimal(cost: CostModel, *, work: float = OPTIMAL_WORK) -> Schedule:
