@@ -23,7 +23,8 @@ present when ``x[t, d]``; exactly one ``x[t, ·]`` holds. Then, as the benchmark
   capacity in all): a cumulative constraint per device holding ``mem[t]`` over ``[s[t], e[t])``
   and ``out[t]`` over ``[e[t], L[t])``, ``L[t]`` the latest start among t's consumers (the
   benchmark README's residency), against the capacity (with :data:`~streammap.mappers.schedule.MEM_RTOL`);
-* **objective**: the makespan ``M >= e[t]`` for every sink, minimised.
+* **objective**: the makespan ``M >= e[t]`` for every sink, minimised; and, redundant but a strong
+  cut for the linear relaxation, ``M >= sum over t of dur[t, d] x[t, d]`` on every device.
 
 Rounding
 --------
@@ -251,6 +252,11 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0) 
     M = m.NewIntVar(0, H, "makespan")
     for t in np.flatnonzero(cost.n_succ == 0).tolist():
         m.Add(M >= e[t])
+    # Redundant: no device is busy longer than the makespan (a strong cut when computation
+    # dominates, where the bound is the balance of the work over the devices).
+    for d in range(D):
+        if by_dev[d]:
+            m.Add(sum(int(dur[t, d]) * x[t][d] for t, _ in by_dev[d]) <= M)
     m.Minimize(M)
 
     _add_hint(m, cost, hint, tick, dur, x, s, e, M, last_use)
