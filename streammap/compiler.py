@@ -123,10 +123,16 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
             heft_makespan = get_mapper("heft")(kept.cost).makespan
         except StreamMapError:            # HEFT finds no memory-valid placement (another strategy did)
             heft_makespan = None
-    lower = shared_lower_bound(kept.cost) if uses_sharing(kept.cost) else lower_bound(kept.cost)
+    sharing = uses_sharing(kept.cost)
+    lower = shared_lower_bound(kept.cost) if sharing else lower_bound(kept.cost)
+    # The exact solver's bound holds for whole-device plans of this cost model: not under sharing.
+    solver_bound = None if sharing else kept.schedule.bound
+    if solver_bound is not None:
+        lower = max(lower, solver_bound)
     plan = build_plan(kept.graph, clus, kept.cost, kept.schedule, source_path=path,
                       lower=lower, heft_makespan=heft_makespan,
                       strategy=choice.info(), pipeline=kept.pipeline)
+    plan.mapper.solver_bound = solver_bound
     if clus.oversubscription > 1 and kept.spills is not None:
         plan.mapper.spill_bytes = kept.spills.spilled_bytes + kept.spills.restored_bytes
     if emit_graph is not None:
@@ -142,6 +148,9 @@ def _map(cost: CostModel, mapper: str, map_fn) -> Mapped:
     schedule = map_shared(cost, mapper, map_fn) if uses_sharing(cost) else map_fn(cost)
     check_plan_memory(cost, schedule)
     spills = estimate_spills(cost, schedule)
+    if spills.schedule is not schedule:
+        # Spill traffic only lengthens a plan: the mapper's proven bound still holds.
+        spills.schedule.bound = schedule.bound
     return Mapped(spills.schedule, spills)
 
 

@@ -80,6 +80,9 @@ class MapperInfo(_Strict):
     estimated_makespan: float = Field(ge=0)
     lower_bound: float = Field(ge=0)
     heft_makespan: Optional[float] = Field(default=None, ge=0)
+    # The exact solver's proven lower bound on every plan's makespan, when it ran (streammap.mappers.exact);
+    # lower_bound is then the larger of it and the analytic bounds.
+    solver_bound: Optional[float] = Field(default=None, ge=0)
     # Under memory oversubscription: bytes the plan is expected to spill and restore (streammap.placement.spilling).
     spill_bytes: Optional[float] = Field(default=None, ge=0)
 
@@ -209,8 +212,9 @@ class Plan(_Strict):
     # -- writing -------------------------------------------------------------------------
     def to_yaml(self, relative_to: str | Path | None = None) -> str:
         data = self.model_dump(mode="json")
-        if data["mapper"].get("spill_bytes") is None:
-            data["mapper"].pop("spill_bytes", None)
+        for key in ("solver_bound", "spill_bytes"):
+            if data["mapper"].get(key) is None:
+                data["mapper"].pop(key, None)
         for key in ("strategy", "pipeline"):
             if data.get(key) is None:
                 data.pop(key, None)

@@ -12,6 +12,9 @@ A :class:`Case` is a named, lazily built ``(graph, cluster)`` pair. Two sources:
     Random layered DAGs built as in Topcuoglu, Hariri and Wu [1]_, section 5.1 (:func:`random_dag`)
     on random heterogeneous clusters (:func:`random_cluster`), over the paper's parameters: tasks
     ``n``, CCR, shape ``alpha``, out-degree, and heterogeneity ``beta``.
+:func:`shared_random_cases`
+    The same random DAGs, small (10-50 tasks), on the shared clusters (:func:`shared_random_case`):
+    the suite on which plans are compared with the proven optimum (``benchmarks/optimal_gap.py``).
 
 The CCR of a case is :func:`ccr`, exactly as the README defines it; :func:`scale_cluster_for_ccr`
 multiplies every bandwidth of a cluster (the network and every node's link) by the one factor
@@ -40,7 +43,7 @@ from streammap.io.importers import load_graph
 from streammap.ir import add_task, new_graph
 
 __all__ = ["Case", "ccr", "scale_cluster_for_ccr", "shared_cases", "find_shared", "random_dag", "random_cluster",
-           "random_case", "random_cases", "WORKFLOW_CLUSTERS", "CHOLESKY_CLUSTERS", "CCRS"]
+           "random_case", "random_cases", "shared_random_case", "shared_random_cases", "WORKFLOW_CLUSTERS", "CHOLESKY_CLUSTERS", "CCRS"]
 
 #: Clusters every workflow runs on, and the one for Cholesky graphs (README of the shared benchmarks).
 WORKFLOW_CLUSTERS = ("hetero-2x4", "mixed-vendors", "small-memory")
@@ -417,6 +420,55 @@ def random_cases(seed: int = 0, quick: bool = False, sizes: Sequence[int] | None
             out.append(random_case(n, 1.0, 3, c, 0.5, devices=16, seed=seed * 100003 + k))
             k += 1
     return out
+
+
+def shared_random_case(n: int, cluster: Cluster, ccr: float = 1.0, seed: int = 0, alpha: float = 1.0,
+                       out_degree: int = 3, beta: float = 0.5, cluster_label: str | None = None) -> Case:
+    """A :class:`Case` of a :func:`random_dag` on one of the shared clusters, scaled to CCR ``ccr``.
+
+    The DAG's device models ``P0``, ``P1``, ... become the cluster's models in the order their
+    devices come, and each model's times are divided by its ``speed`` (so a faster device model
+    is faster, by its speed, up to the ``beta`` heterogeneity). Edge bytes are drawn so that the
+    mean edge is a sixty-fourth of the smallest finite device memory (10 GB/s x mean task time x CCR
+    on clusters without memory sizes): every task fits anywhere, and memory binds only where many
+    outputs wait on one device at once.
+    """
+    models: dict[str, float] = {}
+    for d in cluster.devices:
+        models.setdefault(d.model or d.kind, d.speed)
+    label = cluster_label or cluster.name
+
+    def load():
+        rng = np.random.default_rng([seed, n, int(round(ccr * 1000)), 17])
+        w_dag = float(rng.uniform(1e-3, 100e-3))
+        caps = [d.memory for d in cluster.devices if math.isfinite(d.memory)]
+        bw = (min(caps) / 64) / (ccr * w_dag) if caps else 10e9
+        g = random_dag(n, alpha, out_degree, ccr, beta, seed, n_models=len(models), w_dag=w_dag, bandwidth=bw)
+        names = list(models)
+        for t in g.nodes:
+            times = g.nodes[t]["times"]
+            g.nodes[t]["times"] = {names[j]: times[f"P{j}"] / models[names[j]] for j in range(len(names))}
+        return g, scale_cluster_for_ccr(g, cluster, ccr)
+
+    name = f"rand-n{n}-a{alpha:g}-o{out_degree}-b{beta:g}/{label}/ccr{ccr:g}-s{seed}"
+    return Case(name, "random-shared", f"rand-n{n}", label, float(ccr), load,
+                params=dict(n=n, alpha=alpha, out_degree=out_degree, beta=beta, seed=seed))
+
+
+def shared_random_cases(root, sizes: Sequence[int] = (10, 20, 30, 40, 50), ccrs: Sequence[float] = CCRS,
+                        seeds: Sequence[int] = (0,), clusters: Sequence[str] = WORKFLOW_CLUSTERS) -> list[Case]:
+    """:func:`shared_random_case` for every size x CCR x seed x shared cluster (``alpha`` 1,
+    out-degree 3, ``beta`` 0.5, the HEFT paper's middle values).
+
+    Parameters
+    ----------
+    root : str or Path
+        The ``shared/benchmarks`` folder (its ``clusters/``).
+    """
+    root = Path(root)
+    loaded = {c: load_cluster(root / "clusters" / f"{c}.yaml") for c in clusters}
+    return [shared_random_case(n, loaded[c], ccr, seed, cluster_label=c)
+            for ccr in ccrs for n in sizes for seed in seeds for c in clusters]
 
 
 def iter_loaded(cases: Sequence[Case]) -> Iterator[tuple[Case, nx.DiGraph, Cluster]]:

@@ -14,11 +14,12 @@ from __future__ import annotations
 from streammap.errors import StreamMapError
 from streammap.mappers.auto import auto
 from streammap.mappers.heft import heft, heft_plain
+from streammap.mappers.optimal import optimal
 from streammap.mappers.peft import peft
 from streammap.mappers.policies import find_policy
 
 #: Known mappers by name.
-MAPPERS = {"heft": heft, "heft-plain": heft_plain, "peft": peft, "auto": auto}
+MAPPERS = {"heft": heft, "heft-plain": heft_plain, "peft": peft, "auto": auto, "optimal": optimal}
 
 
 def get_mapper(name: str):

@@ -29,14 +29,24 @@ Candidates, in order:
    another device, while the makespan (then the sum of finish times) falls; at a local optimum
    the best plan is kicked (a few critical tasks to random devices, seeded RNG) and the descent
    resumes, until the re-timing budget is spent (iterated local search).
+6. **Exact model**, only with ``exact=True`` (``streammap.mappers.optimal`` and the gap benchmark
+   ask for it; the ``auto`` that ``--mapper auto`` runs does not yet: CP-SAT's deterministic time
+   tracks wall time loosely, and seconds per small compile is not what a user waits for by
+   default) (:func:`streammap.mappers.exact.solve_exact`), on graphs of at most
+   :data:`EXACT_MAX_TASKS` tasks whose model has at most :data:`EXACT_MAX_TERMS` terms: CP-SAT,
+   warm-started from the best plan so far, for :data:`EXACT_WORK` deterministic seconds. Its plan
+   replaces the best one only if shorter (winner ``"exact"``); either way the schedule carries
+   the solver's proven lower bound (``Schedule.bound``). Never on large graphs: the mapping time
+   at scale is that of the heuristics.
 
 Effort is bounded by operation counts that scale with the graph (no wall-clock budget, which
 would make plans depend on the machine's load): the number of candidates shrinks as ``T × D``
-grows, and the local search gets a number of re-timings inversely proportional to T. The
+grows, the local search gets a number of re-timings inversely proportional to T, and the
+solver a budget in its deterministic time. The
 schedule's ``mapper`` names the winner, e.g. ``"auto(peft+search)"``.
 
-Deterministic: every step breaks ties by task and device position, METIS runs with a fixed seed,
-and no step reads the clock.
+Deterministic: every step breaks ties by task and device position, METIS and CP-SAT run with a
+fixed seed (CP-SAT with one worker), and no step reads the clock.
 """
 
 from __future__ import annotations
@@ -47,6 +57,8 @@ import numpy as np
 
 from streammap.cost.model import CostModel, concat_ranges, segment_max
 from streammap.errors import MappingError
+from streammap.mappers.exact import available as exact_available
+from streammap.mappers.exact import model_size, solve_exact
 from streammap.mappers.heft import check_placeable, heft, list_schedule, priority_order
 from streammap.mappers.local_search import improve
 from streammap.mappers.partition import GroupTimes, device_speed, partition_tasks
@@ -54,7 +66,7 @@ from streammap.mappers.partition import available as metis_available
 from streammap.mappers.peft import peft
 from streammap.mappers.schedule import MEM_RTOL, Schedule, fits, peak_memory
 
-__all__ = ["auto", "lift"]
+__all__ = ["auto", "lift", "exact_fits"]
 
 #: Work (tasks × devices) up to which every candidate is tried.
 SMALL_WORK = 200_000
@@ -67,6 +79,12 @@ SEARCH_BUDGET = 700_000
 SEARCH_BUDGET_LARGE = 100_000
 #: Most re-timings for one local search.
 SEARCH_MAX_RUNS = 1500
+#: The exact model runs on graphs of at most this many tasks ...
+EXACT_MAX_TASKS = 60
+#: ... whose model has at most this many terms (:func:`streammap.mappers.exact.model_size`).
+EXACT_MAX_TERMS = 60_000
+#: CP-SAT's work budget there, in deterministic seconds.
+EXACT_WORK = 3.0
 
 
 def lift(cost: CostModel, devices, schedule: Schedule, mapper: str | None = None) -> Schedule:
@@ -92,18 +110,22 @@ def _placement_order(s: Schedule) -> np.ndarray:
     return np.argsort(s.seq, kind="stable")
 
 
-def auto(cost: CostModel) -> Schedule:
+def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
     """Map a task graph with the best of HEFT, PEFT, subset, partition and local-search candidates.
 
     Parameters
     ----------
     cost : CostModel
+    exact : bool
+        Run the exact model (:mod:`streammap.mappers.exact`) on small graphs (see
+        :func:`exact_fits`); ``False`` (the default) gives the heuristic candidates alone.
 
     Returns
     -------
     Schedule
         Never a longer makespan than :func:`~streammap.mappers.heft.heft` gives, memory-valid;
-        ``mapper`` is ``"auto(<winner>)"``.
+        ``mapper`` is ``"auto(<winner>)"``; ``bound`` is the exact model's proven lower bound
+        when it ran.
 
     Raises
     ------
@@ -249,5 +271,20 @@ def auto(cost: CostModel) -> Schedule:
         results.sort(key=lambda r: (r[0], r[1]))
 
     ms, _, name, best = results[0]
+    bound = None
+    if exact and exact_fits(cost):
+        # The exact model, warm-started from the best plan so far: a better plan, or a proof of
+        # how close this one is.
+        res = solve_exact(cost, best, work=EXACT_WORK)
+        bound = res.bound
+        if res.schedule is not None and res.schedule.makespan < best.makespan:
+            name, best = "exact", res.schedule
     return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
-                    n_devices=D, seq=best.seq)
+                    n_devices=D, seq=best.seq, bound=bound)
+
+
+def exact_fits(cost: CostModel) -> bool:
+    """Whether ``auto`` runs the exact model on ``cost``: OR-Tools is there, the graph has at most
+    :data:`EXACT_MAX_TASKS` tasks and the model at most :data:`EXACT_MAX_TERMS` terms."""
+    return (cost.n_tasks <= EXACT_MAX_TASKS and model_size(cost) <= EXACT_MAX_TERMS
+            and exact_available())

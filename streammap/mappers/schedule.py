@@ -60,6 +60,9 @@ class Schedule:
         The order in which the mapper placed the tasks; breaks ties between tasks that start and
         finish at the same instant on one device (zero-duration tasks), which must keep their
         dependency order.
+    bound : float, optional
+        A lower bound on the makespan of *every* plan of the graph that the mapper proved (the
+        exact solver's, :mod:`streammap.mappers.exact`); ``None`` when it proved none.
     """
 
     mapper: str
@@ -69,6 +72,7 @@ class Schedule:
     makespan: float
     n_devices: int | None = None
     seq: np.ndarray | None = field(default=None, repr=False)
+    bound: float | None = None
 
     def order(self) -> list[np.ndarray]:
         """Task positions on each device, in the order the device runs them.

@@ -99,6 +99,8 @@ def plan_summary(plan: Plan) -> str:
     lb = f"lower bound: {format_time(m.lower_bound)}"
     if m.lower_bound > 0:
         lb += f" (makespan is {m.estimated_makespan / m.lower_bound:.3g}x the bound)"
+    if getattr(m, "solver_bound", None) is not None and m.solver_bound >= m.lower_bound:
+        lb += ", proven by the exact solver"
     lines.append(lb)
     if m.heft_makespan is not None:
         lines.append(f"HEFT makespan: {format_time(m.heft_makespan)}")
@@ -150,8 +152,12 @@ def plan_verdict(plan: Plan) -> str:
             parts.append(f"{-gain:.1%} longer than HEFT's plan ({format_time(m.heft_makespan)})")
     if m.lower_bound > 0:
         gap = m.estimated_makespan / m.lower_bound - 1
+        proven = getattr(m, "solver_bound", None) is not None and m.solver_bound >= m.lower_bound
         if gap < 5e-4:
-            parts.append("optimal: it reaches the lower bound")
+            parts.append("optimal (proven by the exact solver)" if proven else "optimal: it reaches the lower bound")
+        elif proven:
+            parts.append(f"within {gap:.1%} of optimal (proven by the exact solver: no plan can finish "
+                         f"before {format_time(m.lower_bound)})")
         else:
             parts.append(f"at most {gap:.1%} longer than the best possible plan "
                          f"(no plan can finish before {format_time(m.lower_bound)})")

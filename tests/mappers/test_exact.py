@@ -1,0 +1,203 @@
+"""The exact mapper: the optimum of the benchmark model where exhaustive search knows it, device
+eligibility and memory respected, the same plan every time, a proven bound in every plan.
+
+The reference is exhaustive search: every assignment of the tasks to devices and every
+topological order (which induces every per-device order), each re-timed by ``simulate``; the
+best memory-valid makespan is the optimum of the benchmark model.
+"""
+
+import importlib
+import itertools
+
+import networkx as nx
+import numpy as np
+import pytest
+
+import streammap
+from streammap.cluster.model import cluster_from_dict
+from streammap.cost.model import CostModel
+from streammap.errors import MappingError
+from streammap.ir import add_task, new_graph
+from streammap.mappers import get_mapper
+from streammap.mappers.auto import EXACT_MAX_TASKS, auto
+from streammap.mappers.heft import heft
+from streammap.mappers.optimal import optimal
+from streammap.mappers.schedule import evaluate, fits, peak_memory, simulate
+from streammap.plan import write_plan
+from streammap.views.show import plan_verdict
+from tests.helpers.paths import SHARED, needs_shared
+
+
+def two_devices(memory=None):
+    """Two devices (models A and B) on one node joined by a link of 1 byte/s, no latency."""
+    devs = [{"name": "g0", "kind": "gpu", "model": "A"}, {"name": "g1", "kind": "gpu", "model": "B"}]
+    if memory is not None:
+        for d in devs:
+            d["memory"] = memory
+    return cluster_from_dict({"name": "two", "nodes": [{"name": "n", "link": {"bandwidth": 1.0, "latency": 0.0},
+                                                          "devices": devs}]})
+
+
+def graph(times, edges, mem=None):
+    """Tasks t0, t1, ... with ``times[i] = {model: seconds}``; ``edges`` as ``(u, v, bytes)``."""
+    g = new_graph("t", kind="workflow", source="<t>")
+    for i, t in enumerate(times):
+        add_task(g, f"t{i}", "k", times=t, **({} if mem is None else {"mem": mem[i]}))
+    for u, v, b in edges:
+        g.add_edge(f"t{u}", f"t{v}", bytes=b)
+    return g
+
+
+def exhaustive_optimum(cost):
+    """The least makespan of any memory-valid plan (every assignment x every topological order)."""
+    T, D = cost.n_tasks, cost.n_devices
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(T))
+    dag.add_edges_from(zip(cost.pred_idx.tolist(), cost.pred_dst.tolist()))
+    orders = list(nx.all_topological_sorts(dag))
+    best = np.inf
+    for dev in itertools.product(range(D), repeat=T):
+        dev = np.array(dev)
+        if not np.isfinite(cost.time[np.arange(T), dev]).all():
+            continue
+        for o in orders:
+            s = simulate(cost, dev, [[t for t in o if dev[t] == d] for d in range(D)])
+            if s.makespan < best and fits(peak_memory(cost, s.device, s.start, s.finish), cost.capacity).all():
+                best = s.makespan
+    return best
+
+
+def check(cost, s):
+    """``s`` re-scores to its own makespan and is memory-valid; returns the makespan."""
+    ms, valid, _ = evaluate(cost, s)
+    assert valid
+    assert ms == pytest.approx(s.makespan, rel=1e-12)
+    return ms
+
+
+def fork_join():
+    """a -> (b, c) -> d where HEFT's greedy choice for c costs two seconds: HEFT 7 s, optimum 5 s."""
+    times = [{"A": 1, "B": 1}, {"A": 2, "B": 1}, {"A": 5, "B": 2}, {"A": 5, "B": 1}]
+    return CostModel(graph(times, [(0, 1, 4), (0, 2, 5), (1, 3, 0), (2, 3, 0)]), two_devices())
+
+
+def test_finds_the_optimum_of_a_fork_join_where_heft_is_suboptimal():
+    cost = fork_join()
+    assert heft(cost).makespan == pytest.approx(7.0)
+    assert exhaustive_optimum(cost) == pytest.approx(5.0)
+    s = optimal(cost)
+    assert check(cost, s) == pytest.approx(5.0)
+    assert s.mapper.startswith("optimal")
+    # The proof: no plan finishes before 5 s (up to the solver's 10 ns tick).
+    assert 5.0 - 1e-7 <= s.bound <= 5.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_matches_exhaustive_search_on_random_tiny_graphs(seed):
+    rng = np.random.default_rng(seed)
+    times = [{"A": float(rng.integers(1, 6)), "B": float(rng.integers(1, 6))} for _ in range(5)]
+    edges = [(u, v, float(rng.integers(0, 5))) for u in range(5) for v in range(u + 1, 5) if rng.random() < 0.4]
+    cost = CostModel(graph(times, edges), two_devices())
+    s = optimal(cost)
+    best = exhaustive_optimum(cost)
+    assert check(cost, s) == pytest.approx(best, rel=1e-9)
+    assert s.bound <= best * (1 + 1e-12)
+    assert s.bound >= best * (1 - 1e-6)
+
+
+def test_respects_device_eligibility():
+    # t1 has no time for model A: it may only run on g1, though A would be the faster device.
+    times = [{"A": 1}, {"B": 3}, {"A": 1, "B": 4}]
+    cost = CostModel(graph(times, [(0, 1, 1), (1, 2, 1)]), two_devices())
+    s = optimal(cost)
+    check(cost, s)
+    assert s.device[1] == 1
+    assert s.device[0] == 0
+    assert check(cost, s) == pytest.approx(exhaustive_optimum(cost))
+
+
+def test_respects_memory_and_finds_the_best_memory_valid_plan():
+    # Two independent producers whose outputs cannot both wait on one 10-byte device: without
+    # memory both would go to the fast device A.
+    times = [{"A": 1, "B": 3}, {"A": 1, "B": 3}, {"A": 1, "B": 3}]
+    cost = CostModel(graph(times, [(0, 2, 6), (1, 2, 6)], mem=[6, 6, 6]), two_devices(memory=10))
+    unconstrained = CostModel(graph(times, [(0, 2, 6), (1, 2, 6)], mem=[6, 6, 6]), two_devices())
+    s = optimal(cost)
+    best = exhaustive_optimum(cost)
+    assert check(cost, s) == pytest.approx(best)
+    assert best > exhaustive_optimum(unconstrained)
+    assert s.device[0] != s.device[1]
+
+
+def test_the_same_inputs_give_the_same_plan():
+    rng = np.random.default_rng(7)
+    times = [{"A": float(rng.uniform(1, 5)), "B": float(rng.uniform(1, 5))} for _ in range(12)]
+    edges = [(u, v, float(rng.uniform(0, 3))) for u in range(12) for v in range(u + 1, 12) if rng.random() < 0.25]
+    a = optimal(CostModel(graph(times, edges), two_devices()))
+    b = optimal(CostModel(graph(times, edges), two_devices()))
+    assert a.mapper == b.mapper
+    assert a.bound == b.bound
+    assert np.array_equal(a.device, b.device)
+    assert np.array_equal(a.start, b.start)
+
+
+def test_auto_runs_the_exact_model_on_small_graphs_and_keeps_the_better_plan():
+    cost = fork_join()
+    s = auto(cost, exact=True)
+    assert check(cost, s) == pytest.approx(5.0)
+    assert s.bound is not None and s.bound <= s.makespan
+    before = auto(cost, exact=False)
+    assert before.bound is None
+    assert s.makespan <= before.makespan <= heft(cost).makespan
+
+
+@needs_shared
+@pytest.mark.parametrize("ccr", [0.1, 1.0, 10.0])
+def test_auto_is_never_worse_than_heft_on_random_dags_of_the_shared_clusters(ccr):
+    from streammap.bench.cases import shared_random_cases
+    for case in shared_random_cases(SHARED, sizes=(12,), ccrs=(ccr,)):
+        g, cl = case.load()
+        cost = CostModel(g, cl)
+        s = auto(cost, exact=True)
+        assert check(cost, s) <= heft(cost).makespan
+        assert s.bound is not None and s.bound <= s.makespan * (1 + 1e-12)
+
+
+def test_auto_skips_the_exact_model_on_large_graphs():
+    rng = np.random.default_rng(3)
+    n = EXACT_MAX_TASKS + 1
+    times = [{"A": float(rng.uniform(1, 2)), "B": float(rng.uniform(1, 2))} for _ in range(n)]
+    cost = CostModel(graph(times, [(i, i + 1, 0.5) for i in range(n - 1)]), two_devices())
+    assert auto(cost, exact=True).bound is None
+
+
+def test_optimal_refuses_models_too_large_with_a_hint(monkeypatch):
+    monkeypatch.setattr(importlib.import_module("streammap.mappers.optimal"), "OPTIMAL_MAX_TERMS", 3)
+    with pytest.raises(MappingError) as err:
+        optimal(fork_join())
+    assert "too large for the exact mapper" in err.value.message
+    assert "--mapper auto" in err.value.hint
+
+
+def test_registered_as_optimal():
+    assert get_mapper("optimal") is optimal
+
+
+@needs_shared
+def test_a_compiled_plan_records_the_solvers_bound_and_show_says_it_is_proven(tmp_path):
+    src = SHARED / "classic" / "topcuoglu-10.json"
+    cluster = SHARED / "clusters" / "topcuoglu-3p.yaml"
+    plan = streammap.compile(src, cluster, mapper="optimal")
+    m = plan.mapper
+    assert m.solver_bound is not None
+    assert m.lower_bound == pytest.approx(max(m.lower_bound, m.solver_bound))
+    assert m.estimated_makespan <= m.heft_makespan
+    assert "proven by the exact solver" in plan_verdict(plan)
+    write_plan(plan, tmp_path / "a.yaml")
+    write_plan(streammap.compile(src, cluster, mapper="optimal"), tmp_path / "b.yaml")
+    assert (tmp_path / "a.yaml").read_bytes() == (tmp_path / "b.yaml").read_bytes()
+    assert "solver_bound" in (tmp_path / "a.yaml").read_text()
+    heft_plan = streammap.compile(src, cluster, mapper="heft")
+    assert heft_plan.mapper.solver_bound is None
+    write_plan(heft_plan, tmp_path / "h.yaml")
+    assert "solver_bound" not in (tmp_path / "h.yaml").read_text()
