@@ -132,3 +132,28 @@ def test_a_compiled_plan_is_written_byte_for_byte_as_the_pure_python_dumper_writ
     fast = plan.to_yaml()
     monkeypatch.setattr(plan_module, "dump_yaml", lambda data, **options: _pure(data, **options))
     assert fast == plan.to_yaml()
+
+
+# ---------------------------------------------------------------------- reading, as PyYAML reads
+
+READ = [
+    "a: 1\nb: -0x1F\nc: 0o17\nd: 017\ne: 1_000\nf: 1:30\ng: +12\n",
+    "a: 1.5\nb: .inf\nc: -.Inf\nd: .NaN\ne: 1e3\nf: 6.8523015e+5\ng: 190:20:30.15\nh: 1_0.5\n",
+    "a: yes\nb: No\nc: on\nd: OFF\ne: true\nf: ~\ng: null\nh:\ni: ''\nj: 'yes'\nk: \"1\"\n",
+    "when: 2024-01-02\nat: 2001-12-14t21:59:43.10-05:00\nraw: !!binary aGVsbG8=\nset: !!set {a, b}\n",
+    "pairs: !!omap [a: 1, b: 2]\nmerged: {<<: {a: 1, b: 2}, b: 3}\nstr: !!str 12\nint: !!int '7'\n",
+    "nested: {a: [1, {b: [c, {d: e}]}], 2: two, 3.5: x, null: n, true: t}\ndup: 1\ndup: 2\n",
+    "- plain\n- [flow, list]\n- {flow: map}\n- |\n  literal\n  block\n- >\n  folded\n  text\n",
+    "just a scalar\n",
+]
+
+
+@pytest.mark.parametrize("text", READ, ids=range(len(READ)))
+def test_load_yaml_builds_what_pyyaml_safe_load_builds(tmp_path, text):
+    assert load(tmp_path, text)[0] == yaml.safe_load(text)
+
+
+def test_an_unhashable_key_is_a_yaml_error_at_its_line(tmp_path):
+    with pytest.raises(StreamMapError, match="unhashable") as exc:
+        load(tmp_path, "a: 1\n? [x, y]\n: 2\n")
+    assert exc.value.line == 2
