@@ -46,6 +46,7 @@ from pathlib import Path
 import networkx as nx
 
 from streammap.errors import StreamMapError
+from streammap.io.bulk import gc_paused
 from streammap.io.files import read_text_bounded
 from streammap.ir import NODE_DEFAULTS, add_task, new_graph
 
@@ -87,6 +88,11 @@ def load_graph(path, max_tasks: int = MAX_TASKS) -> nx.DiGraph:
     """
     path = Path(path)
     text = read_text_bounded(path, MAX_JSON_BYTES, what="workflow file")
+    with gc_paused():             # a few objects per task and edge, no cycles: see streammap.io.bulk
+        return _graph_of_text(path, text, max_tasks)
+
+
+def _graph_of_text(path: Path, text: str, max_tasks: int) -> nx.DiGraph:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

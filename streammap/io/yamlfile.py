@@ -43,6 +43,7 @@ import yaml
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from streammap.errors import StreamMapError
+from streammap.io.bulk import gc_paused
 from streammap.io.files import read_text_bounded
 
 #: Largest YAML file read (a plan of 200,000 tasks is about 60 MB).
@@ -62,26 +63,27 @@ def load_yaml(path, error_cls=StreamMapError):
     """
     path = Path(path)
     text = read_text_bounded(path, MAX_YAML_BYTES, error_cls, what="YAML file")
-    loader = _Loader(text)
-    try:
-        node = loader.get_single_node()
-        lines: dict[tuple, int] = {}
-        if node is not None:
-            _walk(node, lines, path, error_cls)         # before building: refuses aliases
-        data = _build(loader, node) if node is not None else None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        col = mark.column + 1 if mark else None
-        raise error_cls(f"not valid YAML: {exc.problem or exc}", path=path, line=line, col=col,
-                        hint="fix the YAML syntax at this position") from None
-    except yaml.YAMLError as exc:               # reader errors (a NUL, a control character)
-        raise error_cls(f"not valid YAML: {exc}", path=path,
-                        hint="a YAML file is printable UTF-8 text") from None
-    except (ValueError, OverflowError, RecursionError) as exc:   # a timestamp like 2024-99-99
-        raise error_cls(f"not valid YAML: {exc}", path=path) from None
-    finally:
-        loader.dispose()
+    with gc_paused():
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            lines: dict[tuple, int] = {}
+            if node is not None:
+                _walk(node, lines, path, error_cls)         # before building: refuses aliases
+            data = _build(loader, node) if node is not None else None
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            line = mark.line + 1 if mark else None
+            col = mark.column + 1 if mark else None
+            raise error_cls(f"not valid YAML: {exc.problem or exc}", path=path, line=line, col=col,
+                            hint="fix the YAML syntax at this position") from None
+        except yaml.YAMLError as exc:               # reader errors (a NUL, a control character)
+            raise error_cls(f"not valid YAML: {exc}", path=path,
+                            hint="a YAML file is printable UTF-8 text") from None
+        except (ValueError, OverflowError, RecursionError) as exc:   # a timestamp like 2024-99-99
+            raise error_cls(f"not valid YAML: {exc}", path=path) from None
+        finally:
+            loader.dispose()
     return data, lines
 
 
@@ -104,19 +106,21 @@ def dump_yaml(data, *, default_flow_style=False, width=None, allow_unicode=None,
     """
     options = dict(default_flow_style=default_flow_style, width=width, allow_unicode=allow_unicode)
     nodes = _Nodes(default_flow_style, sort_keys)
-    node = nodes.node(data)
+    with gc_paused():
+        node = nodes.node(data)
     if node is None:                    # not plain data, or shared containers: PyYAML's own path
         return yaml.dump(data, Dumper=dumper, sort_keys=sort_keys, **options)
     if isinstance(node, ScalarNode) or not nodes.emitters_agree:
         dumper = yaml.SafeDumper        # the cases where libyaml writes other bytes: see _EMITTERS_DIFFER
     stream = io.StringIO()
     emitter = dumper(stream, **options)
-    try:
-        emitter.open()
-        emitter.serialize(node)
-        emitter.close()
-    finally:
-        emitter.dispose()
+    with gc_paused():
+        try:
+            emitter.open()
+            emitter.serialize(node)
+            emitter.close()
+        finally:
+            emitter.dispose()
     return stream.getvalue()
 
 

@@ -4,6 +4,8 @@ every field keeps the line it is on, for messages."""
 import pytest
 import yaml
 
+from streammap import plan as plan_module
+from streammap.compiler import compile as compile_plan
 from streammap.errors import StreamMapError
 from streammap.io import yamlfile
 from streammap.io.yamlfile import dump_yaml, line_of, load_yaml
@@ -126,8 +128,6 @@ def test_written_yaml_reads_back_as_the_same_data(tmp_path):
 
 
 def test_a_compiled_plan_is_written_byte_for_byte_as_the_pure_python_dumper_writes_it(samples, monkeypatch):
-    from streammap import plan as plan_module
-    from streammap.compiler import compile as compile_plan
     plan = compile_plan(samples / "fm_radio.py", samples / "clusters" / "tiny-gpus.yaml")
     fast = plan.to_yaml()
     monkeypatch.setattr(plan_module, "dump_yaml", lambda data, **options: _pure(data, **options))
