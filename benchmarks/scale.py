@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import pstats
-import resource
 import subprocess
 import sys
 import tempfile
@@ -97,9 +96,9 @@ def write_cluster(devices: int, path: Path) -> None:
 def timed_child(argv: list[str], env: dict) -> tuple[float, float, subprocess.CompletedProcess]:
     """Run ``argv`` in a child; return (wall seconds, the child's peak RSS in MiB, the result).
 
-    The caller runs one child at a time, and ``ru_maxrss`` of ``RUSAGE_CHILDREN`` is the largest
-    of all waited-for children; this function runs each measured command in a fresh grandparent
-    (``python -c``) so the figure is this child's alone.
+    ``ru_maxrss`` of ``RUSAGE_CHILDREN`` is the largest of all the children a process has waited
+    for, so each measured command is started by a fresh small ``python -c`` process that waits for
+    it alone and reports its wall time and that figure: the command's own peak.
     """
     probe = ("import resource, subprocess, sys, time, json\n"
              "t0 = time.perf_counter()\n"
