@@ -50,6 +50,7 @@ bench: venv
 	$(BIN)/python benchmarks/runtime_overhead.py
 	$(BIN)/python benchmarks/compile_time.py
 	$(BIN)/python benchmarks/heft_scaling.py
+	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/mapping.py --scale --out bench-out
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/estimate_accuracy.py
 	STREAMMAP_HISTORY=$$(mktemp -d) $(BIN)/python benchmarks/monitoring_overhead.py

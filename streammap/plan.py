@@ -42,12 +42,11 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import pydantic
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from streammap.errors import PlanError
 from streammap.io.files import atomic_write_text
-from streammap.io.yamlfile import Dumper, load_yaml, validation_error
+from streammap.io.yamlfile import dump_yaml, load_yaml, validation_error
 from streammap.ir import spec_refs
 
 PLAN_VERSION = 1
@@ -225,7 +224,7 @@ class Plan(_Strict):
                            ("args", []), ("kwargs", {})):
                 if t.get(key) == empty:
                     del t[key]
-        return yaml.dump(data, Dumper=Dumper, sort_keys=False, default_flow_style=None, width=100, allow_unicode=True)
+        return dump_yaml(data, sort_keys=False, default_flow_style=None, width=100, allow_unicode=True)
 
 
 def _relpath(path: str, base) -> str:

@@ -85,13 +85,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-import yaml
-
 from streammap.cluster.microbench import calibrate_spec
 from streammap.cluster.model import REFERENCE_FLOPS, ClusterSpec, DeviceSpec, Link, Node
 from streammap.cluster.rocm import rocm_devices
 from streammap.errors import ClusterError
 from streammap.io.files import atomic_write_text
+from streammap.io.yamlfile import dump_yaml
 
 #: Datasheet FP32 (non-tensor) peak FLOP/s of known boards, matched in order (first wins) as a
 #: case-insensitive regular expression searched in the NVML name. More specific names come first.
@@ -288,7 +287,7 @@ def format_cluster(spec: ClusterSpec, notes: list[str] | None = None,
         for part in str(h).splitlines() or [""]:
             lines.append(("# " + part).rstrip())
     data = _readable(spec)
-    body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
+    body = dump_yaml(data, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
     return "\n".join(lines) + "\n" + body
 
 

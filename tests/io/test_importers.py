@@ -143,3 +143,49 @@ def test_node_errors_point_at_the_node_line(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(StreamMapError, match="not found"):
         load_graph(tmp_path / "nope.json")
+
+
+def _chain_with_a_loop_back(n, loop_from, loop_to, tail=0):
+    """A node-link chain t0 -> ... -> t{n-1}, an edge back t{loop_from} -> t{loop_to}, and ``tail``
+    more tasks hanging off the last one (downstream of the cycle, not on it)."""
+    ids = [f"t{i}" for i in range(n + tail)]
+    edges = [{"source": a, "target": b} for a, b in zip(ids, ids[1:])]
+    edges.append({"source": f"t{loop_from}", "target": f"t{loop_to}"})
+    return {"directed": True, "nodes": [{"id": i, "runtime": 1} for i in ids], "edges": edges}
+
+
+def test_a_cycle_is_reported_as_its_tasks_in_edge_order_from_the_first_in_the_file(tmp_path):
+    p = _write(tmp_path, _chain_with_a_loop_back(6, loop_from=4, loop_to=2, tail=3))
+    with pytest.raises(StreamMapError) as info:
+        load_graph(p)
+    assert "the task graph has a cycle: t2 -> t3 -> t4 -> t2" in info.value.message
+    assert '"t2"' in info.value.source_line            # the line of the cycle's first task
+
+
+def test_a_task_that_consumes_its_own_output_is_a_cycle(tmp_path):
+    p = _write(tmp_path, {"directed": True, "nodes": [{"id": "a", "runtime": 1}, {"id": "b", "runtime": 1}],
+                          "edges": [{"source": "a", "target": "b"}, {"source": "b", "target": "b"}]})
+    with pytest.raises(StreamMapError, match=r"cycle: b -> b\b"):
+        load_graph(p)
+
+
+def test_a_wfcommons_cycle_is_reported_too(tmp_path):
+    def task(tid, parents, children):
+        return {"id": tid, "parents": parents, "children": children, "inputFiles": [], "outputFiles": []}
+    p = _write(tmp_path, {"workflow": {
+        "specification": {"tasks": [task("a", [], ["b"]), task("b", ["a", "c"], ["c"]), task("c", ["b"], ["b"])],
+                          "files": []},
+        "execution": {"tasks": [{"id": t, "runtimeInSeconds": 1} for t in "abc"]}}})
+    with pytest.raises(StreamMapError, match="cycle: b -> c -> b"):
+        load_graph(p)
+
+
+def test_a_long_chain_and_a_wide_fan_load_without_a_cycle(tmp_path):
+    """The acyclicity check walks each task and edge once; 20,000 tasks in a chain and a fan."""
+    n = 10_000
+    chain = _chain_with_a_loop_back(n, loop_from=0, loop_to=1)        # a duplicate forward edge, no cycle
+    fan = {"directed": True, "nodes": [{"id": "root", "runtime": 1}] + [{"id": f"f{i}", "runtime": 1}
+                                                                      for i in range(n)],
+           "edges": [{"source": "root", "target": f"f{i}"} for i in range(n)]}
+    assert load_graph(_write(tmp_path, chain, "chain.json")).number_of_nodes() == n
+    assert load_graph(_write(tmp_path, fan, "fan.json")).number_of_edges() == n

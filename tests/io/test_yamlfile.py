@@ -2,10 +2,13 @@
 every field keeps the line it is on, for messages."""
 
 import pytest
+import yaml
 
+from streammap import plan as plan_module
+from streammap.compiler import compile as compile_plan
 from streammap.errors import StreamMapError
 from streammap.io import yamlfile
-from streammap.io.yamlfile import line_of, load_yaml
+from streammap.io.yamlfile import dump_yaml, line_of, load_yaml
 
 
 def load(tmp_path, text):
@@ -59,3 +62,98 @@ def test_text_that_is_not_plain_yaml_is_a_clean_error(tmp_path, raw, message):
 def test_a_folder_is_not_a_yaml_file(tmp_path):
     with pytest.raises(StreamMapError, match="is a folder"):
         load_yaml(tmp_path)
+
+
+# ---------------------------------------------------------------------- writing
+
+def _pure(data, **options):
+    """What PyYAML's pure-Python safe dumper writes: the reference for every byte."""
+    return yaml.dump(data, Dumper=yaml.SafeDumper, **options)
+
+
+WRITTEN = [
+    {"name": "plan", "tasks": [{"id": "t0", "device": "gpu0", "start": 0.0, "finish": 1.5e-06, "args": []},
+                               {"id": "t1", "deps": ["t0"], "kwargs": {}, "ok": True, "site": None}]},
+    {"floats": [0.1, -0.0, 1e20, 1e-300, 123456789.123, float("inf"), float("-inf"), float("nan")],
+     "ints": [0, -1, 2**70], "bools": [True, False], "nothing": None},
+    {"strings": ["", "yes", "no", "null", "~", "1.0", "0x1F", "2024-01-01", "a: b", "- x", "#c", " pad ", "é ✓",
+                 "line\nbreak", "tab\there", "x" * 250, "'quoted'", '"dq"', "&anchor", "*alias", "!tag",
+                 "trailing ", "word " * 60, "\x85next", "\u2028sep", "ctl\x07", "\ufeffbom", "%percent", "@at",
+                 "`tick", "? q", "{b}", "[s]", "true", "off", "1_000", ".5", "1e3", "+1", "0o17", "=", "<<"]},
+    {"nested": {"deep": {"deeper": [[1, 2], [], {}, [{"k": [1, {"z": None}]}]]}}, 1: "int key", "b": {"a": 1}},
+    [],
+    "a bare scalar",
+    3.0,
+]
+
+
+@pytest.mark.parametrize("data", WRITTEN, ids=range(len(WRITTEN)))
+@pytest.mark.parametrize("options", [
+    dict(sort_keys=False, default_flow_style=None, width=100, allow_unicode=True),     # plans
+    dict(sort_keys=True, default_flow_style=False, width=120),                         # cluster files
+    dict(sort_keys=False, default_flow_style=True),
+])
+def test_dump_yaml_writes_the_bytes_the_pure_python_dumper_writes(data, options):
+    assert dump_yaml(data, **options) == _pure(data, **options)
+
+
+def test_dump_yaml_with_either_emitter_writes_the_same_bytes():
+    options = dict(sort_keys=False, default_flow_style=None, width=100, allow_unicode=True)
+    for data in WRITTEN:
+        assert dump_yaml(data, dumper=yaml.SafeDumper, **options) == _pure(data, **options)
+
+
+def test_every_character_is_written_as_the_pure_python_dumper_writes_it():
+    options = dict(sort_keys=False, default_flow_style=None, width=100, allow_unicode=True)
+    chars = [chr(c) for c in [*range(0x250), *range(0x2000, 0x2100), 0xd7ff, 0xe000, 0xfeff, 0xfffd, 0xfffe,
+                              0xffff, 0x10000, 0x1f600]]
+    for ch in chars:
+        for text in (ch, f"x{ch}y", "word " * 30 + ch + " end" * 20, ch + " "):
+            data = {"a": [text, "k"], "b": text}
+            assert dump_yaml(data, **options) == _pure(data, **options), hex(ord(ch))
+
+
+def test_shared_containers_and_other_types_are_written_as_pyyaml_writes_them():
+    shared = [1, 2]
+    for data in ({"a": shared, "b": shared}, {"t": (1, 2)}, {"mixed keys": {1: "a", "b": 2}}):
+        assert dump_yaml(data, sort_keys=True) == _pure(data, sort_keys=True)
+    assert "&id001" in dump_yaml({"a": shared, "b": shared})     # the anchor PyYAML writes, kept
+
+
+def test_written_yaml_reads_back_as_the_same_data(tmp_path):
+    data = WRITTEN[0] | {"floats": [0.1, 1e20, -0.0]}
+    path = tmp_path / "w.yaml"
+    path.write_text(dump_yaml(data, sort_keys=False, default_flow_style=None))
+    assert load_yaml(path)[0] == data
+
+
+def test_a_compiled_plan_is_written_byte_for_byte_as_the_pure_python_dumper_writes_it(samples, monkeypatch):
+    plan = compile_plan(samples / "fm_radio.py", samples / "clusters" / "tiny-gpus.yaml")
+    fast = plan.to_yaml()
+    monkeypatch.setattr(plan_module, "dump_yaml", lambda data, **options: _pure(data, **options))
+    assert fast == plan.to_yaml()
+
+
+# ---------------------------------------------------------------------- reading, as PyYAML reads
+
+READ = [
+    "a: 1\nb: -0x1F\nc: 0o17\nd: 017\ne: 1_000\nf: 1:30\ng: +12\n",
+    "a: 1.5\nb: .inf\nc: -.Inf\nd: .NaN\ne: 1e3\nf: 6.8523015e+5\ng: 190:20:30.15\nh: 1_0.5\n",
+    "a: yes\nb: No\nc: on\nd: OFF\ne: true\nf: ~\ng: null\nh:\ni: ''\nj: 'yes'\nk: \"1\"\n",
+    "when: 2024-01-02\nat: 2001-12-14t21:59:43.10-05:00\nraw: !!binary aGVsbG8=\nset: !!set {a, b}\n",
+    "pairs: !!omap [a: 1, b: 2]\nmerged: {<<: {a: 1, b: 2}, b: 3}\nstr: !!str 12\nint: !!int '7'\n",
+    "nested: {a: [1, {b: [c, {d: e}]}], 2: two, 3.5: x, null: n, true: t}\ndup: 1\ndup: 2\n",
+    "- plain\n- [flow, list]\n- {flow: map}\n- |\n  literal\n  block\n- >\n  folded\n  text\n",
+    "just a scalar\n",
+]
+
+
+@pytest.mark.parametrize("text", READ, ids=range(len(READ)))
+def test_load_yaml_builds_what_pyyaml_safe_load_builds(tmp_path, text):
+    assert load(tmp_path, text)[0] == yaml.safe_load(text)
+
+
+def test_an_unhashable_key_is_a_yaml_error_at_its_line(tmp_path):
+    with pytest.raises(StreamMapError, match="unhashable") as exc:
+        load(tmp_path, "a: 1\n? [x, y]\n: 2\n")
+    assert exc.value.line == 2

@@ -1,0 +1,206 @@
+"""What a user waits for at scale: the CLI, run as a user runs it, on generated graphs.
+
+Issue 16's report: ``streammap compile g.json --cluster c.yaml`` on a 10,000-task node-link
+graph and 64 devices took 64 s, nearly all of it in the importer's cycle check. This benchmark
+times the whole path in a child process (interpreter start, imports, reading, mapping, writing),
+so that nothing the user waits for is left out:
+
+* **graphs**: layered random DAGs as in the HEFT paper (:func:`streammap.bench.cases.random_dag`,
+  out-degree 3), written as node-link JSON; 1,000 and 10,000 tasks (100,000 with ``--large``);
+* **clusters**: :func:`streammap.bench.cases.random_cluster`, 8 to 1,024 devices, written with
+  :func:`streammap.cluster.model.dump_cluster_spec`;
+* **commands**: ``compile`` (default mapper), ``show`` of the plan it wrote, and ``run --emulate``
+  of a program of as many tiny kernels (a fan of no-op kernels the front end unrolls), each with
+  its wall time and the child's peak RSS (``resource.getrusage(RUSAGE_CHILDREN)``, one child per
+  measurement, so the maximum is that child's);
+* **phase split** of ``compile`` (``--phases``): the same command under ``cProfile``, with the
+  cumulative time of each compiler phase; profiling slows the run, so shares matter, not sums.
+
+Target (issue 16): ``compile`` of 10,000 tasks on 64 devices in at most 2 s.
+
+    nice -n 10 .venv/bin/python benchmarks/scale.py                  # 1k and 10k x 8..1024
+    nice -n 10 .venv/bin/python benchmarks/scale.py --tasks 10000 --devices 64 --phases
+    nice -n 10 .venv/bin/python benchmarks/scale.py --large          # adds 100k tasks
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import networkx as nx
+
+from streammap.bench.cases import random_cluster, random_dag
+from streammap.cluster.model import dump_cluster_spec
+
+#: The issue's target for compile of 10,000 tasks on 64 devices, seconds.
+TARGET_10K_64 = 2.0
+#: Phases of ``compile`` reported by ``--phases``: (label, file suffix, function name).
+PHASES = (
+    ("compile command", "streammap/cli/compile.py", "run"),
+    ("read graph", "streammap/io/importers.py", "load_graph"),
+    ("read cluster", "streammap/compiler.py", "resolve_cluster"),
+    ("cost model", "streammap/cost/model.py", "__init__"),
+    ("strategy+map", "streammap/strategies/choose.py", "choose_strategy"),
+    ("build plan", "streammap/compiler.py", "build_plan"),
+    ("write plan", "streammap/plan.py", "write_plan"),
+)
+#: A program of tiny kernels for ``run --emulate``: a source, a fan of ``n - 2`` no-op steps, a sum.
+TINY_PROGRAM = '''
+# @stream kernel(flops=1, out=8)
+def start():
+    return 0.0
+
+# @stream kernel(flops=1, out=8)
+def step(x, k):
+    return x + k
+
+# @stream kernel(flops=1, out=8)
+def total(*xs):
+    return sum(xs)
+
+# @stream graph
+def fan():
+    x = start()
+    ys = [step(x, k) for k in range({fan})]
+    return total(*ys)
+
+if __name__ == "__main__":
+    print(fan())
+'''
+
+
+def write_graph(n: int, path: Path) -> int:
+    """A random layered DAG of ``n`` tasks as node-link JSON; returns its edge count."""
+    g = random_dag(n, alpha=1.0, out_degree=3, ccr=1.0, beta=0.5, seed=0, n_models=8)
+    data = nx.node_link_data(g, edges="edges")
+    data["graph"] = {"name": g.graph["name"]}
+    keep = ("id", "kernel", "times")
+    data["nodes"] = [{k: v for k, v in node.items() if k in keep} for node in data["nodes"]]
+    data["edges"] = [{"source": e["source"], "target": e["target"], "bytes": e["bytes"]} for e in data["edges"]]
+    path.write_text(json.dumps(data))
+    return len(data["edges"])
+
+
+def write_cluster(devices: int, path: Path) -> None:
+    path.write_text(dump_cluster_spec(random_cluster(devices, n_models=8).spec))
+
+
+def timed_child(argv: list[str], env: dict) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Run ``argv`` in a child; return (wall seconds, the child's peak RSS in MiB, the result).
+
+    ``ru_maxrss`` of ``RUSAGE_CHILDREN`` is the largest of all the children a process has waited
+    for, so each measured command is started by a fresh small ``python -c`` process that waits for
+    it alone and reports its wall time and that figure: the command's own peak.
+    """
+    probe = ("import resource, subprocess, sys, time, json\n"
+             "t0 = time.perf_counter()\n"
+             "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)\n"
+             "wall = time.perf_counter() - t0\n"
+             "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+             "print(json.dumps({'wall': wall, 'rss_kib': rss, 'rc': r.returncode, 'err': r.stderr[-2000:]}))\n")
+    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, env=env, check=True)
+    rec = json.loads(out.stdout)
+    if rec["rc"] != 0:
+        raise SystemExit(f"{' '.join(argv)} failed (exit {rec['rc']}):\n{rec['err']}")
+    return rec["wall"], rec["rss_kib"] / 1024.0, rec
+
+
+def phase_split(argv: list[str], env: dict, tmp: Path) -> dict[str, float]:
+    """Cumulative seconds of each of :data:`PHASES` in ``argv`` run under cProfile."""
+    prof = tmp / "compile.prof"
+    cmd = [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "streammap.cli", *argv[1:]]
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    stats = pstats.Stats(str(prof)).stats            # {(file, line, fn): (cc, nc, tt, ct, callers)}
+    total = max(ct for (_, _, _, ct, _) in stats.values())
+    split = {"total (profiled)": total}     # the rest of the total: interpreter start and imports
+    for label, suffix, fn in PHASES:
+        split[label] = sum(ct for (file, _, name), (_, _, _, ct, _) in stats.items()
+                           if name == fn and file.replace(os.sep, "/").endswith(suffix))
+    return split
+
+
+def bench_size(n: int, device_counts: list[int], tmp: Path, env: dict, emulate: bool, phases: bool) -> list[dict]:
+    exe = str(Path(sys.executable).with_name("streammap"))
+    graph = tmp / f"g{n}.json"
+    n_edges = write_graph(n, graph)
+    rows = []
+    for p in device_counts:
+        cluster = tmp / f"c{p}.yaml"
+        write_cluster(p, cluster)
+        plan = tmp / f"g{n}-p{p}.plan.yaml"
+        argv = [exe, "compile", str(graph), "--cluster", str(cluster), "-o", str(plan), "--no-history"]
+        wall, rss, _ = timed_child(argv, env)
+        row = {"tasks": n, "edges": n_edges, "devices": p, "compile_s": wall, "compile_rss_mib": rss,
+               "plan_mib": plan.stat().st_size / 2**20}
+        row["show_s"], row["show_rss_mib"], _ = timed_child([exe, "show", str(plan)], env)
+        if phases:
+            row["phases"] = phase_split(argv, env, tmp)
+        rows.append(row)
+        print(_format(row), flush=True)
+    if emulate:
+        rows.append(bench_emulate(n, min(device_counts), tmp, env, exe))
+    return rows
+
+
+def bench_emulate(n: int, devices: int, tmp: Path, env: dict, exe: str) -> dict:
+    """Compile and ``run --emulate`` a program of ``n`` tiny kernels on ``devices`` devices."""
+    src = tmp / f"tiny{n}.py"
+    src.write_text(TINY_PROGRAM.format(fan=n - 2))
+    cluster = tmp / f"c{devices}.yaml"
+    plan = tmp / f"tiny{n}.plan.yaml"
+    c_wall, c_rss, _ = timed_child([exe, "compile", str(src), "--cluster", str(cluster), "-o", str(plan),
+                                    "--no-history"], env)
+    r_wall, r_rss, _ = timed_child([exe, "run", str(plan), "--emulate", "-o", str(tmp / f"tiny{n}.npz"),
+                                    "--no-history"], env)
+    row = {"program_tasks": n, "devices": devices, "compile_s": c_wall, "compile_rss_mib": c_rss,
+           "run_emulate_s": r_wall, "run_rss_mib": r_rss}
+    print(f"  program of {n:,} tiny kernels on {devices} devices: compile {c_wall:6.2f} s {c_rss:7.0f} MiB, "
+          f"run --emulate {r_wall:6.2f} s {r_rss:7.0f} MiB", flush=True)
+    return row
+
+
+def _format(row: dict) -> str:
+    text = (f"{row['tasks']:>8,} {row['edges']:>8,} {row['devices']:>6}  compile {row['compile_s']:7.2f} s "
+            f"{row['compile_rss_mib']:7.0f} MiB  show {row['show_s']:6.2f} s {row['show_rss_mib']:6.0f} MiB  "
+            f"plan {row['plan_mib']:6.1f} MiB")
+    if row["tasks"] == 10_000 and row["devices"] == 64:
+        text += f"  target {TARGET_10K_64:g} s: {'met' if row['compile_s'] <= TARGET_10K_64 else 'MISSED'}"
+    if "phases" in row:
+        text += "\n          phases under cProfile: " + ", ".join(f"{k} {v:.2f} s" for k, v in row["phases"].items())
+    return text
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=int, nargs="+", help="graph sizes (default 1000 10000; with --large also 100000)")
+    ap.add_argument("--devices", type=int, nargs="+", default=[8, 64, 1024], help="cluster sizes (default 8 64 1024)")
+    ap.add_argument("--large", action="store_true", help="also 100,000 tasks")
+    ap.add_argument("--phases", action="store_true", help="also profile compile for its phase split")
+    ap.add_argument("--no-emulate", action="store_true", help="skip run --emulate of tiny-kernel programs")
+    ap.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    args = ap.parse_args(argv)
+    sizes = args.tasks or ([1000, 10_000] + ([100_000] if args.large else []))
+    env = dict(os.environ, STREAMMAP_HISTORY=tempfile.mkdtemp(prefix="scale-history-"))
+    print(f"{'tasks':>8} {'edges':>8} {'devs':>6}  (each command in its own process; RSS = its peak)")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            t0 = time.perf_counter()
+            rows += bench_size(n, args.devices, Path(tmp), env, emulate=not args.no_emulate, phases=args.phases)
+            print(f"  ({n:,} tasks: {time.perf_counter() - t0:.0f} s for this size)", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    missed = [r for r in rows if r.get("tasks") == 10_000 and r.get("devices") == 64 and r["compile_s"] > TARGET_10K_64]
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
