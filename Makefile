@@ -61,6 +61,9 @@ bench: venv
 	$(BIN)/python benchmarks/tenancy_policies.py --out bench-out
 	$(BIN)/python benchmarks/pipeline_period.py
 	$(BIN)/python benchmarks/fission_speedup.py
+	$(BIN)/python benchmarks/optimal_gap.py --quick --out bench-out
+	$(BIN)/python benchmarks/fuzz.py --count 10000
+	$(BIN)/python benchmarks/service_load.py
 
 # The container image `streammap export k8s` defaults to (needs a Docker engine; see the Dockerfile).
 image:
