@@ -88,6 +88,9 @@ SETUP_FAILED = 125
 #: CPU seconds between SIGXCPU and SIGKILL.
 CPU_GRACE = 5
 
+#: Folders every job gets private, empty and writable.
+SCRATCH = ("/tmp", "/dev/shm")
+
 #: Environment variables a worker keeps (exact names, and prefixes ending in ``_``).
 KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "PYTHONHASHSEED", "LC_", "CUDA_",
             "NVIDIA_", "HIP_", "ROCR_", "HSA_", "ROCM_", "OMP_", "MKL_", "OPENBLAS_", "NUMBA_", "CUPY_", "RAY_")
@@ -125,7 +128,10 @@ def policy(isolation: str, *, state_dir, tenants_file=None, limits: dict | None 
         hide.add(tenants_file.parent)
         out["hide_files"].append(str(tenants_file))
     out["hide"] = sorted(str(p) for p in hide)
-    out["expose"] = sorted(str(r) for r in _runtime_paths() if any(h == r or h in r.parents for h in hide))
+    # Python's own folders come back wherever something covers them: a hidden folder, or the private
+    # /tmp and /dev/shm (a checkout and its virtual environment under /tmp, as in a CI clone).
+    covered = hide | {Path(p).resolve() for p in SCRATCH if os.path.isdir(p)}
+    out["expose"] = sorted(str(r) for r in _runtime_paths() if any(h == r or h in r.parents for h in covered))
     return out
 
 
@@ -290,7 +296,7 @@ def _contain(folder: str, pol: dict) -> None:
     folders = [p for p in pol.get("hide", []) if os.path.isdir(p)]
     _set_readonly("/", True, recursive=True)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-    scratch = [p for p in ("/tmp", "/dev/shm") if os.path.isdir(p)]
+    scratch = [p for p in SCRATCH if os.path.isdir(p)]
     steps = [(p, "scratch") for p in scratch] + [(p, "cover") for p in pol.get("hide", [])]
     steps += [(p, "expose") for p in pol.get("expose", [])]
     covered = []
