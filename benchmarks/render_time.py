@@ -11,45 +11,19 @@ matplotlib takes to save an empty figure as a PNG, the floor of any picture.
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from streammap.plan import Plan, validate_plan
-from streammap.views import show
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root, for tests.helpers
+
+from streammap.plan import validate_plan  # noqa: E402
+from streammap.views import show  # noqa: E402
+from tests.helpers.plans import big_plan  # noqa: E402
 
 TARGET = 30.0
-
-
-def big_plan(n: int, n_devices: int = 8, n_kernels: int = 12, seed: int = 0) -> Plan:
-    """A layered random DAG of ``n`` tasks, list-scheduled onto ``n_devices`` GPUs (4 per node)."""
-    rnd = random.Random(seed)
-    devices = [{"id": f"node{d // 4}/gpu{d % 4}", "kind": "gpu"} for d in range(n_devices)]
-    free = [0.0] * n_devices
-    finish: dict[str, float] = {}
-    tasks = []
-    width = max(1, int(n ** 0.5))
-    for i in range(n):
-        layer = i // width
-        deps = []
-        if layer:
-            lo = (layer - 1) * width
-            deps = sorted({f"t{rnd.randrange(lo, lo + width)}" for _ in range(rnd.randint(1, 3))},
-                          key=lambda s: int(s[1:]))
-        d = i % n_devices
-        start = max([free[d]] + [finish[x] for x in deps])
-        end = start + rnd.uniform(0.5, 2.0) * 1e-3
-        free[d] = finish[f"t{i}"] = end
-        tasks.append(dict(id=f"t{i}", kernel=f"k{i % n_kernels}", device=devices[d]["id"], deps=deps,
-                          start=start, finish=end))
-    span = max(finish.values())
-    return Plan.model_validate(dict(
-        streammap_plan=1, source=dict(path="wf.json", sha256="0" * 64, kind="workflow"),
-        cluster=dict(name="big"), mapper=dict(name="heft", estimated_makespan=span, lower_bound=span * 0.8),
-        devices=devices, tasks=tasks))
 
 
 def timed(fn, repeat: int = 3) -> float:

@@ -12,6 +12,7 @@ from streammap.errors import StreamMapError
 from streammap.plan import Plan, validate_plan
 from streammap.runrecord import RunRecord
 from streammap.views import show
+from tests.helpers.plans import big_plan
 
 PNG = b"\x89PNG\r\n\x1a\n"
 DEVICES = [
@@ -66,36 +67,6 @@ def fm_radio_run(plan: Plan) -> RunRecord:
                  dict(id="node0/gpu1", executor="numpy (emulating node0/gpu1)", busy=0.006, utilisation=0.5),
                  dict(id="node0/cpu", executor="numpy", busy=0.001, utilisation=0.1)],
         tasks=tasks))
-
-
-def big_plan(n: int, n_devices: int = 8, n_kernels: int = 12, seed: int = 0) -> Plan:
-    """A layered random DAG, list-scheduled onto ``n_devices`` GPUs."""
-    rnd = random.Random(seed)
-    devices = [{"id": f"node{d // 4}/gpu{d % 4}", "kind": "gpu"} for d in range(n_devices)]
-    free = [0.0] * n_devices
-    finish: dict[str, float] = {}
-    tasks = []
-    width = max(1, int(n ** 0.5))
-    for i in range(n):
-        layer = i // width
-        deps = []
-        if layer:
-            lo = (layer - 1) * width
-            deps = sorted({f"t{rnd.randrange(lo, lo + width)}" for _ in range(rnd.randint(1, 3))},
-                          key=lambda s: int(s[1:]))
-        d = i % n_devices
-        start = max([free[d]] + [finish[x] for x in deps])
-        end = start + rnd.uniform(0.5, 2.0) * 1e-3
-        free[d] = end
-        tid = f"t{i}"
-        finish[tid] = end
-        tasks.append(dict(id=tid, kernel=f"k{i % n_kernels}", device=devices[d]["id"], deps=deps,
-                          start=start, finish=end))
-    span = max(finish.values())
-    return Plan.model_validate(dict(
-        streammap_plan=1, source=dict(path="wf.json", sha256="0" * 64, kind="workflow"),
-        cluster=dict(name="big"), mapper=dict(name="heft", estimated_makespan=span, lower_bound=span * 0.8),
-        devices=devices, tasks=tasks))
 
 
 def render(table) -> str:
