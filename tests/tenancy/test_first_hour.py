@@ -11,6 +11,7 @@ from streammap.errors import StreamMapError
 from streammap.tenancy.api import Refused
 from streammap.tenancy.client import ServiceError
 from streammap.tenancy.service import JobService
+from tests.tenancy.test_job_service import CLUSTER as ONE_NODE
 
 # Four independent heavy tasks: the estimator's own choice is a gang of 4 (each task on its device).
 WIDE = '''\
@@ -30,15 +31,6 @@ def total(*parts):
 def wide():
     return total(*[work(i) for i in range(4)])
 '''
-
-ONE_NODE = """\
-name: box
-nodes:
-  - name: node0
-    link: {bandwidth: 300 GB/s, latency: 3us}
-    devices:
-%s      - {name: cpu, kind: cpu, memory: 64GiB}
-"""
 
 TWO_NODES = """\
 name: pair

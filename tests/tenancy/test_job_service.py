@@ -68,7 +68,11 @@ def write_setup(folder, gpus=2):
 
 
 class Service:
-    """A ``streammap serve`` process of this test."""
+    """A ``streammap serve`` process of this test, in ``folder`` (cluster and tenants files there)."""
+
+    #: Seconds it may take to start, and to stop once told.
+    START_TIMEOUT = 30
+    STOP_TIMEOUT = 15
 
     def __init__(self, folder, *options):
         self.folder = folder
@@ -79,12 +83,13 @@ class Service:
             [sys.executable, "-m", "streammap.cli", "serve", "--cluster", str(folder / "cluster.yaml"),
              "--tenants", str(folder / "tenants.yaml"), "--state", str(self.state), "--port", "0", "--emulate",
              "--mapper", "heft", *options], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 30
+        deadline = time.time() + self.START_TIMEOUT
         while not note.exists():
             if self.proc.poll() is not None or time.time() > deadline:
                 raise AssertionError(f"the service did not start: {self.proc.stdout.read()}")
             time.sleep(0.05)
-        self.url = json.loads(note.read_text())["url"]
+        self.note = json.loads(note.read_text())
+        self.url = self.note["url"]
 
     def client(self, token):
         return Client(self.url, token)
@@ -96,7 +101,7 @@ class Service:
     def stop(self):
         if self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(timeout=15)
+            self.proc.wait(timeout=self.STOP_TIMEOUT)
 
 
 @pytest.fixture

@@ -6,11 +6,9 @@ namespaces: where the machine has none, the tests that run jobs in one are skipp
 the refusal to serve several tenants without isolation is checked everywhere.
 """
 
-import json
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from streammap.tenancy import sandbox
 from streammap.tenancy.client import Client
 from streammap.tenancy.service import JobService
 from streammap.tenancy.tenants import TenantsError, load_tenants
+from tests.tenancy import test_job_service as job_service
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,34 +74,18 @@ def program(body: str) -> str:
     return PROGRAM.format(body="\n".join("    " + line for line in body.strip("\n").splitlines()))
 
 
-class Service:
-    """A ``streammap serve`` process of this test, in ``folder`` (cluster and tenants files there)."""
+class Service(job_service.Service):
+    """The job service's test process, addressed by tenant name; contained jobs start slower."""
 
-    def __init__(self, folder, *options):
-        self.state = folder / "state"
-        note = self.state / "server.json"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streammap.cli", "serve", "--cluster", str(folder / "cluster.yaml"),
-             "--tenants", str(folder / "tenants.yaml"), "--state", str(self.state), "--port", "0", "--emulate",
-             "--mapper", "heft", *options], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 60
-        while not note.exists():
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise AssertionError(f"the service did not start: {self.proc.stdout.read()}")
-            time.sleep(0.05)
-        self.note = json.loads(note.read_text())
+    START_TIMEOUT = 60
+    STOP_TIMEOUT = 30
 
     def client(self, tenant):
-        return Client(self.note["url"], TOKENS[tenant])
+        return Client(self.url, TOKENS[tenant])
 
     def submit(self, tenant, folder, name, text, **params):
         (folder / name).write_text(text)
         return self.client(tenant).submit(folder / name, tenant, {k: str(v) for k, v in params.items()})
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
 
 
 @pytest.fixture
