@@ -200,11 +200,12 @@ class JobService:
     def _fail(self, job_id: str, error: str) -> None:
         self.store.update(job_id, state="failed", finished=time.time(), pid=None, error=error)
 
-    def _finish_from_note(self, job_id: str) -> bool:
+    def _finish_from_note(self, job_id: str, limits: dict | None = None) -> bool:
         """Finish a job whose worker is gone from its exit note; ``False`` if it left none.
 
         A note that is not one (unreadable, not JSON, not ``{"status": "done"|"failed"}``) fails
-        the job: its worker ended, and what it said about how cannot be trusted.
+        the job: its worker ended, and what it said about how cannot be trusted. A failure under a
+        memory limit (``limits``, the job's own) that ran out of memory says so first.
         """
         note = self.store.job_dir(job_id) / "exit.json"
         if not (note.exists() or note.is_symlink()):
@@ -212,9 +213,11 @@ class JobService:
         status = _read_note(note)
         if status is None:
             self._fail(job_id, GARBAGE_NOTE)
-        else:
-            self.store.update(job_id, state=status["status"], finished=time.time(), pid=None,
-                              error=status.get("error"))
+            return True
+        error = status["error"]
+        if status["status"] == "failed" and error is not None:
+            error = sandbox.out_of_memory(error, limits)
+        self.store.update(job_id, state=status["status"], finished=time.time(), pid=None, error=error)
         return True
 
     # -- requests ----------------------------------------------------------------------------
@@ -433,18 +436,8 @@ class JobService:
         self._deadlines.pop(job_id, None)
         if job_id in self.scheduler.running:
             self.scheduler.finish(job_id)
-        row = self.store.get(job_id)
-        limits = (row.get("grant") or {}).get("limits")
-        path = self.store.job_dir(job_id) / "exit.json"
-        if path.exists() or path.is_symlink():
-            note = _read_note(path)
-            if note is None:
-                self._fail(job_id, GARBAGE_NOTE)
-                return
-            error = note["error"]
-            if note["status"] == "failed":
-                error = sandbox.out_of_memory(str(error), limits)
-            self.store.update(job_id, state=note["status"], finished=time.time(), pid=None, error=error)
+        limits = (self.store.get(job_id).get("grant") or {}).get("limits")
+        if self._finish_from_note(job_id, limits):
             return
         returncode = proc.returncode if isinstance(proc, subprocess.Popen) else None
         self.store.update(job_id, state="failed", finished=time.time(), pid=None,
