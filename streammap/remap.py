@@ -42,12 +42,14 @@ same two pieces with what its actors report.
     (:func:`streammap.plan.check_plan_shares`) then sees the finished tasks before ``now`` and
     the new ones after it, never an estimate of the past overlapping the future.
 
-    The result's plan lists the finished tasks first (plan order), then the rest by new start: a
-    topological order, so any executor can run it with the finished results carried over.
+    The result's plan lists the finished tasks first (plan order), then the rest by new start, except
+    that a finished task whose dep is run again follows that dep: a topological order, so any
+    executor can run it with the finished results carried over.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import statistics
 import time
@@ -239,6 +241,31 @@ def _cluster(plan: Plan):
     return cluster_from_plan(plan)
 
 
+def _deps_first(rows: list) -> list:
+    """``rows`` in their order, except that a row waits until its deps are listed (a stable
+    topological sort). The order is topological already unless a finished task kept its output
+    while a task it depends on is run again (that task's output was lost): the finished task then
+    moves after it. Finished tasks are carried, not run, so where they are listed changes nothing."""
+    pos = {t.id: i for i, t in enumerate(rows)}
+    waiting = {t.id: sum(1 for d in t.deps if d in pos) for t in rows}
+    consumers: dict[str, list[int]] = {}
+    for i, t in enumerate(rows):
+        for d in t.deps:
+            if d in pos:
+                consumers.setdefault(d, []).append(i)
+    ready = [i for i, t in enumerate(rows) if waiting[t.id] == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        i = heapq.heappop(ready)
+        out.append(rows[i])
+        for j in consumers.get(rows[i].id, ()):
+            waiting[rows[j].id] -= 1
+            if waiting[rows[j].id] == 0:
+                heapq.heappush(ready, j)
+    return out if len(out) == len(rows) else rows       # a cycle: let validate_plan name it
+
+
 def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: float, *,
                slowdown: Mapping[str, float] | None = None, lost: Iterable[str] = (),
                exclude: Iterable[str] = (), available: Iterable[str] | None = None,
@@ -377,7 +404,7 @@ def remap_plan(plan: Plan, finished: Mapping[str, str] | Iterable[str], now: flo
                       estimated_makespan=float(makespan), lower_bound=float(min(lb, makespan)),
                       heft_makespan=None)
     # A re-mapped pipeline plan runs as a DAG: its stages' replicas no longer hold.
-    new_plan = plan.model_copy(update={"tasks": rows_done + new_rows, "mapper": info, "pipeline": None})
+    new_plan = plan.model_copy(update={"tasks": _deps_first(rows_done + new_rows), "mapper": info, "pipeline": None})
     validate_plan(new_plan)
     order = {t.id: i for i, t in enumerate(new_plan.tasks)}
     return RemapResult(plan=new_plan, unfinished=sorted(need, key=order.__getitem__),
