@@ -11,6 +11,7 @@ from streammap.plan import read_plan
 from streammap.runrecord import read_run_record
 from streammap.views import show
 from streammap.views.report import write_report
+from streammap.whatif import BACKENDS, what_if
 
 
 def configure(parser, command: str) -> None:
@@ -20,6 +21,13 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--limit", type=int, default=40, help="rows of the task table (0: all; default 40)")
     parser.add_argument("--html", nargs="?", const="", metavar="REPORT.html",
                    help="write the run report (one HTML page + PNGs); default beside the record: OUT.report.html")
+    parser.add_argument("--what-if", action="append", metavar="EVENTS",
+                        help="re-time the plan with devices or nodes lost, with the runtime's recovery: "
+                             "'lose node2@1.2ms, lose gpu3@50%%' (NAME: a node, NODE/DEVICE or a device name; "
+                             "TIME: 0.5s, 1.2ms or %% of the makespan; none: at the start)")
+    parser.add_argument("--what-if-backend", choices=BACKENDS, default="auto",
+                        help="whose recovery --what-if replays: local (drain, re-map), ray (survivors run on, "
+                             "re-map); default auto: ray when the plan spans several nodes")
     parser.set_defaults(func=run)
 
 
@@ -33,6 +41,8 @@ def run(args) -> int:
         raise StreamMapError(f"streammap show reads a plan (.yaml) or a run record (.run.json), not "
                              f"{path.name!r}", path=path,
                              hint="outputs (.npz) are NumPy archives: read them with numpy.load")
+    if args.what_if and path.suffix.lower() == ".json":
+        raise StreamMapError("--what-if re-times a plan; give it the plan file", path=path)
     out = console()
     if path.suffix.lower() == ".json":
         obj = read_run_record(path)
@@ -43,9 +53,12 @@ def run(args) -> int:
         out.print(show.run_table(obj, limit=args.limit or None))
     else:
         obj = read_plan(path)
+        replay = what_if(obj, args.what_if, backend=args.what_if_backend) if args.what_if else None
         out.print(show.plan_summary(obj), markup=False)
         out.print(estimate_sources_summary(obj), markup=False)
         out.print(show.plan_table(obj, limit=args.limit or None))
+        if replay is not None:
+            out.print(show.what_if_summary(replay, limit=args.limit or None), markup=False)
     if args.gantt:
         show.gantt(obj, args.gantt)
         out.print(f"wrote {args.gantt}", markup=False)

@@ -3,7 +3,8 @@
 Text
     :func:`plan_table` / :func:`plan_summary` for a :class:`~streammap.plan.Plan`,
     :func:`run_table` / :func:`run_summary` for a :class:`~streammap.runrecord.RunRecord`,
-    :func:`cluster_table` for a cluster (what ``streammap discover`` found). Tables are
+    :func:`cluster_table` for a cluster (what ``streammap discover`` found),
+    :func:`what_if_summary` for a :class:`~streammap.whatif.WhatIf` (``show --what-if``). Tables are
     :class:`rich.table.Table`; summaries are plain text (no rich markup: task ids contain ``[``,
     so print them with ``markup=False`` or plain ``print``).
 Pictures (PNG, SVG or PDF, chosen by the file's extension; matplotlib is imported only here)
@@ -238,6 +239,59 @@ def run_summary(record: RunRecord) -> str:
                      f"{d.executor}{mem}")
     return "\n".join(lines)
 
+
+
+def _signed_time(t: float) -> str:
+    return ("-" if t < 0 else "+") + format_time(abs(t))
+
+
+def _ids(task_ids, limit: int | None) -> str:
+    """``a[1], a[2] … and 3 more`` (short ids, at most ``limit``)."""
+    shown = [_short(k) for k in (task_ids if limit is None else task_ids[:max(1, limit)])]
+    more = len(task_ids) - len(shown)
+    return ", ".join(shown) + (f" … and {more} more" if more else "")
+
+
+_RECOVERY = {"local": "the local executor drains (running tasks finish), then re-maps the rest with HEFT",
+             "ray": "surviving Ray actors run what they can, then the rest is re-mapped with HEFT"}
+
+
+def what_if_summary(result, limit: int | None = None) -> str:
+    """A :class:`streammap.whatif.WhatIf` as text: both makespans, then per loss what the recovery
+    did (tasks interrupted, run again, moved where; lost work). ``limit`` caps the task ids listed
+    per line."""
+    span, base = result.makespan, result.plan_makespan
+    rel = f", {result.delay / base:+.1%}" if base > 0 else ""
+    lines = [f"what if: {', '.join(r.loss.text for r in result.recoveries)} "
+             f"(recovery as backend {result.backend}: {_RECOVERY[result.backend]})",
+             f"plan makespan: {format_time(base)}",
+             f"makespan with the losses and recovery: {format_time(span)} ({_signed_time(result.delay)}{rel})",
+             f"lost work: {format_time(result.lost_work)}"]
+    for r in result.recoveries:
+        devices = ", ".join(r.loss.devices)
+        head = f"at {format_time(r.loss.at)}: {r.loss.text} ({devices}): "
+        if r.effect == "after the end":
+            lines.append(head + "after the run ended: no effect")
+            continue
+        if r.effect == "unused":
+            lines.append(head + "no task of the plan runs there: no effect")
+            continue
+        if r.effect == "already lost":
+            lines.append(head + "already lost: no effect")
+            continue
+        lines.append(head + f"re-mapped from {format_time(r.resumed)}; {len(r.interrupted)} interrupted, "
+                     f"{len(r.rerun)} run again, {len(r.moved)} moved; lost work {format_time(r.lost_work)}; "
+                     f"makespan {format_time(r.makespan)}")
+        if r.interrupted:
+            lines.append("  interrupted (started over): " + _ids(r.interrupted, limit))
+        if r.rerun:
+            lines.append("  run again (outputs lost): " + _ids(r.rerun, limit))
+        moves: dict[tuple[str, str], list[str]] = {}
+        for task_id, src, dst in r.moved:
+            moves.setdefault((src, dst), []).append(task_id)
+        for (src, dst), ids in sorted(moves.items()):
+            lines.append(f"  moved {src} -> {dst} ({len(ids)}): " + _ids(ids, limit))
+    return "\n".join(lines)
 
 def cluster_table(cluster) -> Table:
     """Devices of a cluster (a :class:`~streammap.cluster.model.Cluster` or ``ClusterSpec``)."""
