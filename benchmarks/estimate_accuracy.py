@@ -20,13 +20,16 @@ after one profile run), and where the second plan's estimates came from.
 and two above the compiled size), so that every estimate comes from the history's regression
 over sizes rather than from an exact match.
 
-``--first-estimate`` measures the estimates a user gets *before* any profile: discover this
-machine twice, with the peak figures alone (``streammap discover --no-calibrate``) and calibrated
-(``streammap discover``: achieved GEMM FLOP/s and copy bandwidth per device), compile each sample
-without history against each, run it, and compare every task's estimate with its measured time in
-the run record. Reported: the median per-task ratio ``max(measured, estimate) / min(...)`` (1 is
-exact; target at most 2, :data:`FIRST_TARGET`), and the median ``measured / estimate`` (above 1:
-the estimates are optimistic).
+``--first-estimate`` measures the estimates a user gets *before* any profile, against three
+cluster files of this machine: the peak figures alone (``streammap discover --no-calibrate``);
+the achieved GEMM FLOP/s and copy bandwidth alone ("rates": what a cluster file calibrated by
+an earlier version records, so the cost model falls back to its constant launch overhead and one
+bandwidth for every working set); and the whole calibration (``streammap discover``: the rates,
+the copy's bandwidth curve by working-set size and the measured call overhead). Each sample is
+compiled without history against each, run, and every task's estimate compared with its measured
+time in the run record. Reported: the median per-task ratio ``max(measured, estimate) / min(...)``
+(1 is exact; target at most 2, :data:`FIRST_TARGET`), and the median ``measured / estimate``
+(above 1: the estimates are optimistic).
 
 ``--all-devices`` compiles for every device discovery finds (GPUs run with CuPy) instead of the
 CPU alone; ``--check`` exits with status 1 when the pooled median after profiling misses the
@@ -76,8 +79,8 @@ SAMPLES = [
 ]
 
 
-def local_cluster(all_devices: bool, calibrated: bool = False) -> Cluster:
-    found = discover()
+def local_cluster(all_devices: bool, calibrated: bool = False, found=None) -> Cluster:
+    found = found or discover()
     spec = (calibrate(found) if calibrated else found).spec
     if not all_devices:
         node = spec.nodes[0]
@@ -121,26 +124,39 @@ def measured_times(plan, runs: int) -> dict[str, list[float]]:
 
 def first_estimate(args) -> int:
     """The ``--first-estimate`` mode (see the module docstring)."""
-    peak, calibrated = local_cluster(args.all_devices), local_cluster(args.all_devices, calibrated=True)
+    found = discover()
+    calibrated = local_cluster(args.all_devices, calibrated=True, found=found)
+    clusters = {"peak": local_cluster(args.all_devices, found=found), "rates": rates_only(calibrated),
+                "calibrated": calibrated}
     for d in calibrated.devices:
+        curve = ", ".join(f"{n / 2**20:.3g} MiB {r / 1e9:.3g}" for n, r in d.bandwidth_curve)
         print(f"device {d.id} ({d.model or d.kind}): peak {d.flops / 1e9:.4g} GFLOP/s, {d.mem_bandwidth / 1e9:.4g} GB/s; "
-              f"achieved {_g(d.achieved_flops)} GFLOP/s, {_g(d.achieved_bandwidth)} GB/s")
+              f"achieved {_g(d.achieved_flops)} GFLOP/s, {_g(d.achieved_bandwidth)} GB/s"
+              + (f" (by working set: {curve} GB/s)" if curve else "")
+              + (f", call {d.call_overhead * 1e6:.3g} us" if d.call_overhead is not None else ""))
     print(f"target: median per-task max(measured/estimate, estimate/measured) <= {FIRST_TARGET:g} before any profile")
-    print(f"{'sample':<20}{'tasks':>6}{'peak: ratio':>13}{'meas/est':>10}{'calibrated: ratio':>19}{'meas/est':>10}")
-    pooled = {"peak": [], "calibrated": []}
+    print(f"{'':<26}" + "".join(f"{key + ': ratio':>16}{'meas/est':>10}" for key in clusters))
+    pooled: dict[str, list[float]] = {key: [] for key in clusters}
     for name, path, params in SAMPLES:
-        row = []
-        for key, cluster in (("peak", peak), ("calibrated", calibrated)):
+        row = ""
+        for key, cluster in clusters.items():
             got = ratios(make_plan(path, params, cluster), args.runs)
             pooled[key] += got
-            row += [statistics.median(_sym(r) for r in got), statistics.median(got)]
-        print(f"{name:<20}{len(got):>6}{row[0]:>12.2f}x{row[1]:>9.2f}x{row[2]:>18.2f}x{row[3]:>9.2f}x")
-    p, c = pooled["peak"], pooled["calibrated"]
-    mc = statistics.median(_sym(r) for r in c)
-    print(f"{'all tasks':<20}{len(c):>6}{statistics.median(_sym(r) for r in p):>12.2f}x{statistics.median(p):>9.2f}x"
-          f"{mc:>18.2f}x{statistics.median(c):>9.2f}x  target <= {FIRST_TARGET:g}x: "
+            row += f"{statistics.median(_sym(r) for r in got):>15.2f}x{statistics.median(got):>9.2f}x"
+        print(f"{name:<20}{len(got):>6}{row}")
+    row = "".join(f"{statistics.median(_sym(r) for r in got):>15.2f}x{statistics.median(got):>9.2f}x"
+                  for got in pooled.values())
+    mc = statistics.median(_sym(r) for r in pooled["calibrated"])
+    print(f"{'all tasks':<20}{len(pooled['calibrated']):>6}{row}  target <= {FIRST_TARGET:g}x: "
           f"{'met' if mc <= FIRST_TARGET else 'MISSED'}")
     return 1 if args.check and mc > FIRST_TARGET else 0
+
+
+def rates_only(cluster: Cluster) -> Cluster:
+    """``cluster`` without the bandwidth curves and call overheads (a file of an earlier calibration)."""
+    nodes = [n.model_copy(update={"devices": [d.model_copy(update={"bandwidth_curve": None, "call_overhead": None})
+                                              for d in n.devices]}) for n in cluster.spec.nodes]
+    return Cluster(cluster.spec.model_copy(update={"nodes": nodes}), path="local-rates")
 
 
 def _sym(r: float) -> float:

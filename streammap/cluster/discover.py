@@ -67,8 +67,8 @@ frequency in ``/sys``, else "cpu MHz", else 2.5 GHz; ``mem_bandwidth`` = 20 GB/s
 
 Calibration (``streammap discover`` without ``--no-calibrate``; :func:`calibrate`): the figures
 above are peaks, read or derived; :func:`calibrate` adds what each device *achieved* in two short
-micro-benchmarks, ``achieved_flops`` and ``achieved_bandwidth`` (:mod:`streammap.cluster.microbench`),
-which the cost model prefers. :func:`discover` itself never measures (``--cluster local`` at
+micro-benchmarks, ``achieved_flops``, ``achieved_bandwidth`` with its ``bandwidth_curve`` by working-set
+size, and ``call_overhead`` (:mod:`streammap.cluster.microbench`), which the cost model prefers. :func:`discover` itself never measures (``--cluster local`` at
 compile time stays fast and deterministic).
 """
 
@@ -211,7 +211,8 @@ def discover(node_name: str | None = None, cluster_name: str = "local",
 
 
 def calibrate(found: Discovery, *, budget_s: float | None = None, cupy=None, measure=None) -> Discovery:
-    """``found`` with every device of every node measured once (``achieved_flops``, ``achieved_bandwidth``).
+    """``found`` with every device of every node measured once (``achieved_flops``, ``achieved_bandwidth``,
+    ``bandwidth_curve``, ``call_overhead``).
 
     The micro-benchmarks of :mod:`streammap.cluster.microbench` (a GEMM and a streaming copy, CuPy
     on GPUs, NumPy on the CPU) run on this machine, so only a discovery of this machine is
@@ -694,6 +695,10 @@ def _readable(spec: ClusterSpec) -> dict:
                 d["achieved_flops"] = _sig4(d["achieved_flops"], _FLOP_UNITS)
             if "achieved_bandwidth" in d:
                 d["achieved_bandwidth"] = _sig4(d["achieved_bandwidth"], _RATE_UNITS)
+            if "bandwidth_curve" in d:
+                d["bandwidth_curve"] = [[_readable_size(n), _sig4(r, _RATE_UNITS)] for n, r in d["bandwidth_curve"]]
+            if "call_overhead" in d:
+                d["call_overhead"] = _time_text(d["call_overhead"])
             if d.get("speed") == 1.0:
                 del d["speed"]
     return data

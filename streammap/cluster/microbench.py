@@ -1,11 +1,13 @@
 """Micro-benchmarks: what each device of this machine achieves, measured once at discovery.
 
-The cost model's first estimates (before any ``streammap profile``) are rooflines,
-``max(flops / F, bytes / B) + launch``. With F and B the datasheet peaks that discovery reads,
-every estimate is optimistic by however far real kernels stay below the peak; so
-``streammap discover`` (and ``streammap doctor``) run two short measurements per device and
+The cost model's first estimates (before any ``streammap profile``) are rooflines plus a fixed
+cost per call, ``call_overhead + max(flops / F, bytes / B(working set))``. With F and B the
+datasheet peaks that discovery reads, every estimate is optimistic by however far real kernels
+stay below the peak, and a task of a few microseconds of work is all overhead; so
+``streammap discover`` (and ``streammap doctor``) run three short measurements per device and
 record what was *achieved* beside the peak figures, in the cluster file's optional
-``achieved_flops`` and ``achieved_bandwidth`` fields, which the cost model prefers when present.
+``achieved_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` and ``call_overhead`` fields,
+which the cost model prefers when present.
 
 What is measured
 ----------------
@@ -13,15 +15,33 @@ What is measured
     A square matrix product ``a @ b`` of side :data:`GEMM_SIDE` (``2 n³`` FLOP each). The dtype
     is the one the device's peak figure is quoted in: float32 on GPUs (discovery's FP32 peak),
     float64 on the CPU (its FP64 AVX2 peak). NumPy's BLAS uses all the cores this process may
-    use, as a CPU task of a plan does.
-``achieved_bandwidth``
-    A streaming copy ``dst[...] = src`` of :data:`COPY_BYTES` (GPU: :data:`GPU_COPY_BYTES`); it
-    reads and writes each byte once, so the rate is ``2 × size / time`` (the STREAM convention).
+    use, as a CPU task of a plan does. The CPU side (256) is the size of the tiles and batches
+    tasks multiply, not a size that reaches the peak: a side of 512 took tens of milliseconds on a
+    loaded 2-core VM, so the budget held two or three runs, and their best was off by up to 10x
+    from one discovery to the next; at 256 the budget holds all :data:`REPEATS`.
+``achieved_bandwidth``, ``bandwidth_curve``
+    A streaming copy ``dst[...] = src`` at each size of :data:`COPY_SIZES` (GPU:
+    :data:`GPU_COPY_SIZES`); it reads and writes each byte once, so the rate is
+    ``2 × size / time`` (the STREAM convention). ``achieved_bandwidth`` is the rate of the largest
+    size (beyond any cache: the memory's rate); ``bandwidth_curve`` lists ``[working-set bytes,
+    rate]`` for every size (the working set of a copy of n bytes is 2n), so that the cost model
+    can give a task whose arrays stay in cache the rate of the cache, as the cache-aware
+    roofline does [1]_: on a 2-core EPYC VM a copy within 512 KiB ran at ~100 GB/s, one of
+    64 MiB at ~27 GB/s.
+``call_overhead``
+    Seconds a call of a minimal kernel takes: a Python function that adds 1 to an 8-element
+    array (CuPy: launches that kernel and synchronizes), the median of :data:`CALL_REPEATS`
+    calls. Every task pays it once (dispatch, allocation of the result, and on a GPU the launch
+    and synchronization), however little work it does.
 
-Each measurement runs once to warm up (BLAS threads, CuPy's kernel cache and memory pool), then
-repeats until :data:`REPEATS` runs or its share of the time budget is spent, and keeps the best
-run: the rate the device *can* reach, as STREAM reports it. GPU runs are timed between
-``synchronize()`` calls. The budget (:data:`BUDGET_S` per device, default) bounds the repeats,
+.. [1] A. Ilic, F. Pratas, L. Sousa, "Cache-aware Roofline model: Upgrading the loft", IEEE
+   Computer Architecture Letters 13(1), 2014.
+
+The GEMM and each copy run once to warm up (BLAS threads, CuPy's kernel cache and memory pool),
+then repeat until :data:`REPEATS` runs or their share of the time budget is spent, and keep the
+best run: the rate the device *can* reach, as STREAM reports it. The call overhead keeps the
+median instead: it is a latency every task pays, and its best run is the rare one no other thread
+interrupted. GPU runs are timed between ``synchronize()`` calls. The budget (:data:`BUDGET_S` per device, default) bounds the repeats,
 not a single run: the sizes are chosen so one run takes milliseconds on the slowest device
 StreamMAP expects (a 2-core VM's CPU), well under a second per device in all.
 
@@ -45,13 +65,18 @@ import numpy as np
 from streammap.cluster.model import DeviceSpec
 from streammap.optional import import_cupy
 
-#: Side of the square GEMM: 512 on the CPU (0.27 GFLOP: a few ms at tens of GFLOP/s), 4096 on a
-#: GPU (137 GFLOP: a few ms at tens of TFLOP/s).
-GEMM_SIDE = {"cpu": 512, "gpu": 4096}
-#: Bytes copied by the bandwidth test: beyond any CPU cache, and big enough on a GPU that the
-#: launch is noise.
-COPY_BYTES = 32 << 20
-GPU_COPY_BYTES = 512 << 20
+#: Side of the square GEMM: 256 on the CPU (34 MFLOP: about a millisecond at tens of GFLOP/s, the
+#: size of a task's tile), 4096 on a GPU (137 GFLOP: a few ms at tens of TFLOP/s).
+GEMM_SIDE = {"cpu": 256, "gpu": 4096}
+#: Bytes copied by the bandwidth tests, smallest first: on the CPU one size within a core's L2
+#: cache, one within a typical L3 share, one beyond any cache; on a GPU one size big enough that
+#: the launch is noise.
+COPY_SIZES = (256 << 10, 4 << 20, 32 << 20)
+GPU_COPY_SIZES = (512 << 20,)
+#: The largest CPU copy (the ``achieved_bandwidth`` figure).
+COPY_BYTES = COPY_SIZES[-1]
+#: Calls timed for the call overhead (each a few microseconds).
+CALL_REPEATS = 200
 #: At most this many timed runs per measurement (after the warm-up): on a quiet device they take a few ms
 #: each, and more of them give a shared machine more chances to show its real rate.
 REPEATS = 20
@@ -69,14 +94,23 @@ class Measured:
     bandwidth: float | None = None
     seconds: float = 0.0
     note: str = ""
+    #: ``((working-set bytes, bytes/s), ...)`` of the copies, smallest first (``bandwidth`` is the last rate).
+    curve: tuple[tuple[float, float], ...] = ()
+    #: Seconds of a minimal kernel call (``None``: not measured).
+    call_overhead: float | None = None
 
     def describe(self, device: DeviceSpec) -> str:
         """``"cpu: GEMM 41.2 GFLOP/s (50% of the 83.1 peak), copy 23.4 GB/s (117% of the 20 peak) (measured in 0.41 s)"``."""
         if self.flops is None:
             return f"{device.name}: not measured ({self.note})"
-        return (f"{device.name}: GEMM {_share(self.flops, device.flops, _FLOP_UNITS)}, "
-                f"copy {_share(self.bandwidth, device.mem_bandwidth, _RATE_UNITS)} "
-                f"(measured in {self.seconds:.2f} s)")
+        text = (f"{device.name}: GEMM {_share(self.flops, device.flops, _FLOP_UNITS)}, "
+                f"copy {_share(self.bandwidth, device.mem_bandwidth, _RATE_UNITS)}")
+        if len(self.curve) > 1:
+            text += " (in cache: " + ", ".join(f"{_size(n)} {_share(r, None, _RATE_UNITS)}"
+                                               for n, r in self.curve[:-1]) + ")"
+        if self.call_overhead is not None:
+            text += f", call {self.call_overhead * 1e6:.3g} us"
+        return text + f" (measured in {self.seconds:.2f} s)"
 
 
 def measure_device(device: DeviceSpec, *, budget_s: float = BUDGET_S, cupy=None) -> Measured:
@@ -93,32 +127,35 @@ def measure_device(device: DeviceSpec, *, budget_s: float = BUDGET_S, cupy=None)
     """
     t0 = time.perf_counter()
     if device.kind == "cpu":
-        xp, gpu, side, nbytes, dtype = np, None, GEMM_SIDE["cpu"], COPY_BYTES, np.float64
+        xp, gpu, side, sizes, dtype = np, None, GEMM_SIDE["cpu"], COPY_SIZES, np.float64
     elif device.kind in CUPY_KINDS:
         xp = cupy if cupy is not None else import_cupy()
         if xp is None:
             return Measured(note="CuPy is not installed")
-        gpu, side, nbytes, dtype = device.index or 0, GEMM_SIDE["gpu"], GPU_COPY_BYTES, np.float32
+        gpu, side, sizes, dtype = device.index or 0, GEMM_SIDE["gpu"], GPU_COPY_SIZES, np.float32
     else:
         return Measured(note=f"StreamMAP cannot execute on {device.kind} devices")
     try:
         if gpu is None:
-            flops, bandwidth = _measure(xp, _no_sync, side, nbytes, dtype, budget_s)
+            got = _measure(xp, _no_sync, side, sizes, dtype, budget_s)
         else:
             with xp.cuda.Device(gpu) as gpu:
-                flops, bandwidth = _measure(xp, gpu.synchronize, side, nbytes, dtype, budget_s)
+                got = _measure(xp, gpu.synchronize, side, sizes, dtype, budget_s)
     except Exception as exc:          # noqa: BLE001 -- out of memory, a broken driver: a finding, not a crash
         return Measured(note=f"the measurement failed: {type(exc).__name__}: {exc}",
                         seconds=time.perf_counter() - t0)
-    return Measured(flops=flops, bandwidth=bandwidth, seconds=time.perf_counter() - t0)
+    flops, curve, overhead = got
+    return Measured(flops=flops, bandwidth=curve[-1][1], seconds=time.perf_counter() - t0, curve=curve,
+                    call_overhead=overhead)
 
 
 def calibrate_spec(devices: list[DeviceSpec], *, budget_s: float = BUDGET_S, cupy=None,
                    measure: Callable[..., Measured] | None = None) -> tuple[list[DeviceSpec], list[str]]:
-    """``devices`` with ``achieved_flops`` and ``achieved_bandwidth`` filled in, and one note each.
+    """``devices`` with ``achieved_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` (when more
+    than one size was copied) and ``call_overhead`` filled in, and one note each.
 
     Every device is measured once. Boards of one model (same kind, vendor, model and peak
-    figures) all record the median of their measurements, so that the cost model keeps treating
+    figures) all record the median of their measurements (figure by figure), so that the cost model keeps treating
     them as one class (a few percent of run-to-run noise would otherwise make every GPU of an
     8-GPU node look different to the mapper). Devices that could not be measured are returned
     unchanged: their fields stay empty and the cost model uses their peaks. ``measure`` replaces
@@ -134,11 +171,23 @@ def calibrate_spec(devices: list[DeviceSpec], *, budget_s: float = BUDGET_S, cup
     out = []
     for d, m in zip(devices, got):
         if m.flops is not None and m.bandwidth is not None:
-            ms = groups[_board(d)]
-            d = d.model_copy(update={"achieved_flops": _sig3(statistics.median(m.flops for m in ms)),
-                                     "achieved_bandwidth": _sig3(statistics.median(m.bandwidth for m in ms))})
+            d = d.model_copy(update=_achieved(groups[_board(d)]))
         out.append(d)
     return out, notes
+
+
+def _achieved(ms: list[Measured]) -> dict:
+    """The cluster-file fields of a board model: the median of each figure over its boards."""
+    fields = {"achieved_flops": _sig3(statistics.median(m.flops for m in ms)),
+              "achieved_bandwidth": _sig3(statistics.median(m.bandwidth for m in ms))}
+    sizes = [n for n, _ in ms[0].curve]
+    if len(sizes) > 1 and all([n for n, _ in m.curve] == sizes for m in ms):
+        fields["bandwidth_curve"] = [(n, _sig3(statistics.median(m.curve[k][1] for m in ms)))
+                                     for k, n in enumerate(sizes)]
+    overheads = [m.call_overhead for m in ms if m.call_overhead is not None]
+    if overheads:
+        fields["call_overhead"] = _sig3(statistics.median(overheads))
+    return fields
 
 
 def _board(d: DeviceSpec) -> tuple:
@@ -147,9 +196,13 @@ def _board(d: DeviceSpec) -> tuple:
 
 # -- the measurements ---------------------------------------------------------------------------------
 
-def _measure(xp: Any, sync: Callable[[], Any], side: int, nbytes: int, dtype, budget_s: float):
-    """``(FLOP/s, bytes/s)``: the GEMM, then the copy, each with half the budget (one at a time in memory)."""
-    return _gemm_rate(xp, sync, side, dtype, budget_s / 2), _copy_rate(xp, sync, nbytes, budget_s / 2)
+def _measure(xp: Any, sync: Callable[[], Any], side: int, sizes: tuple[int, ...], dtype, budget_s: float):
+    """``(FLOP/s, ((working set, bytes/s), ...), call seconds)``: the GEMM with half the budget, then
+    the copies sharing the other half (one array pair at a time in memory), then the call overhead
+    (a few milliseconds, outside the budget)."""
+    flops = _gemm_rate(xp, sync, side, dtype, budget_s / 2)
+    curve = tuple((2.0 * n, _copy_rate(xp, sync, n, budget_s / 2 / len(sizes))) for n in sizes)
+    return flops, curve, _call_overhead(xp, sync)
 
 
 def _gemm_rate(xp, sync, side, dtype, budget_s):
@@ -166,6 +219,24 @@ def _copy_rate(xp, sync, nbytes, budget_s):
         dst[...] = src
 
     return 2.0 * src.nbytes / _best(copy, sync, budget_s)
+
+
+def _call_overhead(xp, sync, repeats: int = CALL_REPEATS) -> float:
+    """Median seconds of a minimal kernel call: a function adding 1 to 8 numbers, synchronized."""
+    tiny = xp.ones(8, dtype=np.float64)
+
+    def kernel(a):
+        return a + 1.0
+
+    kernel(tiny)
+    sync()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        kernel(tiny)
+        sync()
+        times.append(time.perf_counter() - t)
+    return max(statistics.median(times), 1e-9)
 
 
 def _best(run: Callable[[], Any], sync: Callable[[], Any], budget_s: float) -> float:
@@ -192,6 +263,12 @@ def _sig3(x: float) -> float:
 
 _FLOP_UNITS = (("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6))
 _RATE_UNITS = (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6))
+
+
+def _size(n: float) -> str:
+    """``"512 KiB"``, ``"8 MiB"``: a working set in the binary unit it reads best in."""
+    unit, scale = next(((u, f) for u, f in (("GiB", 1 << 30), ("MiB", 1 << 20)) if n >= f), ("KiB", 1 << 10))
+    return f"{n / scale:.3g} {unit}"
 
 
 def _share(got: float, peak: float | None, units) -> str:

@@ -67,10 +67,24 @@ class DeviceSpec(BaseModel):
     flops: Optional[Flops] = Field(default=None, gt=0)
     mem_bandwidth: Optional[Rate] = Field(default=None, gt=0)
     speed: float = Field(default=1.0, gt=0)
-    # Measured by discovery's micro-benchmarks (streammap.cluster.microbench): a GEMM's FLOP/s and a
-    # streaming copy's bytes/s. The cost model prefers them to the peaks above when present.
+    # Measured by discovery's micro-benchmarks (streammap.cluster.microbench): a GEMM's FLOP/s, a
+    # streaming copy's bytes/s beyond any cache, the copy's rate by working-set size ([bytes, rate]
+    # pairs, smallest first) and the seconds of a minimal kernel call. The cost model prefers them to
+    # the peaks above and to its constant launch overhead when present; files without them still load.
     achieved_flops: Optional[Flops] = Field(default=None, gt=0)
     achieved_bandwidth: Optional[Rate] = Field(default=None, gt=0)
+    bandwidth_curve: Optional[list[tuple[Size, Rate]]] = Field(default=None, min_length=1)
+    call_overhead: Optional[Time] = Field(default=None, ge=0)
+    @model_validator(mode="after")
+    def _check_curve(self):
+        sizes = [n for n, _ in self.bandwidth_curve or ()]
+        if any(n <= 0 for n in sizes) or sizes != sorted(set(sizes)):
+            raise ValueError("bandwidth_curve: working-set sizes must be positive and increasing, "
+                             "e.g. [[512KiB, 100 GB/s], [64MiB, 27 GB/s]]")
+        if any(r <= 0 for _, r in self.bandwidth_curve or ()):
+            raise ValueError("bandwidth_curve: every rate must be positive")
+        return self
+
     # Filled in by discovery; the runtime uses ``index`` to find the local GPU.
     index: Optional[int] = Field(default=None, ge=0, le=65535)
     uuid: Optional[str] = None
@@ -147,6 +161,8 @@ class Device:
     index: int | None
     achieved_flops: float | None = None       # FLOP/s a GEMM reached (discovery); None: not measured
     achieved_bandwidth: float | None = None   # bytes/s a streaming copy reached
+    bandwidth_curve: tuple[tuple[float, float], ...] = ()   # (working-set bytes, copy bytes/s), smallest first
+    call_overhead: float | None = None        # seconds of a minimal kernel call; None: not measured
 
     @property
     def compute_rate(self) -> float:
@@ -157,6 +173,19 @@ class Device:
     def memory_rate(self) -> float:
         """Bytes/s the cost model divides ``bytes`` by: the achieved figure when measured, else ``mem_bandwidth``."""
         return self.achieved_bandwidth if self.achieved_bandwidth is not None else self.mem_bandwidth
+
+    def memory_rate_at(self, working_set: np.ndarray) -> np.ndarray:
+        """Bytes/s for tasks of these working sets (bytes): the measured copy curve, read at each size.
+
+        Between two measured sizes the rate is interpolated linearly in log(size) (caches hold
+        working sets in powers of two); below the smallest size it is the smallest size's rate,
+        above the largest the largest's. Without a curve, :attr:`memory_rate` for every size.
+        """
+        ws = np.asarray(working_set, dtype=np.float64)
+        if len(self.bandwidth_curve) < 2:
+            return np.full(ws.shape, self.memory_rate)
+        sizes, rates = np.array(self.bandwidth_curve).T
+        return np.interp(np.log(np.maximum(ws, 1.0)), np.log(sizes), rates)
 
     def matches(self, constraint: str | None) -> bool:
         """Whether a kernel's ``device`` clause admits this device.
@@ -202,7 +231,9 @@ class Cluster:
                     flops=d.flops if d.flops is not None else REFERENCE_FLOPS * d.speed,
                     mem_bandwidth=d.mem_bandwidth if d.mem_bandwidth is not None else REFERENCE_MEM_BANDWIDTH * d.speed,
                     speed=d.speed, index=d.index,
-                    achieved_flops=d.achieved_flops, achieved_bandwidth=d.achieved_bandwidth))
+                    achieved_flops=d.achieved_flops, achieved_bandwidth=d.achieved_bandwidth,
+                    bandwidth_curve=tuple(tuple(p) for p in d.bandwidth_curve or ()),
+                    call_overhead=d.call_overhead))
         self.devices: list[Device] = devices
         self.index = {d.id: i for i, d in enumerate(devices)}
 

@@ -49,16 +49,23 @@ In this order of preference (``design.md``, section *The cost model*):
 1. ``history(kernel, device_model, task_attrs)`` when a history hook is given and it returns a
    number: a measured time, as StarPU's performance models do [1]_;
 2. a roofline estimate [2]_ when the task has ``flops`` or ``bytes`` clauses:
-   ``max(flops / F, bytes / B) + launch(d)``, where F and B are the rates the device *achieved*
-   in discovery's micro-benchmarks (``achieved_flops``: a GEMM, ``achieved_bandwidth``: a
-   streaming copy; :mod:`streammap.cluster.microbench`) when the cluster file records them, else
-   its peak ``flops`` and ``mem_bandwidth`` (``Device.compute_rate``, ``Device.memory_rate``);
+   ``launch(d) + max(flops / F, bytes / B(m))``, where F and B are the rates the device
+   *achieved* in discovery's micro-benchmarks (``achieved_flops``: a GEMM, ``achieved_bandwidth``:
+   a streaming copy; :mod:`streammap.cluster.microbench`) when the cluster file records them, else
+   its peak ``flops`` and ``mem_bandwidth`` (``Device.compute_rate``, ``Device.memory_rate``).
+   B depends on the task's working set m (``mem`` below) when the file records the copy's
+   ``bandwidth_curve``: a task whose arrays stay in cache gets the cache's rate, read off the
+   curve (``Device.memory_rate_at``; the cache-aware roofline [3]_);
 3. ``times[d.model]``, else ``times[d.kind]``, else ``runtime / d.speed`` (imported workflows; this
    is exactly the benchmark model of ``shared/benchmarks/README.md``);
 4. otherwise the launch overhead alone (a task with no estimate at all).
 
-The launch overhead is :data:`LAUNCH_OVERHEAD` by device kind, :data:`DEFAULT_LAUNCH_OVERHEAD`
-for every other (accelerator-like) kind. The ``share`` and ``split`` clauses do not change the
+The launch overhead is the fixed cost of a call every task pays however little work it does
+(Python's call and NumPy's dispatch and allocation; a kernel launch and synchronization on a
+GPU): the device's measured ``call_overhead`` when the cluster file records it (discovery's
+micro-benchmark), else :data:`LAUNCH_OVERHEAD` by device kind, :data:`DEFAULT_LAUNCH_OVERHEAD`
+for every other (accelerator-like) kind (the figures files written before calibration measured
+it get). The ``share`` and ``split`` clauses do not change the
 estimate: a task with ``share=s`` is taken to use at most s of its device, so it runs as long
 co-located as alone (:mod:`streammap.placement.sharing`).
 
@@ -92,6 +99,8 @@ References
    and Experience 23(2), 2011 (history-based performance models).
 .. [2] S. Williams, A. Waterman, D. Patterson, "Roofline: an insightful visual performance model
    for multicore architectures", Communications of the ACM 52(4), 2009.
+.. [3] A. Ilic, F. Pratas, L. Sousa, "Cache-aware Roofline model: Upgrading the loft", IEEE
+   Computer Architecture Letters 13(1), 2014.
 """
 
 from __future__ import annotations
@@ -127,7 +136,10 @@ History = Callable[[str, str, Mapping], Optional[float]]
 
 
 def launch_overhead(device: Device) -> float:
-    """Seconds added to every roofline estimate on ``device`` (see :data:`LAUNCH_OVERHEAD`)."""
+    """Seconds added to every roofline estimate on ``device``: its measured ``call_overhead``,
+    else :data:`LAUNCH_OVERHEAD` by kind."""
+    if device.call_overhead is not None:
+        return device.call_overhead
     return LAUNCH_OVERHEAD.get(device.kind, DEFAULT_LAUNCH_OVERHEAD)
 
 
@@ -287,12 +299,12 @@ class CostModel:
         # Devices that look alike to every estimate share a column ("class").
         keys, cls_of = {}, np.empty(D, dtype=np.int64)
         for j, d in enumerate(devs):
-            key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.memory_rate)
+            key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.memory_rate, d.bandwidth_curve,
+                   launch_overhead(d))
             cls_of[j] = keys.setdefault(key, len(keys))
         reps = [devs[int(np.flatnonzero(cls_of == c)[0])] for c in range(len(keys))]
         C = len(reps)
         c_flops = np.array([d.compute_rate for d in reps])
-        c_mbw = np.array([d.memory_rate for d in reps])
         c_speed = np.array([d.speed for d in reps])
         c_launch = np.array([launch_overhead(d) for d in reps])
         c_model = [d.model if d.model else d.kind for d in reps]
@@ -357,7 +369,8 @@ class CostModel:
         # Fill what the loop left undecided, a whole column block at a time.
         if roof.any():
             r = np.flatnonzero(roof)
-            est = np.maximum(flops[r, None] / c_flops[None, :], nbytes[r, None] / c_mbw[None, :]) + c_launch[None, :]
+            mbw = np.stack([d.memory_rate_at(self.mem[r]) for d in reps], axis=1)    # (tasks, classes)
+            est = np.maximum(flops[r, None] / c_flops[None, :], nbytes[r, None] / mbw) + c_launch[None, :]
             blk = ct[r]
             ct[r] = np.where(np.isnan(blk), est, blk)
         has_rt = ~np.isnan(runtime)

@@ -90,3 +90,53 @@ def test_a_bad_achieved_figure_names_the_file_line_and_field(tmp_path, field, va
     with pytest.raises(ClusterError) as err:
         load_cluster(p)
     assert err.value.line == 7 and field in err.value.message
+
+
+def test_the_cpu_measurement_gives_a_bandwidth_curve_and_a_call_overhead():
+    got = microbench.measure_device(DeviceSpec(name="cpu", kind="cpu"), budget_s=0.05)
+    assert [n for n, _ in got.curve] == [2.0 * n for n in microbench.COPY_SIZES]
+    assert got.bandwidth == got.curve[-1][1] and all(r > 0 for _, r in got.curve)
+    assert got.call_overhead > 0
+
+
+def test_discover_records_the_curve_and_the_call_overhead_readably(tmp_path):
+    curve = ((512.0 * 1024, 100e9), (64.0 * 2**20, 25e9))
+    measured = microbench.Measured(50e9, 25e9, 0.2, curve=curve, call_overhead=1.5e-6)
+    found = calibrate(_node(DeviceSpec(name="cpu", kind="cpu")), measure=_fake({"cpu": measured}))
+    out = tmp_path / "cluster.yaml"
+    write_cluster(found.spec, out, found.notes)
+    text = out.read_text()
+    assert "bandwidth_curve:\n    - - 512KiB\n      - 100 GB/s\n    - - 64MiB\n      - 25 GB/s\n" in text
+    assert "call_overhead: 1.5us" in text
+    assert "(in cache: 512 KiB 100 GB/s), call 1.5 us" in text
+    cpu = load_cluster(out).devices[0]
+    assert cpu.bandwidth_curve == curve and cpu.call_overhead == pytest.approx(1.5e-6)
+
+
+def test_boards_of_one_model_record_the_median_curve_and_overhead():
+    gpus = [DeviceSpec(name=f"gpu{i}", kind="gpu", model="H100", index=i) for i in range(3)]
+    results = {f"gpu{i}": microbench.Measured(40e12, r, curve=((1e6, 2 * r), (1e9, r)), call_overhead=o)
+               for i, (r, o) in enumerate([(2e12, 10e-6), (3e12, 30e-6), (2.5e12, 20e-6)])}
+    devs = calibrate(_node(*gpus), measure=_fake(results)).spec.nodes[0].devices
+    assert {(tuple(map(tuple, d.bandwidth_curve)), d.call_overhead) for d in devs} == \
+        {(((1e6, 5e12), (1e9, 2.5e12)), 20e-6)}
+
+
+def test_a_cluster_file_written_before_the_curve_and_overhead_still_loads(tmp_path):
+    p = tmp_path / "old.yaml"
+    p.write_text("name: x\nnodes:\n  - name: n\n    devices:\n      - {name: cpu, kind: cpu, "
+                 "achieved_flops: 40 GFLOP/s, achieved_bandwidth: 20 GB/s}\n")
+    cpu = load_cluster(p).devices[0]
+    assert cpu.bandwidth_curve == () and cpu.call_overhead is None
+    assert cpu.memory_rate_at([1e3, 1e9]).tolist() == [20e9, 20e9]
+
+
+@pytest.mark.parametrize("curve,words", [("[[64MiB, 25 GB/s], [512KiB, 100 GB/s]]", "increasing"),
+                                         ("[[512KiB, 0]]", "positive"), ("[[512KiB]]", "bandwidth_curve")])
+def test_a_bad_bandwidth_curve_names_the_file_line_and_field(tmp_path, curve, words):
+    p = tmp_path / "c.yaml"
+    p.write_text(f"name: x\nnodes:\n  - name: n\n    devices:\n      - name: cpu\n        kind: cpu\n"
+                 f"        bandwidth_curve: {curve}\n")
+    with pytest.raises(ClusterError) as err:
+        load_cluster(p)
+    assert words in err.value.message
