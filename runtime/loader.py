@@ -8,6 +8,16 @@ the module is executed, so module-level values computed from a param at import (
 agree with it too. Line numbers are kept, so tracebacks point at the file as it is. The code is
 compiled once per (file content, params) in a process (:func:`cached_program_code`), so runs after
 the first skip compiling altogether.
+
+Local modules (``import helpers`` of a ``helpers.py`` beside the program; the plan's
+``source.modules``, checked unchanged with the program). As under ``python prog.py``, the
+program's folder is first on ``sys.path`` while the program is loaded, and stays there until
+:meth:`Program.unload` (a kernel may import a module in its body, at run time). Python keeps
+imported modules in ``sys.modules`` by name, so a second program with a ``helpers.py`` of its own,
+or the same program after an edit, would get the first one's module: before the program runs,
+every module of ``sys.modules`` named like one of its local modules (``helpers``, ``mypkg`` and
+``mypkg.*``) is set aside, so its own files are imported afresh, and the modules it imported from
+its folder are forgotten when it is unloaded.
 """
 
 from __future__ import annotations
@@ -37,6 +47,10 @@ class Program:
     path: Path
     module: ModuleType
     kernels: dict[str, Callable] = field(default_factory=dict)
+    #: ``sys.modules`` names of the local modules it imported (forgotten on unload)
+    local_names: list[str] = field(default_factory=list)
+    #: the program's folder, when loading put it on ``sys.path`` (taken off on unload)
+    path_entry: str | None = None
 
     def unload(self) -> None:
         """Forget the module and empty its namespace, once the run is over.
@@ -50,6 +64,12 @@ class Program:
         if sys.modules.get(self.module.__name__) is self.module:
             del sys.modules[self.module.__name__]
         self.module.__dict__.clear()
+        for name in self.local_names:
+            sys.modules.pop(name, None)
+        self.local_names = []
+        if self.path_entry is not None:
+            _remove_path(self.path_entry)
+            self.path_entry = None
 
 
 _PARAM = re.compile(r"#\s*@stream\s*param\b")
@@ -139,6 +159,8 @@ def load_program(plan: Plan) -> Program:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module                      # dataclasses, pickling and typing need it there
     folder = str(path.parent)
+    tops = local_top_names(plan)
+    _forget_modules(tops)                           # this program's own files, not another's
     added = folder not in sys.path
     if added:                                       # like `python prog.py`: siblings are importable
         sys.path.insert(0, folder)
@@ -147,16 +169,14 @@ def load_program(plan: Plan) -> Program:
         exec(code, module.__dict__)           # noqa: S102 -- the user's program, as Python would
     except BaseException:
         sys.modules.pop(name, None)
-        raise
-    finally:
+        _forget_modules(tops)
         if added:
-            try:
-                sys.path.remove(folder)
-            except ValueError:
-                pass
+            _remove_path(folder)
+        raise
     for key, value in plan.params.items():
         setattr(module, key, value)
-    program = Program(path=path, module=module)
+    program = Program(path=path, module=module, path_entry=folder if added else None,
+                      local_names=_modules_named(tops))
     for kernel in dict.fromkeys(t.kernel for t in plan.tasks):
         fn = BUILTIN_KERNELS.get(kernel) or getattr(module, kernel, None)
         if fn is None or not callable(fn):
@@ -166,3 +186,57 @@ def load_program(plan: Plan) -> Program:
                                  hint="the plan names kernels of its source file; compile the plan again")
         program.kernels[kernel] = fn
     return program
+
+
+def local_top_names(plan: Plan) -> set[str]:
+    """The top-level import names of the plan's local modules (``helpers``, ``mypkg``)."""
+    return {m.path.split("/", 1)[0].removesuffix(".py") for m in plan.source.modules}
+
+
+def _modules_named(tops: set[str]) -> list[str]:
+    """Names in ``sys.modules`` that are ``tops`` or inside them (``mypkg.util``)."""
+    return [n for n in list(sys.modules) if n.split(".", 1)[0] in tops]
+
+
+def _forget_modules(tops: set[str]) -> None:
+    for n in _modules_named(tops):
+        sys.modules.pop(n, None)
+
+
+def _remove_path(entry: str) -> None:
+    try:
+        sys.path.remove(entry)
+    except ValueError:
+        pass
+
+
+@dataclass(frozen=True)
+class ProgramFiles:
+    """The bytes of a plan's program and its local modules: what a machine without the program's
+    folder (a Ray worker on another node) needs to run the plan."""
+
+    name: str                                       #: the program's file name
+    text: bytes
+    modules: dict[str, bytes] = field(default_factory=dict)     #: recorded path -> bytes
+
+    @classmethod
+    def of(cls, plan: Plan) -> "ProgramFiles":
+        """Read the plan's files (call after :meth:`Plan.check_source`: they are the recorded ones)."""
+        path = Path(plan.source.path)
+        return cls(path.name, path.read_bytes(), {rel: f.read_bytes() for rel, f in plan.module_files().items()})
+
+    def present(self, plan: Plan) -> bool:
+        """Whether the plan's own paths hold exactly these files (a shared file system, one machine)."""
+        path = Path(plan.source.path)
+        wanted = {path: self.text, **{f: self.modules.get(rel) for rel, f in plan.module_files().items()}}
+        return all(f.is_file() and f.read_bytes() == data for f, data in wanted.items())
+
+    def materialize(self, plan: Plan, folder: Path) -> Plan:
+        """Write the files into ``folder`` (the program at its top, modules at their recorded paths)
+        and return the plan with its source there."""
+        for rel, data in self.modules.items():
+            target = folder / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        (folder / self.name).write_bytes(self.text)
+        return plan.model_copy(update={"source": plan.source.model_copy(update={"path": str(folder / self.name)})})

@@ -19,6 +19,7 @@ from streammap.cluster.model import Cluster, cluster_from_dict, dump_cluster_spe
 from streammap.cost.history import resolve_history_hook
 from streammap.cost.model import CostModel, lower_bound
 from streammap.directives import MAX_TASKS, parse_program
+from streammap.directives.imports import local_modules
 from streammap.errors import StreamMapError
 from streammap.io.importers import load_graph
 from streammap.ir import write_graph
@@ -30,6 +31,7 @@ from streammap.plan import (
     PLAN_VERSION,
     ClusterInfo,
     MapperInfo,
+    ModuleInfo,
     PipelineInfo,
     Plan,
     PlanDevice,
@@ -112,6 +114,7 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     check_strategy(strategy)
     clus = resolve_cluster(cluster)
     graph = load_source_graph(path, params, entry, max_tasks=max_tasks)
+    modules = program_modules(path, graph)          # a bad local module fails before any mapping
     hook = resolve_history_hook(history)
     choice = choose_strategy(graph, clus, map_fn=lambda cost: _map(cost, mapper, map_fn), strategy=strategy,
                              history=hook)
@@ -129,7 +132,7 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     solver_bound = None if sharing else kept.schedule.bound
     if solver_bound is not None:
         lower = max(lower, solver_bound)
-    plan = build_plan(kept.graph, clus, kept.cost, kept.schedule, source_path=path,
+    plan = build_plan(kept.graph, clus, kept.cost, kept.schedule, source_path=path, modules=modules,
                       lower=lower, heft_makespan=heft_makespan,
                       strategy=choice.info(), pipeline=kept.pipeline)
     plan.mapper.solver_bound = solver_bound
@@ -138,6 +141,14 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     if emit_graph is not None:
         write_graph(graph, emit_graph)
     return plan
+
+
+def program_modules(path, graph: nx.DiGraph) -> list[ModuleInfo]:
+    """The local modules a program imports (:func:`streammap.directives.imports.local_modules`),
+    as the plan records them; none for an imported workflow."""
+    if graph.graph.get("kind", "program") != "program" or Path(path).suffix != ".py":
+        return []
+    return [ModuleInfo(path=m.path, sha256=m.sha256) for m in local_modules(path)]
 
 
 def _map(cost: CostModel, mapper: str, map_fn) -> Mapped:
@@ -156,8 +167,10 @@ def _map(cost: CostModel, mapper: str, map_fn) -> Mapped:
 
 def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: Schedule, *, source_path,
                lower: float, heft_makespan: float | None, strategy: StrategyInfo | None = None,
-               pipeline: dict | None = None) -> Plan:
+               pipeline: dict | None = None, modules: list[ModuleInfo] | None = None) -> Plan:
     """Write a schedule down as a plan: tasks in start order (a topological order), each with its deps.
+
+    ``modules`` are the program's local modules (found here when not given: :func:`program_modules`).
 
     ``strategy`` and ``pipeline`` are the plan's optional blocks of the same names (the parallel
     strategy chosen; a pipeline's steady state, as :class:`~streammap.plan.PipelineInfo` fields);
@@ -178,13 +191,15 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
             stateful=bool(node.get("stateful")),
             args=node.get("args") or [], kwargs=node.get("kwargs") or {}))
     g = graph.graph
+    if modules is None:
+        modules = program_modules(source_path, graph)
     devices = [PlanDevice(id=d.id, kind=d.kind, vendor=d.vendor, model=d.model,
                           index=_local_index(cluster, d), memory=None if d.memory == float("inf") else d.memory)
                for d in cluster.devices]
     return Plan(
         streammap_plan=PLAN_VERSION,
         source=SourceInfo(path=str(source_path), sha256=sha256_file(source_path), entry=g.get("entry"),
-                          kind=g.get("kind", "program")),
+                          kind=g.get("kind", "program"), modules=modules),
         params=dict(g.get("params") or {}),
         cluster=ClusterInfo(name=cluster.name, sha256=cluster.sha256,
                             spec=cluster.spec.model_dump(mode="json", exclude_none=True)),

@@ -24,7 +24,11 @@ per task     ``site`` (call site), ``estimate`` (where its time estimate came fr
              ``kwargs`` (arg specs), ``retries``, ``timeout``.
 
 Paths: ``source.path`` is written relative to the plan file's folder and resolved against it on
-read, so a plan and its program can move together.
+read, so a plan and its program can move together. ``source.modules`` lists the program's local
+modules (files of its folder that it imports, :mod:`streammap.directives.imports`), each with its
+path relative to the *program's* folder and its sha256; :meth:`Plan.check_source` checks them as it
+checks the program (present, unchanged, inside the folder), and a plan without local modules
+omits the list.
 
 A plan file is input like any other: it may come from someone else. So what it names is checked
 before it is used (:func:`check_plan_names`, :meth:`Plan.check_source`): a plan read from a file
@@ -38,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -59,11 +64,32 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: A local module's recorded path: ``/``-separated identifiers under the program's folder, ending in ``.py``.
+MODULE_PATH = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*/){0,32}[A-Za-z_][A-Za-z0-9_]*\.py$")
+
+
+class ModuleInfo(_Strict):
+    """A local module the program imports (:mod:`streammap.directives.imports`): its path relative
+    to the program's folder, and its sha256 at compile time."""
+    path: str = Field(max_length=1000)
+    sha256: str
+
+    @pydantic.field_validator("path")
+    @classmethod
+    def _importable_path(cls, value: str) -> str:
+        if not MODULE_PATH.match(value):
+            raise ValueError(f"{value[:200]!r} is not a module path under the program's folder "
+                             "(folders/NAME.py, each part an identifier; no '..', no absolute path)")
+        return value
+
+
 class SourceInfo(_Strict):
     path: str
     sha256: str
     entry: Optional[str] = None
     kind: Literal["program", "workflow"] = "program"
+    # The local modules the program imports (files of its folder), checked like the program itself.
+    modules: list[ModuleInfo] = Field(default=[], max_length=1000)
 
 
 class ClusterInfo(_Strict):
@@ -206,7 +232,37 @@ class Plan(_Strict):
             raise PlanError(f"{path} has changed since this plan was compiled (sha256 {digest[:12]}… "
                             f"!= {self.source.sha256[:12]}…)",
                             hint=f"compile it again: streammap compile {path} --cluster ... -o PLAN")
+        self.check_modules()
         return path
+
+    def module_files(self) -> dict[str, Path]:
+        """``{recorded path: file}`` of the program's local modules (files beside the program)."""
+        folder = Path(self.source.path).parent
+        return {m.path: folder / m.path for m in self.source.modules}
+
+    def check_modules(self) -> None:
+        """Check that every local module the plan records is still there, unchanged, inside the
+        program's folder (links resolved), as :meth:`check_source` checks the program.
+
+        Raises
+        ------
+        PlanError
+            Naming the module that is missing, changed, or outside the program's folder.
+        """
+        program = Path(self.source.path)
+        folder = program.parent.resolve()
+        recompile = f"compile it again: streammap compile {program} --cluster ... -o PLAN"
+        for m, file in zip(self.source.modules, self.module_files().values()):
+            if not file.resolve().is_relative_to(folder):
+                raise PlanError(f"the plan's local module {file} lies outside the program's folder {folder}",
+                                hint="a plan runs only modules of its program's folder; " + recompile)
+            if not file.is_file():
+                raise PlanError(f"the local module {file} that {program.name} imports does not exist",
+                                hint="run the plan where its program's folder is whole, or " + recompile)
+            digest = sha256_file(file)
+            if digest != m.sha256:
+                raise PlanError(f"{file} (imported by {program.name}) has changed since this plan was compiled "
+                                f"(sha256 {digest[:12]}… != {m.sha256[:12]}…)", hint=recompile)
 
     # -- writing -------------------------------------------------------------------------
     def to_yaml(self, relative_to: str | Path | None = None) -> str:
@@ -219,6 +275,8 @@ class Plan(_Strict):
                 data.pop(key, None)
         if relative_to is not None:
             data["source"]["path"] = _relpath(self.source.path, relative_to)
+        if not data["source"]["modules"]:
+            del data["source"]["modules"]        # a one-file program's plan reads as it always did
         for t in data["tasks"]:
             for key, empty in (("site", None), ("estimate", None), ("retries", 0), ("timeout", None), ("share", 1.0), ("out", None), ("stateful", False),
                            ("args", []), ("kwargs", {})):

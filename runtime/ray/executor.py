@@ -33,7 +33,10 @@ Driver (this process):
 ``starts`` / ``finishes`` / ``attempts``   per task id, measured in the actor (``time.time``,
               relative to the run's start; clocks of different machines are assumed in sync).
 
-Actor: the program (loaded once, params set), its device, and ``values``: task id → result,
+Actor: the program (loaded once, params set; its file and its local modules travel through the
+object store, one :class:`~streammap.runtime.loader.ProgramFiles` put once per run, and an actor
+that does not find them unchanged at the plan's paths writes them into a temporary folder of its
+own, which is then the program's folder on its ``sys.path``), its device, and ``values``: task id → result,
 resident on the device (CuPy on a GPU), freed after the last consumer *on this actor* in the
 current segment (unless an output). Under ``memory_oversubscription`` > 1 the actor also keeps
 its device within capacity by spilling held results to host memory (:mod:`.spill`).
@@ -101,7 +104,7 @@ from streammap.runtime.guard import (
     with_deadline,
 )
 from streammap.runtime.lifecycle import RunSession
-from streammap.runtime.loader import load_program
+from streammap.runtime.loader import ProgramFiles, load_program
 from streammap.runtime.local import Outcome, name_outputs, user_traceback
 from streammap.runtime.ray.ipc import NOSET_VISIBLE, ShareLost, cuda_ordinal, has_shared, receive, share
 from streammap.runtime.ray.monitor import BoardSampler, SegmentState, start_board
@@ -156,15 +159,11 @@ class ActorStep(NamedTuple):
 class DeviceActor:
     """Runs the tasks of one plan device (wrapped with ``ray.remote`` by :func:`_actor_class`)."""
 
-    def __init__(self, plan: Plan, source_text: bytes, device_id: str, backend: str, emulated: bool,
+    def __init__(self, plan: Plan, files: ProgramFiles, device_id: str, backend: str, emulated: bool,
                  check_inputs: bool = False):
 
-        path = Path(plan.source.path)
-        if not (path.exists() and path.read_bytes() == source_text):      # no shared filesystem
-            folder = Path(tempfile.mkdtemp(prefix="streammap-src-"))
-            (folder / path.name).write_bytes(source_text)
-            plan = plan.model_copy(update={"source": plan.source.model_copy(
-                update={"path": str(folder / path.name)})})
+        if not files.present(plan):           # no shared filesystem: the run's own copy, modules too
+            plan = files.materialize(plan, Path(tempfile.mkdtemp(prefix="streammap-src-")))
         self.program = load_program(plan)
         self.kernels = checked_kernels(self.program.kernels) if check_inputs else self.program.kernels
         self.device_id = device_id
@@ -455,7 +454,7 @@ def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=
         board = start_board(ray) if options.telemetry else None
         if board is not None:
             session.defer(_kill_quietly, ray, board)
-        executor = RayExecutor(plan, session.source.read_bytes(), emulate=emulate, progress=progress,
+        executor = RayExecutor(plan, ProgramFiles.of(plan), emulate=emulate, progress=progress,
                                max_recoveries=max_recoveries, check_inputs=check_inputs,
                                telemetry_interval=options.sample_interval if options.telemetry else None, board=board)
         samplers = [BoardSampler(ray, board, executor.actor_info)] if board is not None else []
@@ -481,7 +480,7 @@ class _Lost(Exception):
 class RayExecutor:
     """Runs ``plan`` on the connected Ray cluster (see the module docstring)."""
 
-    def __init__(self, plan: Plan, source_text: bytes, *, emulate: bool = False, progress: bool = False,
+    def __init__(self, plan: Plan, files: ProgramFiles, *, emulate: bool = False, progress: bool = False,
                  max_recoveries: int = DEFAULT_MAX_RECOVERIES, telemetry_interval: Optional[float] = None,
                  board=None, check_inputs: bool = False):
         import ray  # noqa: PLC0415
@@ -494,7 +493,8 @@ class RayExecutor:
         self.telemetry: Optional[dict] = None
         self.t0 = time.time()
         self.plan = plan
-        self.source_text = source_text
+        #: the program and its local modules, put in the object store once for every actor
+        self.files = ray.put(files)
         self.emulate = emulate
         self.check_inputs = check_inputs
         self.progress = progress
@@ -574,7 +574,7 @@ class RayExecutor:
             max_restarts=0, max_task_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_of_device[device], soft=False),
             runtime_env=env,
-        ).remote(self.plan, self.source_text, device, "cupy" if gpu else "numpy", self.emulate and d.kind != "cpu",
+        ).remote(self.plan, self.files, device, "cupy" if gpu else "numpy", self.emulate and d.kind != "cpu",
                   self.check_inputs)
         self.actors[device] = a
         return a

@@ -18,7 +18,7 @@ import yaml
 
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write_text
-from streammap.k8s.manifests import PLAN_KEY, ExportOptions, build_manifests, plan_in_configmap
+from streammap.k8s.manifests import PLAN_KEY, ExportOptions, build_manifests, configmap_key, plan_in_configmap
 from streammap.k8s.resources import DeviceGroup, device_groups
 from streammap.k8s.validate import K8S_VERSION, check_objects, validate_objects
 from streammap.plan import Plan, read_plan
@@ -69,9 +69,16 @@ def dump_objects(objects: list[dict]) -> str:
 
 
 def plan_from_configmap(config_map: dict, folder) -> Plan:
-    """Read back the plan a ConfigMap carries, writing its files into ``folder`` (round trips)."""
+    """Read back the plan a ConfigMap carries, writing its files into ``folder`` as the pods'
+    volume mounts them (local modules at their paths: round trips)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for key, text in (config_map.get("data") or {}).items():
-        atomic_write_text(folder / key, text)
-    return read_plan(folder / PLAN_KEY)
+    data = dict(config_map.get("data") or {})
+    atomic_write_text(folder / PLAN_KEY, data.pop(PLAN_KEY, ""))
+    plan = read_plan(folder / PLAN_KEY)
+    paths = {configmap_key(m.path): m.path for m in plan.source.modules}
+    for key, text in data.items():
+        target = folder / paths.get(key, key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(target, text)
+    return plan

@@ -3,9 +3,14 @@
 What is emitted, for a plan named ``NAME`` (see :mod:`streammap.k8s.resources` for the groups):
 
 ``ConfigMap NAME-plan``   the plan (``plan.yaml``, byte for byte what ``streammap`` wrote, with
-                          the source path made relative to the mount) and the program, mounted
-                          read-only at ``/streammap`` in every pod, so the pods run ``streammap``
-                          itself on exactly this plan. Workflow plans carry no program.
+                          the source path made relative to the mount), the program and its local
+                          modules (the plan's ``source.modules``), mounted read-only at
+                          ``/streammap`` in every pod, so the pods run ``streammap`` itself on
+                          exactly this plan. A ConfigMap key holds no ``/``, so a module is kept
+                          under its path with ``.`` for ``/`` (``mypkg/util.py`` ->
+                          ``mypkg.util.py``, :func:`configmap_key`; one-to-one, as the parts of a
+                          module path are identifiers) and the volume's ``items`` mount each key
+                          at its path, beside the program. Workflow plans carry no program.
 ``Pod|Job NAME-NODE``     one per node of the plan that has tasks: pinned to its node with
                           ``nodeSelector`` (never ``spec.nodeName``, which bypasses the scheduler
                           and so HAMi, Volcano and Kueue), asking for that node's used devices in
@@ -106,20 +111,50 @@ def plan_in_configmap(plan: Plan) -> str:
     return copy.to_yaml()
 
 
+def configmap_key(module_path: str) -> str:
+    """The ConfigMap key of a local module's recorded path (``mypkg/util.py`` -> ``mypkg.util.py``)."""
+    return module_path.replace("/", ".")
+
+
+def config_items(plan: Plan) -> Optional[list[dict]]:
+    """The ConfigMap volume's ``items`` (key -> path under the mount) when the plan has local
+    modules; ``None`` (every key at its own name) when it has none."""
+    if plan.source.kind != "program" or not plan.source.modules:
+        return None
+    program = Path(plan.source.path).name
+    return [{"key": PLAN_KEY, "path": PLAN_KEY}, {"key": program, "path": program},
+            *({"key": configmap_key(m.path), "path": m.path} for m in plan.source.modules)]
+
+
 def config_map(plan: Plan, name: str, meta_ns: dict, program_text: Optional[str] = None) -> dict:
     data = {PLAN_KEY: plan_in_configmap(plan)}
     if plan.source.kind == "program":
         key = Path(plan.source.path).name
         if program_text is None:
             check_source_confined(plan)        # a plan file exports only a program in its folder
-            try:
-                program_text = Path(plan.source.path).read_text(encoding="utf-8")
-            except OSError as exc:
-                raise StreamMapError(f"cannot read the plan's program {plan.source.path}: {exc.strerror or exc}",
-                                     hint="export from where the plan was compiled") from None
+            program_text = _read(Path(plan.source.path), "program")
         data[key] = program_text
+        if plan.source.modules:
+            plan.check_modules()               # in the program's folder, and what was compiled
+        for m, file in zip(plan.source.modules, plan.module_files().values()):
+            mkey = configmap_key(m.path)
+            if mkey in data:
+                raise StreamMapError(f"the local module {m.path} and the program {key} would share the "
+                                     f"ConfigMap key {mkey!r}", hint="rename the program or the module")
+            data[mkey] = _read(file, "local module")
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": f"{name}-plan", **meta_ns, "labels": _labels(name)}, "data": data}
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise StreamMapError(f"cannot read the plan's {what} {path}: {exc.strerror or exc}",
+                             hint="export from where the plan was compiled") from None
+    except UnicodeDecodeError as exc:
+        raise StreamMapError(f"the plan's {what} {path} is not UTF-8 text ({exc.reason})",
+                             hint="a ConfigMap carries text: save the file as UTF-8") from None
 
 
 def _workload(plan: Plan, g: DeviceGroup, role: str, name: str, obj_name: str, n_groups: int,
@@ -154,7 +189,7 @@ def _workload(plan: Plan, g: DeviceGroup, role: str, name: str, obj_name: str, n
         "restartPolicy": "Never",
         "nodeSelector": {options.node_label: node},
         "containers": [container],
-        "volumes": [{"name": "plan", "configMap": {"name": f"{name}-plan"}}, {"name": "out", **out_volume}],
+        "volumes": [{"name": "plan", "configMap": _config_volume(plan, name)}, {"name": "out", **out_volume}],
     }
     if options.gang:
         pod_spec["schedulerName"] = "volcano"
@@ -169,6 +204,11 @@ def _workload(plan: Plan, g: DeviceGroup, role: str, name: str, obj_name: str, n
         spec["suspend"] = True             # Kueue admits (un-suspends) the Job when quota allows
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": obj_name, **meta_ns, "labels": labels}, "spec": spec}
+
+
+def _config_volume(plan: Plan, name: str) -> dict:
+    items = config_items(plan)
+    return {"name": f"{name}-plan", **({"items": items} if items else {})}
 
 
 def _command(g: DeviceGroup, role: str, name: str, n_groups: int) -> list[str]:

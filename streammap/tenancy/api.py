@@ -96,6 +96,8 @@ class SubmitRequest(BaseModel):
     tenant: Optional[str] = Field(default=None, max_length=200)
     source_name: str = Field(pattern=SOURCE_NAME)
     source_text: str
+    # The program's local modules, {path relative to its folder: text} (checked by the service).
+    modules: dict[str, str] = Field(default_factory=dict, max_length=1000)
     params: dict[str, Param] = Field(default_factory=dict, max_length=1000)
     entry: Optional[str] = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
     priority: StrictInt = Field(default=0, ge=-1_000_000, le=1_000_000)
@@ -148,7 +150,7 @@ def make_app(service, limits: HttpLimits | None = None):
         try:
             job_id = await anyio.to_thread.run_sync(functools.partial(
                 service.submit, tenant, body.source_name, body.source_text, body.params, body.entry,
-                body.priority, body.gpus))
+                body.priority, body.gpus, body.modules))
         finally:
             check_turns.release()
         return JSONResponse({"id": job_id}, status_code=201)

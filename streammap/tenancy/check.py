@@ -28,9 +28,12 @@ more than 20 s", "... more than 2048 MiB of memory"), never a failure of the ser
 ``queue_seconds`` for a turn is refused as busy (HTTP 503), so a flood of submissions queues in
 bounded memory and every one gets an answer.
 
-Each child writes the program into its own folder under ``STATE/incoming/`` (removed when the
-check ends, and wholesale when the service starts) and compiles it from there under its bare file
-name, so no message it returns names a path of the service.
+Each child writes the program, and its local modules at their paths beside it, into its own
+folder under ``STATE/incoming/`` (removed when the check ends, and wholesale when the service
+starts) and compiles it from there under its bare file name, so no message it returns names a path
+of the service. The local modules are read as the compiler reads them
+(:func:`~streammap.directives.imports.local_modules`): one that does not parse is refused at its
+line.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streammap.compiler import load_source_graph
+from streammap.directives.imports import local_modules
 from streammap.errors import StreamMapError
 from streammap.tenancy.estimate import Demand, Estimator, Option
 
@@ -105,8 +109,9 @@ class Checker:
         p.join()
 
     def demand(self, key: tuple, name: str, source_text: str, params: dict, entry: str | None,
-               gpus: int | None, max_gpus: int | None) -> Demand:
-        """The demand of a program, checked in a child under the limits.
+               gpus: int | None, max_gpus: int | None, modules: dict[str, str] | None = None) -> Demand:
+        """The demand of a program (with its local modules, ``{path: text}``), checked in a child
+        under the limits.
 
         Raises
         ------
@@ -123,7 +128,7 @@ class Checker:
             raise CheckRefused(503, f"the service is busy checking other programs ({self.limits.concurrency} at "
                                     "a time): submit again in a moment")
         try:
-            demand = self._run(name, source_text, params, entry, gpus, max_gpus)
+            demand = self._run(name, source_text, params, entry, gpus, max_gpus, modules or {})
         finally:
             self._slots.release()
         with self._cache_lock:
@@ -132,13 +137,13 @@ class Checker:
                 self._cache.popitem(last=False)
         return demand
 
-    def _run(self, name, source_text, params, entry, gpus, max_gpus) -> Demand:
+    def _run(self, name, source_text, params, entry, gpus, max_gpus, modules) -> Demand:
         lim = self.limits
         folder = Path(tempfile.mkdtemp(prefix="check-", dir=self.scratch))
         recv, send = self._ctx.Pipe(duplex=False)
         child = self._ctx.Process(target=check_in_child, daemon=True,
                                   args=(send, str(folder), name, source_text, params, entry, gpus, max_gpus,
-                                        self.cluster, lim.seconds, lim.memory_mib))
+                                        self.cluster, lim.seconds, lim.memory_mib, modules))
         try:
             child.start()
             send.close()
@@ -184,7 +189,7 @@ def _noop() -> None:
 
 
 def check_in_child(conn, folder: str, name: str, source_text: str, params: dict, entry, gpus, max_gpus,
-                   cluster, seconds: float, memory_mib: int) -> None:
+                   cluster, seconds: float, memory_mib: int, modules: dict | None = None) -> None:
     """The child's side: limit itself, compile and size the program, send one answer.
 
     The answer is ``("ok", demand dict)``, ``("refused", message)`` or ``("memory", None)``.
@@ -194,7 +199,11 @@ def check_in_child(conn, folder: str, name: str, source_text: str, params: dict,
     try:
         try:
             (Path(folder) / name).write_text(source_text, encoding="utf-8", errors="surrogatepass")
+            for rel, text in (modules or {}).items():
+                (Path(folder) / rel).parent.mkdir(parents=True, exist_ok=True)
+                (Path(folder) / rel).write_text(text, encoding="utf-8", errors="surrogatepass")
             graph = load_source_graph(name, params, entry)
+            local_modules(name)                 # the modules it imports parse (the worker records them)
             demand = Estimator(cluster, mapper="heft").demand(("check",), graph, gpus, max_gpus=max_gpus)
             answer = ("ok", {"gpus": demand.gpus, "options": [o.__dict__ for o in demand.options]})
         except StreamMapError as exc:

@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from streammap.directives.imports import local_modules
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write
 from streammap.plan import read_plan
@@ -81,7 +82,9 @@ class Client:
 
     def submit(self, path, tenant: str, params: dict | None = None, priority: int = 0, gpus: int | None = None,
                entry: str | None = None) -> str:
-        """Submit a program (``.py``) or a plan's program (``.yaml``: its source, params and entry)."""
+        """Submit a program (``.py``) or a plan's program (``.yaml``: its source, params and entry),
+        with the local modules it imports (files of its folder, found as the compiler finds them:
+        :func:`~streammap.directives.imports.local_modules`)."""
         path = Path(path)
         if path.suffix in (".yaml", ".yml"):
             plan = read_plan(path)
@@ -98,10 +101,17 @@ class Client:
                                  path=path, hint="workflow graphs have no kernels to run; simulate them instead")
         try:
             text = source.read_text(encoding="utf-8")
+            modules = {m.path: (source.parent / m.path).read_text(encoding="utf-8")
+                       for m in local_modules(source)}
         except OSError as exc:
-            raise StreamMapError(f"cannot read {source}: {exc.strerror or exc}") from None
+            raise StreamMapError(f"cannot read {exc.filename or source}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise StreamMapError(f"a file of the program is not UTF-8 text ({exc.reason})", path=source,
+                                 hint="the service keeps programs and their modules as UTF-8 text") from None
         body = {"tenant": tenant, "source_name": source.name, "source_text": text, "params": params or {},
                 "entry": entry, "priority": priority, "gpus": gpus}
+        if modules:
+            body["modules"] = modules
         return self._json("POST", "/jobs", body)["id"]
 
     def queue(self, all_states: bool = False) -> list[dict]:

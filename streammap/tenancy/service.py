@@ -35,6 +35,16 @@ that is not a note, a missing folder, a damaged row) fails that job with a messa
 and the others go on. A worker that exits leaving a note that is not one fails its job at the next
 reaping, like a worker that left none.
 
+Multi-file programs: a program that imports modules of its own folder (``import helpers``,
+``from mypkg import util``) is submitted with them (``modules``: path relative to the program's
+folder -> text; the client finds them as the compiler does, :mod:`streammap.directives.imports`).
+Each path is a relative ``.py`` path of identifiers (:data:`streammap.plan.MODULE_PATH`: no
+``..``, no absolute path), at most :data:`MAX_MODULES` of them; their text is bounded by the
+request's size, like the program's. They are checked with the program (a module that does not
+parse is refused, naming its line) and kept in the job's own folder at their paths, beside the
+program, so the worker's compile records them and its run imports them from there: a job never
+sees another job's modules.
+
 Files: the service runs with umask 077 (its state folder is 0700, ``jobs.db`` 0600), so no other
 user reads jobs, results, logs or the store; see :mod:`.store`.
 
@@ -42,7 +52,8 @@ API (HTTP/JSON, served by uvicorn; limits, timeouts and error answers are :mod:`
 request carries ``Authorization: Bearer TOKEN``; the token names the tenant.
 A tenant sees, cancels and fetches only its own jobs: another tenant's job is "not found".
 
-``POST /jobs``                 submit ``{tenant, source_name, source_text, params, entry, priority, gpus}``
+``POST /jobs``                 submit ``{tenant, source_name, source_text, modules, params, entry, priority, gpus}``
+                               (``modules``: the program's local modules, ``{path: text}``, see below)
 ``GET /jobs[?all=1]``          the tenant's jobs (active ones unless ``all``)
 ``GET /jobs/ID``               one job
 ``POST /jobs/ID/cancel``       cancel it
@@ -66,8 +77,10 @@ import time
 from pathlib import Path
 
 from streammap.compiler import resolve_cluster
+from streammap.directives.imports import MAX_LOCAL_MODULES
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write_text
+from streammap.plan import MODULE_PATH
 from streammap.tenancy import sandbox
 from streammap.tenancy.admission import Job, Scheduler
 from streammap.tenancy.api import HttpLimits, Refused, listen, make_server
@@ -91,6 +104,8 @@ KILL_GRACE = 5.0
 MAX_NOTE = 1 << 20
 #: What a kept program's file name looks like.
 PROGRAM_NAME = re.compile(r"^[\w.\-]{1,200}\.py$")
+#: Most local modules one job may bring (the compiler's own bound).
+MAX_MODULES = MAX_LOCAL_MODULES
 
 class JobService:
     """The service without its HTTP front: submit, list, cancel, and the scheduling loop.
@@ -222,12 +237,14 @@ class JobService:
 
     # -- requests ----------------------------------------------------------------------------
     def submit(self, tenant: str, source_name: str, source_text: str, params: dict | None = None,
-               entry: str | None = None, priority: int = 0, gpus: int | None = None) -> str:
+               entry: str | None = None, priority: int = 0, gpus: int | None = None,
+               modules: dict[str, str] | None = None) -> str:
         """Queue a program; returns its id. Raises :class:`Refused` for a program that cannot run.
 
         The program is checked and sized in a child process (:class:`~.check.Checker`) before it
         gets an id: a program that does not compile, or whose check runs past its limits, is
-        refused with a message saying so.
+        refused with a message saying so. ``modules`` are its local modules, ``{path relative to
+        the program's folder: text}`` (see the module docstring).
         """
         name = Path(source_name or "").name
         if not name.endswith(".py"):
@@ -235,17 +252,22 @@ class JobService:
                                "a workflow has no kernels to run")
         if not PROGRAM_NAME.match(name):
             raise Refused(400, f"{name[:200]!r}: a program's name may hold letters, digits, '_', '-' and '.' only")
+        modules = _checked_modules(name, modules or {})
         params = {str(k): v for k, v in (params or {}).items()}
         quota = self.tenants.quota(tenant)
 
         def prepare(job_id, folder):
             atomic_write_text(folder / name, source_text, what="program")
+            for rel, text in modules.items():         # beside the program, as in its own folder
+                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(folder / rel, text, what="module")
 
-        key = ("program", hashlib.sha256(source_text.encode("utf-8", "surrogatepass")).hexdigest(), name,
+        key = ("program", _digest(source_text), name, tuple((rel, _digest(t)) for rel, t in modules.items()),
                tuple(sorted((k, str(v)) for k, v in params.items())), entry)
         def check(width):
             try:
-                return self.checker.demand(key, name, source_text, params, entry, width, quota.gpus)
+                return self.checker.demand(key, name, source_text, params, entry, width, quota.gpus,
+                                           modules=modules)
             except CheckRefused as exc:
                 raise Refused(exc.status, exc.message, {"Retry-After": "2"} if exc.status == 503 else None) from None
 
@@ -508,6 +530,26 @@ def _wait_gone(proc, folder: Path, timeout: float) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _checked_modules(program: str, modules: dict) -> dict[str, str]:
+    """A submission's local modules, sorted by path, after checking their paths (see the module
+    docstring); raises :class:`Refused` (400) naming the first bad one."""
+    if len(modules) > MAX_MODULES:
+        raise Refused(400, f"{len(modules)} local modules: a program may bring at most {MAX_MODULES}")
+    for rel in modules:
+        if not isinstance(rel, str) or not MODULE_PATH.match(rel):
+            raise Refused(400, f"local module {str(rel)[:200]!r}: a module's path is relative to the program's "
+                               "folder, of identifiers separated by '/', ending in .py (no '..', no absolute path)")
+        if rel == program:
+            raise Refused(400, f"local module {rel!r} has the program's own name")
+        if not isinstance(modules[rel], str):
+            raise Refused(400, f"local module {rel!r}: its text must be a string")
+    return dict(sorted(modules.items()))
 
 
 def _job_of(row: dict) -> Job:

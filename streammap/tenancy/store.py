@@ -3,8 +3,9 @@
 Every change of a job's state is one committed transaction (WAL mode: readers never block the
 writer, and a killed process loses no committed row), so the database *is* the queue: a service
 that starts reads it back and finds queued jobs queued and running jobs running. Per job a folder
-``jobs/<id>/`` holds its source, the job description its worker reads, the plan, the log, the
-outputs and the worker's exit note.
+``jobs/<id>/`` holds its source (and the program's local modules at their paths beside it:
+``helpers.py``, ``mypkg/util.py``; the job's own copies, so no job imports another's), the job
+description its worker reads, the plan, the log, the outputs and the worker's exit note.
 
 States: ``queued`` -> ``running`` -> ``done`` | ``failed``; ``cancelled`` from either of the
 first two. A running job whose worker is gone when the service starts, and that left no exit

@@ -6,6 +6,8 @@
 * :mod:`tests.helpers.plans`: hand-made plans (runtime tests: no front end, no mapper);
 * :mod:`tests.helpers.fake_cupy`: a fake CuPy (tests install it with the ``fake_cupy`` fixture);
 * :mod:`tests.helpers.telemetry`: a fake NVML and a sampler that replays fixed readings.
+* :mod:`tests.helpers.multifile`: multi-file programs (a helper module, a local package) and
+  their plain-Python results.
 
 Fixtures, which set up and undo state around a test, are in tests/conftest.py.
 """

@@ -198,6 +198,26 @@ def test_samples_agree_between_ray_and_local(cluster, tmp_path, hetero_cluster):
             np.testing.assert_allclose(got[k], local[k], rtol=1e-12, atol=0)
 
 
+def test_a_multi_file_program_runs_on_ray_with_its_local_package(cluster, tmp_path):
+    """Every actor imports the program's local package; an actor that does not find the program's
+    folder (another machine) gets the files through the object store and loads its own copy."""
+    import streammap
+    from streammap.runtime.loader import ProgramFiles
+    from streammap.runtime.ray.executor import _actor_class
+    from tests.helpers.multifile import TWO_GPUS, plain_python, write_package
+    prog = write_package(tmp_path / "project")
+    plan = streammap.compile(prog, cluster=TWO_GPUS)
+    got = run_plan(plan, emulate=True, backend="ray", progress=False, telemetry=False)
+    np.testing.assert_array_equal(got["result"], plain_python(prog))
+    elsewhere = plan.model_copy(update={"source": plan.source.model_copy(
+        update={"path": str(tmp_path / "not-on-this-node" / "pkgprog.py")})})
+    actor = _actor_class(ray).remote(elsewhere, ray.put(ProgramFiles.of(plan)), plan.devices[-1].id, "numpy", False)
+    try:
+        assert ray.get(actor.ping.remote())          # loaded: its kernels and their package imported
+    finally:
+        ray.kill(actor)
+
+
 def test_a_stateful_kernel_gives_the_sequential_result_on_ray_under_every_strategy(cluster, tmp_path):
     import streammap
     from tests.placement.test_stateful_placement import BATCHES, STREAM, TWO_BY_TWO, assert_results, sequential, write
