@@ -10,8 +10,10 @@ dir, builds plans by hand (4 CPU devices, no mapper involved) and runs each seve
 
 In each repetition the same kernels are also called in a plain Python loop; the overhead per task
 is (run_plan time − plain time) / tasks, whole ``run_plan`` call included (source check, import,
-threads, outputs). Reported: the median over repetitions, and the plain time per task beside it.
-Target: at most 50 µs per task.
+threads, outputs). Reported: the median over repetitions, and the plain time per task beside it;
+and the same in CPU time of the process (all threads), which a machine shared with other work
+inflates less than wall time. Targets: at most 50 µs per task; at most 10 µs for ``alternate``
+(issue 16: the local executor follows a chain across devices on one thread).
 
     python benchmarks/runtime_overhead.py [--reps 7] [--tasks 1000] [--check]
 """
@@ -29,6 +31,8 @@ from streammap.plan import Plan, sha256_file, validate_plan
 from streammap.runtime import run_plan
 
 TARGET_US = 50.0
+#: The alternating chain's target (issue 16).
+ALTERNATE_TARGET_US = 10.0
 
 PROGRAM = '''\
 import numpy as np
@@ -120,30 +124,31 @@ def main(argv=None) -> int:
         ]
         print(f"local executor overhead, {args.reps} repetitions, Python {sys.version.split()[0]}")
         print(f"{'case':<10} {'tasks':>6} {'plain µs/task':>14} {'run_plan µs/task':>17} "
-              f"{'overhead µs/task':>17} {'(min..max)':>14}")
-        worst = 0.0
+              f"{'overhead µs/task':>17} {'(min..max)':>14} {'CPU overhead':>13}")
+        ok = True
         for name, plan, plain in cases:
             tasks = len(plan.tasks)
             run_plan(plan, progress=False)                     # warm up (imports, caches)
             plain()
-            overheads, plains, runs = [], [], []
+            overheads, plains, runs, cpu = [], [], [], []
             for _ in range(args.reps):
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 plain()
-                p = time.perf_counter() - t
-                t = time.perf_counter()
+                p, pc = time.perf_counter() - t, time.process_time() - c
+                t, c = time.perf_counter(), time.process_time()
                 run_plan(plan, progress=False)
-                r = time.perf_counter() - t
+                r, rc = time.perf_counter() - t, time.process_time() - c
                 plains.append(p / tasks * 1e6)
                 runs.append(r / tasks * 1e6)
                 overheads.append((r - p) / tasks * 1e6)
+                cpu.append((rc - pc) / tasks * 1e6)
             med = statistics.median(overheads)
-            worst = max(worst, med)
+            target = ALTERNATE_TARGET_US if name == "alternate" else TARGET_US
+            met = med <= target
+            ok = ok and met
             print(f"{name:<10} {tasks:>6} {statistics.median(plains):>14.2f} {statistics.median(runs):>17.2f} "
-                  f"{med:>17.2f} {f'{min(overheads):.1f}..{max(overheads):.1f}':>14}")
-        ok = worst <= TARGET_US
-        print(f"target: median overhead <= {TARGET_US:.0f} µs/task: {'met' if ok else 'MISSED'} "
-              f"(worst median {worst:.1f} µs)")
+                  f"{med:>17.2f} {f'{min(overheads):.1f}..{max(overheads):.1f}':>14} {statistics.median(cpu):>13.2f}"
+                  f"  target {target:g} µs: {'met' if met else 'MISSED'}")
     return 0 if ok or not args.check else 1
 
 

@@ -21,6 +21,12 @@ Target (issue 16): ``compile`` of 10,000 tasks on 64 devices in at most 2 s.
     nice -n 10 .venv/bin/python benchmarks/scale.py                  # 1k and 10k x 8..1024
     nice -n 10 .venv/bin/python benchmarks/scale.py --tasks 10000 --devices 64 --phases
     nice -n 10 .venv/bin/python benchmarks/scale.py --large          # adds 100k tasks
+    nice -n 10 .venv/bin/python benchmarks/scale.py --run-emulate 1000 10000 100000
+
+``--run-emulate`` measures only ``run --emulate`` of hand-built plans of the tiny-kernel fan on 8
+devices (the compile of 100,000 tasks is the compile phase's business), each size against a
+3-task plan's run: per task, the wall time and peak RSS above that baseline. Targets (issue 16):
+at most 20 µs and 4 KiB per task.
 """
 
 from __future__ import annotations
@@ -167,6 +173,74 @@ def bench_emulate(n: int, devices: int, tmp: Path, env: dict, exe: str) -> dict:
     return row
 
 
+#: Targets of ``run --emulate`` at scale (issue 16): overhead per task over an empty plan's run.
+RUN_TARGET_US = 20.0
+RUN_TARGET_KIB = 4.0
+
+
+def fan_plan(n: int, devices: int, folder: Path):
+    """The plan ``compile`` makes of :data:`TINY_PROGRAM` with a fan of ``n - 2``, built directly.
+
+    The source, ``n - 2`` steps spread round-robin over ``devices`` emulated GPUs and their sum,
+    as HEFT places them: the run phase is measured without waiting for ``compile`` of 100,000
+    tasks (the compile phase measures that).
+    """
+    from streammap.plan import Plan, sha256_file  # noqa: PLC0415 -- only this phase needs it
+
+    src = folder / f"tiny{n}.py"
+    src.write_text(TINY_PROGRAM.format(fan=n - 2))
+    devs = [{"id": f"node{k // 4}/d{k}", "kind": "gpu"} for k in range(devices)]
+    tasks = [{"id": "start", "kernel": "start", "device": devs[0]["id"], "start": 0.0, "finish": 1e-6}]
+    for k in range(n - 2):
+        tasks.append({"id": f"step_{k}", "kernel": "step", "device": devs[k % devices]["id"], "deps": ["start"],
+                      "args": [{"ref": "start"}, {"value": k}], "start": 1e-6, "finish": 2e-6})
+    tasks.append({"id": "total", "kernel": "total", "device": devs[0]["id"], "deps": [f"step_{k}" for k in range(n - 2)],
+                  "args": [{"ref": f"step_{k}"} for k in range(n - 2)], "start": 2e-6, "finish": 3e-6})
+    return Plan.model_validate({
+        "streammap_plan": 1, "source": {"path": str(src), "sha256": sha256_file(src), "entry": "fan"},
+        "cluster": {"name": f"fan-p{devices}"},
+        "mapper": {"name": "hand", "estimated_makespan": 3e-6, "lower_bound": 0.0},
+        "devices": devs, "outputs": {"ref": "total"}, "tasks": tasks})
+
+
+def bench_run_emulate(sizes: list[int], devices: int, tmp: Path, env: dict) -> list[dict]:
+    """``run --emulate`` of fan plans of ``sizes`` tasks on ``devices`` devices, against a 3-task plan.
+
+    Per task: the run's wall time and the child's peak RSS minus those of the 3-task plan's run
+    (interpreter start, imports, writing outputs), divided by the tasks; both include reading
+    and validating the plan file and writing the run record. Each figure is the least of 5 runs
+    (the baseline), 3 (up to 10,000 tasks) or 1.
+    """
+    from streammap.plan import write_plan  # noqa: PLC0415
+
+    exe = str(Path(sys.executable).with_name("streammap"))
+
+    def measure(n: int, reps: int) -> tuple[float, float]:
+        """The least wall time and peak RSS of ``reps`` runs (a shared machine only ever adds time)."""
+        plan = tmp / f"fan{n}.plan.yaml"
+        write_plan(fan_plan(n, devices, tmp), plan)
+        runs = [timed_child([exe, "run", str(plan), "--emulate", "-o", str(tmp / f"fan{n}.npz"),
+                             "--no-progress", "--no-history"], env)[:2] for _ in range(reps)]
+        return min(w for w, _ in runs), min(r for _, r in runs)
+
+    base_wall, base_rss = measure(3, 5)
+    print(f"  run --emulate on {devices} devices, 3-task plan: {base_wall:6.2f} s {base_rss:7.0f} MiB (the baseline)",
+          flush=True)
+    rows = []
+    for n in sizes:
+        wall, rss = measure(n, 3 if n <= 10_000 else 1)
+        us = (wall - base_wall) / n * 1e6
+        kib = (rss - base_rss) * 1024 / n
+        row = {"run_tasks": n, "devices": devices, "run_emulate_s": wall, "run_rss_mib": rss,
+               "baseline_s": base_wall, "baseline_rss_mib": base_rss, "overhead_us_per_task": us,
+               "rss_kib_per_task": kib}
+        ok = us <= RUN_TARGET_US and kib <= RUN_TARGET_KIB
+        print(f"  run --emulate {n:>8,} tasks: {wall:7.2f} s {rss:7.0f} MiB  per task {us:8.1f} µs {kib:6.2f} KiB  "
+              f"target {RUN_TARGET_US:g} µs, {RUN_TARGET_KIB:g} KiB: {'met' if ok else 'MISSED'}", flush=True)
+        rows.append(row)
+    return rows
+
+
 def _format(row: dict) -> str:
     text = (f"{row['tasks']:>8,} {row['edges']:>8,} {row['devices']:>6}  compile {row['compile_s']:7.2f} s "
             f"{row['compile_rss_mib']:7.0f} MiB  show {row['show_s']:6.2f} s {row['show_rss_mib']:6.0f} MiB  "
@@ -186,7 +260,16 @@ def main(argv=None) -> int:
     ap.add_argument("--phases", action="store_true", help="also profile compile for its phase split")
     ap.add_argument("--no-emulate", action="store_true", help="skip run --emulate of tiny-kernel programs")
     ap.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    ap.add_argument("--run-emulate", type=int, nargs="+", metavar="TASKS",
+                    help="only run --emulate of hand-built fan plans of these sizes (e.g. 1000 10000 100000)")
     args = ap.parse_args(argv)
+    if args.run_emulate:
+        env = dict(os.environ, STREAMMAP_HISTORY=tempfile.mkdtemp(prefix="scale-history-"))
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = bench_run_emulate(args.run_emulate, min(args.devices), Path(tmp), env)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return 0
     sizes = args.tasks or ([1000, 10_000] + ([100_000] if args.large else []))
     env = dict(os.environ, STREAMMAP_HISTORY=tempfile.mkdtemp(prefix="scale-history-"))
     print(f"{'tasks':>8} {'edges':>8} {'devs':>6}  (each command in its own process; RSS = its peak)")

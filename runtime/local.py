@@ -1,4 +1,4 @@
-"""The local executor: run a plan in this process, one worker thread per device.
+"""The local executor: run a plan in this process, following its device order.
 
 A plan already says everything a scheduler would decide: which device runs each task and in which
 order. So this executor does not schedule; it *follows* the plan, and its job is to make the
@@ -11,25 +11,42 @@ Everything is prepared before any thread starts, so that the hot path is a handf
 ``results``   list, one slot per task (plan order): the task's return value, or ``None`` once freed.
 ``done``      list of bools: the task has finished (its result is in ``results``; on a GPU, its
               work is *enqueued* and ``events[i]`` recorded, not necessarily complete).
-``locks``     for each task that a task on *another* device waits for, a lock created held and
-              released once by the owning thread when the task is done (or when the run stops).
-              A waiter does ``acquire(); release()``. Tasks consumed only on their own device
-              need no lock: a device runs its tasks in plan order and the plan lists deps first.
+``pending``   per task of a host device: how many of its cross-device waits are still to come
+              (counted down, under the scheduler lock, by the thread that finishes the producer).
+              Deps on the task's own device need no count: a device runs its tasks in plan
+              order and the plan lists deps first.
+``parked``    per host device: the task it stopped at because that task's ``pending`` was not 0
+              (``-1``: the device is running, queued, or has nothing left). Under the scheduler lock.
+``signals``   for each task that a task on a *GPU* device waits for, a ``threading.Event`` set
+              once the task is done (or the run stops): the GPU worker waits on it.
 ``events``    GPU tasks: the CUDA event recorded on the device's stream after the task.
 ``steps``     per device, its tasks in plan order, each precompiled into a step record
               (:class:`HostStep` or :class:`GpuStep`): the call with its argument resolution baked
-              in (``operator.itemgetter`` over ``results`` for plain refs), the cross-device waits
-              (:class:`Wait`), which results to free afterwards (:class:`SharedFree` for results
+              in (``operator.itemgetter`` over ``results`` for plain refs), whom to count down or
+              signal when done, which results to free afterwards (:class:`SharedFree` for results
               that consumers on several devices count down).
+``ready_devices``
+              a ``queue.SimpleQueue`` of host devices whose next task can run and that no thread
+              holds (``None``: a thread may stop).
 
 Policy
 ------
-- **Order**: each device's thread runs its tasks in plan order (``Plan.tasks_by_device``).
-- **Waiting**: before a task, its thread waits for its deps on other devices. Waits are pruned: a
-  device's tasks finish in order, so having waited for task k of device E, later waits for tasks
-  of E at or before k are dropped. GPU consumers make their stream wait on the producer's event
+- **Order**: each device runs its tasks in plan order (``Plan.tasks_by_device``), one at a time.
+- **Host devices are run by a pool, not bound to threads**: there are as many host worker
+  threads as host devices, and a thread *holds* one device at a time, running its tasks while
+  their ``pending`` is 0. When a finished task makes another device's parked task ready, the
+  thread runs that device itself (no hand-off between threads) if its own next task must wait,
+  else it queues the woken device for an idle thread. A chain alternating between two devices
+  thus runs on one thread with no wake-up per task, while independent work on several devices
+  still runs on as many threads as devices. Each device's order and one-task-at-a-time are kept:
+  only its holder runs it, and it is held by one thread at most (a device is parked, queued or
+  held, under the scheduler lock).
+- **GPU devices** keep one thread each (their CUDA device and stream stay current). Before a
+  task, the thread waits for its deps on other devices (``signals``; pruned: a device's tasks
+  finish in order, so having waited for task k of device E, later waits for tasks of E at or
+  before k are dropped). GPU consumers make their stream wait on the producer's event
   (``stream.wait_event``), never synchronising the host; host consumers of GPU data wait on the
-  event, then copy.
+  event, then copy. A GPU task's completion counts down its host consumers like a host task's.
 - **Moving data**: an argument produced on another device is moved to the consumer's when needed
   (NumPy → CuPy with ``cupy.asarray`` on the consumer's stream; CuPy on another GPU: the
   consumer's stream waits on the producer's event, then copies; CuPy → host: wait, then copy).
@@ -47,9 +64,9 @@ Policy
   called as before. On a GPU a timed-out call is not retried and its device is not synchronised
   again (it is ``abandoned``).
 - **Failure**: a kernel that raises is called again up to its task's ``retries``; then the run
-  stops: the failing thread sets the stop flag and releases the locks of its remaining tasks;
-  every other thread stops before its next task, releasing its own, so threads waiting on a
-  dep wake up and stop too. The error keeps the kernel's own traceback (the executor's frames
+  stops: the failing thread sets the stop flag, sets every signal and queues a ``None`` per
+  host thread; every thread stops before its next task, so threads waiting on a dep or for a
+  device wake up and stop too. The error keeps the kernel's own traceback (the executor's frames
   are cut off).
 - **Timing**: on the host, ``time.perf_counter`` around each call, relative to the run's start.
   On a GPU, a CUDA event before and after each task on the device's stream, converted to the
@@ -59,6 +76,9 @@ Policy
 - **Progress**: the main thread polls ``done`` (no cost to the workers) for a ``rich`` bar.
 - **Monitoring**: the run's monitoring thread (``supervisor.py``) reads ``done``, ``attempts``,
   ``starts``/``finishes`` and ``gpu_events`` while the workers write them; the workers never call it.
+- **Garbage**: compiling the steps of a large plan allocates many small objects and no reference
+  cycles, so the cyclic garbage collector is paused while it runs (it would otherwise walk the
+  whole heap, plan included, several times: about half of the compile time at 10,000 tasks).
 - **Draining**: :meth:`LocalExecutor.request_drain` makes every worker stop before its next task
   (running tasks finish, retries go on); ``run`` then returns an outcome with ``drained=True``
   and the results it holds, and a new executor can continue from them: ``carry`` gives, per
@@ -68,12 +88,16 @@ Policy
 
 from __future__ import annotations
 
+import gc
 import itertools
+import keyword
 import operator
 import os
+import queue
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -104,15 +128,15 @@ class _Stop(Exception):
 
 # -- step records ---------------------------------------------------------------------------
 # What ``_compile`` makes of each task, read by the device's worker in its inner loop. The workers
-# unpack a record into locals once per task (``for k, call, waits, ... in steps``), so the field
-# order below is the order they unpack: change both together.
+# unpack a record into locals once per task (``k, call, gpu_waits, ... = steps[pos]``), so the
+# field order below is the order they unpack: change both together.
 
 class Wait(NamedTuple):
-    """A cross-device dependency a task waits for before it runs."""
+    """A cross-device dependency a GPU task waits for before it runs."""
 
     producer: int                   #: the producing task's index
-    lock: threading.Lock            #: released once by the producer's thread when it is done
-    on_gpu: bool                    #: the producer ran on a GPU: wait on (or sync) its CUDA event too
+    signal: threading.Event         #: set by the producer's thread when it is done (or the run stops)
+    on_gpu: bool                    #: the producer ran on a GPU: its stream waits on its CUDA event too
 
 
 class SharedFree(NamedTuple):
@@ -129,8 +153,10 @@ class HostStep(NamedTuple):
     index: int                      #: the task's index in ``plan.tasks``
     call: Callable                  #: ``call(results)``: resolves the arguments and calls the kernel
                                     #: (within the task's deadline when it has a ``timeout``)
-    waits: tuple                    #: :class:`Wait` for each pruned cross-device dependency
-    lock: Optional[threading.Lock]  #: released when the task is done (``None``: no other device waits)
+    gpu_waits: tuple                #: producers on GPUs (pruned) whose CUDA event the host syncs first
+    signal: Optional[threading.Event]   #: set when the task is done (``None``: no GPU task waits)
+    wakes: tuple                    #: ``(consumer, host device slot)`` of host tasks on other
+                                    #: devices whose ``pending`` this task counts down
     frees: tuple                    #: indices of the results this task is the last consumer of
     shared_frees: tuple             #: :class:`SharedFree` of results last used here and elsewhere
     store: bool                     #: keep the result (someone uses it, or it is an output)
@@ -144,8 +170,9 @@ class GpuStep(NamedTuple):
     kernel: Callable                #: the kernel (within the task's deadline when it has a ``timeout``)
     arg_getters: list               #: ``getter(results)`` per positional argument (moving data here)
     kwarg_getters: list             #: ``(name, getter)`` per keyword argument
-    waits: tuple                    #: as :attr:`HostStep.waits`
-    lock: Optional[threading.Lock]  #: as :attr:`HostStep.lock`
+    waits: tuple                    #: :class:`Wait` for each pruned cross-device dependency
+    signal: Optional[threading.Event]   #: as :attr:`HostStep.signal`
+    wakes: tuple                    #: as :attr:`HostStep.wakes`
     frees: tuple                    #: as :attr:`HostStep.frees`
     shared_frees: tuple             #: as :attr:`HostStep.shared_frees`
     store: bool                     #: as :attr:`HostStep.store`
@@ -181,7 +208,8 @@ class LocalExecutor:
         self.carry = carry or {}
         self.draining = False
         self.t0 = time.perf_counter()
-        self._compile()
+        with paused_gc():
+            self._compile()
 
     # -- preparation ---------------------------------------------------------------------
     def _compile(self) -> None:
@@ -216,6 +244,8 @@ class LocalExecutor:
             raise PlanError(f"no executor for device {missing[0]!r}")
         self.order = by_dev
         self.carried = carried
+        on_gpu = {d: dev.is_gpu for d, dev in self.devices.items()}
+        self._on_gpu = [on_gpu.get(d, False) for d in dev_of]      # per task: its device is a GPU
 
         # Data consumers: producer -> {consumer device: last consumer}. Plain refs are the
         # common case and are read without walking the spec.
@@ -253,12 +283,18 @@ class LocalExecutor:
 
         # Cross-device waits, pruned per (consumer device, producer device).
         waits: dict[int, list[int]] = {}
-        needs_lock: set[int] = set()
         for d, ks in by_dev.items():
             waited: dict[str, int] = {}
             for k in ks:
                 deps = tasks[k].deps
                 if not deps:
+                    continue
+                if len(deps) == 1:          # the common case, without a dict per task
+                    i = index[deps[0]]
+                    e = dev_of[i]
+                    if e != d and i not in carried and pos[i] > waited.get(e, -1):
+                        waited[e] = pos[i]
+                        waits[k] = [i]
                     continue
                 latest: dict[str, int] = {}
                 for dep in deps:
@@ -271,18 +307,30 @@ class LocalExecutor:
                 for e, p in latest.items():
                     if p > waited.get(e, -1):
                         waited[e] = p
-                        i = by_dev[e][p]
-                        waits.setdefault(k, []).append(i)
-                        needs_lock.add(i)
+                        waits.setdefault(k, []).append(by_dev[e][p])
+
+        devices, kernels = self.devices, self.kernels
+        # Host devices get slots 0..H-1 (the pool's ``parked`` and ``ready_devices`` name them so).
+        self.host_order = [d for d in by_dev if not devices[d].is_gpu]
+        slot = {d: h for h, d in enumerate(self.host_order)}
+        self.pending: list = [0] * n
+        wakes: dict[int, list[tuple]] = {}
+        self.signals: list = [None] * n
+        for k, ws in waits.items():
+            d = dev_of[k]
+            if devices[d].is_gpu:
+                for i in ws:
+                    if self.signals[i] is None:
+                        self.signals[i] = threading.Event()
+            else:
+                self.pending[k] = len(ws)
+                h = slot[d]
+                for i in ws:
+                    wakes.setdefault(i, []).append((k, h))
 
         self.results: list = [None] * n
         self.done: list = [False] * n
         self.events: list = [None] * n
-        self.locks: list = [None] * n
-        for i in needs_lock:
-            lk = threading.Lock()
-            lk.acquire()
-            self.locks[i] = lk
         self.starts: list = [None] * n
         self.finishes: list = [None] * n
         self.attempts: list = [0] * n
@@ -296,9 +344,16 @@ class LocalExecutor:
                 self.results[i] = value
         self.error: Optional[BaseException] = None
         self._error_lock = threading.Lock()
+        self._halted = False
+        # the host pool's scheduler state (see *Policy*)
+        self._sched = threading.Lock()
+        self.parked: list = [-1] * len(self.host_order)
+        self.cursor: list = [0] * len(self.host_order)
+        self.ready_devices = queue.SimpleQueue()
+        self._exhausted = itertools.count()
 
         self.steps: dict[str, list] = {}
-        devices, kernels, locks = self.devices, self.kernels, self.locks
+        signals, on_gpu = self.signals, self._on_gpu
         none = ()
         for d, ks in by_dev.items():
             dev = devices[d]
@@ -307,23 +362,34 @@ class LocalExecutor:
                 t = tasks[k]
                 fn = kernels[t.kernel]
                 deadline = deadline_of(t, fn) if t.timeout is not None else None
-                w = waits.get(k)
-                w = tuple([Wait._make((i, locks[i], devices[dev_of[i]].is_gpu)) for i in w]) if w else none
-                fr = tuple(frees.get(k, none))
-                sh = tuple(shared_frees.get(k, none))
+                w = waits.get(k, none)
+                wk = wakes.get(k)
+                wk = tuple(wk) if wk else none
+                fr = frees.get(k)
+                fr = tuple(fr) if fr else none
+                sh = shared_frees.get(k)
+                sh = tuple(sh) if sh else none
                 # ``_make`` of the fields in order: calling the class costs ~0.3 µs a task more (~1 µs
                 # with keywords), a tenth of the executor's whole per-task cost
                 if dev.is_gpu:
+                    w = tuple([Wait._make((i, signals[i], devices[dev_of[i]].is_gpu)) for i in w])
                     argg, kwg = self._resolver(t, dev, dev_of)
                     if deadline is not None:
                         fn = with_deadline(fn, deadline, dev)
-                    steps.append(GpuStep._make((k, fn, argg, kwg, w, locks[k], fr, sh, store[k], t.retries)))
+                    steps.append(GpuStep._make((k, fn, argg, kwg, w, signals[k], wk, fr, sh, store[k], t.retries)))
                 else:
+                    gw = tuple([i for i in w if on_gpu[i]]) if w else none
                     call = self._call(t, fn, dev, dev_of)
                     if deadline is not None:
                         call = with_deadline(call, deadline, dev)
-                    steps.append(HostStep._make((k, call, w, locks[k], fr, sh, store[k], t.retries)))
+                    steps.append(HostStep._make((k, call, gw, signals[k], wk, fr, sh, store[k], t.retries)))
             self.steps[d] = steps
+        for h, d in enumerate(self.host_order):
+            first = self.steps[d][0].index
+            if self.pending[first]:
+                self.parked[h] = first
+            else:
+                self.ready_devices.put(h)
 
     def _ref_getter(self, ref: str, item, consumer, dev_of):
         """A function of ``results`` giving the value of ``ref`` (item ``item``) on ``consumer``."""
@@ -366,28 +432,39 @@ class LocalExecutor:
         raise PlanError(f"unknown argument spec {spec!r}",
                         hint="an argument is one of ref (with index), value, list, tuple, dict")
 
-    def _plain_ref(self, spec, consumer, dev_of) -> Optional[int]:
-        """The task index when ``spec`` is a plain ref needing no move, else ``None``."""
-        if len(spec) != 1 or "ref" not in spec:
-            return None
-        i = self.index[spec["ref"]]
-        producer = self.devices[dev_of[i]]
-        if producer is consumer or not (producer.is_gpu or consumer.is_gpu):
-            return i
-        return None
-
     def _call(self, t, fn, dev, dev_of):
-        """``call(results)``: resolve ``t``'s arguments and call its kernel (host devices)."""
-        if not t.kwargs:
-            if not t.args:
-                return lambda r: fn()
-            plain = [self._plain_ref(s, dev, dev_of) for s in t.args]
-            if None not in plain:
-                if len(plain) == 1:
-                    i = plain[0]
-                    return lambda r: fn(r[i])
-                get = operator.itemgetter(*plain)
-                return lambda r: fn(*get(r))
+        """``call(results)``: resolve ``t``'s arguments and call its kernel (host devices).
+
+        Arguments that are plain refs to host results, indexed refs and values are baked into a
+        call of the argument list's *shape* (:func:`call_factory`): ``fn(r[12], r[7][0], 3)``
+        runs as that expression, without a getter per argument. Anything else (nested specs,
+        results to move from a GPU) goes through the getters of :meth:`_resolver`.
+        """
+        shape, values = [], []
+        index, on_gpu = self.index, self._on_gpu
+        specs = zip(itertools.repeat(None), t.args)
+        if t.kwargs:
+            specs = itertools.chain(specs, t.kwargs.items())
+        for name, spec in specs:
+            ref = spec.get("ref")
+            if ref is not None:
+                i = index[ref]
+                if on_gpu[i] or len(spec) > 2 or (len(spec) == 2 and "index" not in spec):
+                    break
+                j = spec.get("index")
+                shape.append((name, "r" if j is None else "i"))
+                values.append(i)
+                if j is not None:
+                    values.append(j)
+            elif len(spec) == 1 and "value" in spec:
+                shape.append((name, "v"))
+                values.append(spec["value"])
+            else:
+                break
+        else:
+            make = call_factory(tuple(shape))
+            if make is not None:
+                return make(fn, *values)
         args, kwargs = self._resolver(t, dev, dev_of)
         if not kwargs:
             return lambda r: fn(*[g(r) for g in args])
@@ -401,17 +478,13 @@ class LocalExecutor:
     # -- running -------------------------------------------------------------------------
     def run(self) -> Outcome:
         """Run the plan; never raises for a failing kernel (see ``Outcome.error``)."""
-        threads = []
         if self.stop[0]:                      # drained before it started
             return Outcome(outputs={}, error=self.error, wall_time=0.0, starts=[None] * self.n,
                            finishes=[None] * self.n, attempts=list(self.attempts),
                            drained=self.error is None)
         self.t0 = time.perf_counter()
         self.gpu_base: dict[str, tuple] = {}
-        for d in self.order:
-            target = self._gpu_worker if self.devices[d].is_gpu else self._host_worker
-            th = threading.Thread(target=target, args=(d,), name=f"streammap {d}", daemon=True)
-            threads.append(th)
+        threads = self._workers()
         try:
             for th in threads:
                 th.start()
@@ -450,10 +523,19 @@ class LocalExecutor:
         return Outcome(outputs=outputs, error=self.error, wall_time=wall, starts=starts,
                        finishes=finishes, attempts=list(self.attempts), devices=devices, drained=drained)
 
+    def _workers(self) -> list:
+        """The threads that run the plan (not started): the host pool, then one per GPU device."""
+        threads = [threading.Thread(target=self._host_worker, name=f"streammap host {h}", daemon=True)
+                   for h in range(len(self.host_order))]
+        threads += [threading.Thread(target=self._gpu_worker, args=(d,), name=f"streammap {d}", daemon=True)
+                    for d in self.order if self.devices[d].is_gpu]
+        return threads
+
     def request_drain(self) -> None:
         """Stop dispatching: each worker stops before its next task (see *Draining*)."""
         self.draining = True
         self.stop[0] = True
+        self._halt()
 
     def held_results(self) -> dict:
         """``{task id: (result, event)}`` of the finished tasks whose results are still held: those
@@ -489,13 +571,24 @@ class LocalExecutor:
             if self.error is None:
                 self.error = task_error(self.plan, k, exc)
             self.stop[0] = True
+        self._halt()
 
-    def _release_remaining(self, d: str) -> None:
-        done, locks = self.done, self.locks
-        for k in self.order[d]:
-            lk = locks[k]
-            if lk is not None and not done[k]:
-                lk.release()
+    def _halt(self) -> None:
+        """Wake every worker after ``stop`` was set, once: GPU workers waiting on a signal, host
+        threads waiting for a device (one ``None`` each: a host thread stops at the first)."""
+        with self._error_lock:
+            if self._halted:
+                return
+            self._halted = True
+        for ev in self.signals:
+            if ev is not None:
+                ev.set()
+        self._close_pool()
+
+    def _close_pool(self) -> None:
+        put = self.ready_devices.put
+        for _ in self.host_order:
+            put(None)
 
     def _retry(self, k: int, call, retries: int, exc: BaseException):
         """``call()`` again after ``exc``, up to ``retries`` more times; raise :class:`_Stop` when out."""
@@ -512,25 +605,68 @@ class LocalExecutor:
         self._fail(k, exc)
         raise _Stop
 
-    def _host_worker(self, d: str) -> None:
-        dev = self.devices[d]
-        set_current_device(dev)
-        results, done, events = self.results, self.done, self.events
-        starts, finishes, attempts = self.starts, self.finishes, self.attempts
-        stop = self.stop
-        perf = time.perf_counter
+    def _count_down(self, wakes: tuple) -> list:
+        """Count down the host consumers of a finished task; the devices (slots) this unparks."""
+        woke = []
+        pending, parked = self.pending, self.parked
+        with self._sched:
+            for c, h in wakes:
+                left = pending[c] - 1
+                pending[c] = left
+                if not left and parked[h] == c:
+                    parked[h] = -1
+                    woke.append(h)
+        return woke
+
+    def _host_worker(self) -> None:
+        """A thread of the host pool: take a ready device, run it (see :meth:`_drive`), repeat;
+        stop at the first ``None``."""
+        get = self.ready_devices.get
         try:
-            for k, call, waits, lock, frees, shared, store, retries in self.steps[d]:     # HostStep
+            h = get()
+            while h is not None:
+                h = self._drive(h)
+                if h is None:
+                    h = get()
+        except BaseException as exc:       # a bug of ours: report it rather than hang  # noqa: BLE001
+            self._fail(None, exc)
+        finally:
+            set_current_device(None)
+
+    def _drive(self, h: int) -> Optional[int]:
+        """Run host device ``h``'s tasks from its cursor while they are ready.
+
+        Returns a device this thread made ready and should run next (its own next task waits:
+        taking the other device here saves a thread hand-off), or ``None`` to go idle.
+        """
+        d = self.host_order[h]
+        steps = self.steps[d]
+        set_current_device(self.devices[d])
+        results, done, events, pending = self.results, self.done, self.events, self.pending
+        starts, finishes, attempts = self.starts, self.finishes, self.attempts
+        stop, put = self.stop, self.ready_devices.put
+        perf = time.perf_counter
+        last = len(steps)
+        pos = self.cursor[h]
+        woken = None           # a device the last task made ready: run here if this one must wait
+        try:
+            while pos < last:
+                k, call, gpu_waits, signal, wakes, frees, shared, store, retries = steps[pos]     # HostStep
+                if pending[k]:
+                    with self._sched:
+                        parks = pending[k] != 0
+                        if parks:           # a producer's count-down will queue this device
+                            self.cursor[h] = pos
+                            self.parked[h] = k
+                    if parks:
+                        return woken
+                if woken is not None:     # this device goes on: an idle thread takes the other
+                    put(woken)
+                    woken = None
                 if stop[0]:
-                    break
-                for i, lk, gpu in waits:
-                    if not done[i]:
-                        lk.acquire()
-                        lk.release()
-                        if stop[0]:
-                            raise _Stop
-                    if gpu:
-                        events[i].synchronize()
+                    return None
+                for i in gpu_waits:
+                    events[i].synchronize()
                 attempts[k] = 1
                 s = perf()
                 try:
@@ -541,41 +677,54 @@ class LocalExecutor:
                 starts[k] = s
                 if store:
                     results[k] = read_only(out)
+                out = None
                 done[k] = True
-                if lock is not None:
-                    lock.release()
+                if signal is not None:
+                    signal.set()
                 for i in frees:
                     results[i] = None
-                for i, counter, last in shared:
-                    if next(counter) == last:
+                for i, counter, last_use in shared:
+                    if next(counter) == last_use:
                         results[i] = None
+                pos += 1
+                if wakes:
+                    for w in self._count_down(wakes):
+                        if woken is None:
+                            woken = w
+                        else:
+                            put(w)
         except _Stop:
-            pass
-        except BaseException as exc:       # a bug of ours: report it rather than hang  # noqa: BLE001
-            self._fail(None, exc)
-        finally:
-            self._release_remaining(d)
-            set_current_device(None)
+            return None
+        self.cursor[h] = pos
+        if next(self._exhausted) == len(self.host_order) - 1:     # the last host device is done
+            self._close_pool()
+        return woken
+
+    def _release_remaining(self, d: str) -> None:
+        done, signals = self.done, self.signals
+        for k in self.order[d]:
+            ev = signals[k]
+            if ev is not None and not done[k]:
+                ev.set()
 
     def _gpu_worker(self, d: str) -> None:
         dev = self.devices[d]
         set_current_device(dev)
         results, done, events, gpu_events = self.results, self.done, self.events, self.gpu_events
         attempts = self.attempts
-        stop = self.stop
+        stop, put = self.stop, self.ready_devices.put
         stream = dev.stream
         try:
             with dev.device, stream:
                 ev0 = stream.record()
                 ev0.synchronize()
                 self.gpu_base[d] = (ev0, time.perf_counter() - self.t0)
-                for k, fn, argg, kwg, waits, lock, frees, shared, store, retries in self.steps[d]:   # GpuStep
+                for k, fn, argg, kwg, waits, signal, wakes, frees, shared, store, retries in self.steps[d]:   # GpuStep
                     if stop[0]:
                         break
-                    for i, lk, gpu in waits:
+                    for i, ev, gpu in waits:
                         if not done[i]:
-                            lk.acquire()
-                            lk.release()
+                            ev.wait()
                             if stop[0]:
                                 raise _Stop
                         if gpu:
@@ -599,14 +748,17 @@ class LocalExecutor:
                     if store:
                         results[k] = out
                     done[k] = True
-                    if lock is not None:
-                        lock.release()
+                    if signal is not None:
+                        signal.set()
                     out = None
                     for i in frees:
                         results[i] = None
                     for i, counter, last in shared:
                         if next(counter) == last:
                             results[i] = None
+                    if wakes:                 # host consumers: an idle host thread takes them
+                        for w in self._count_down(wakes):
+                            put(w)
                     dev.sample_memory()
                     dev.release_pending()
         except _Stop:
@@ -648,6 +800,55 @@ class LocalExecutor:
     def _spec_value(self, spec):
         results, index = self.results, self.index
         return resolve_spec(spec, lambda tid, i: item(results[index[tid]], i))
+
+
+#: Shapes of argument lists → the factory of their calls (see :func:`call_factory`).
+_FACTORIES: dict = {}
+#: Arguments a shape may have; longer lists resolve through getters.
+MAX_SHAPE = 16
+
+
+def call_factory(shape: tuple) -> Optional[Callable]:
+    """``make(fn, *values)`` → ``call(results)`` for an argument list of ``shape``, or ``None``.
+
+    ``shape`` has one ``(keyword or None, kind)`` per argument: kind ``r`` is ``results[i]``,
+    ``i`` is ``results[i][j]``, ``v`` is a constant; ``values`` give ``i`` (and ``j``) or the
+    constant, in order. The factory is generated once per shape (as ``namedtuple`` generates its
+    class), so that a call is that one expression, e.g. ``fn(r[a0], r[a1][b1], a2)``: no getter
+    per argument, no list built per call.
+    """
+    make = _FACTORIES.get(shape)
+    if make is not None or shape in _FACTORIES:
+        return make
+    if len(shape) > MAX_SHAPE or any(name is not None and (not name.isidentifier() or keyword.iskeyword(name))
+                                     for name, _ in shape):
+        _FACTORIES[shape] = None
+        return None
+    params, exprs = [], []
+    for p, (name, kind) in enumerate(shape):
+        params.append(f"a{p}")
+        if kind == "i":
+            params.append(f"b{p}")
+        expr = {"r": f"r[a{p}]", "i": f"r[a{p}][b{p}]", "v": f"a{p}"}[kind]
+        exprs.append(expr if name is None else f"{name}={expr}")
+    source = f"def make(fn, {', '.join(params)}):\n    return lambda r: fn({', '.join(exprs)})\n" if params \
+        else "def make(fn):\n    return lambda r: fn()\n"
+    namespace: dict = {}
+    exec(source, namespace)           # noqa: S102 -- our own text, from kinds and identifiers only
+    make = _FACTORIES[shape] = namespace["make"]
+    return make
+
+
+@contextmanager
+def paused_gc():
+    """Pause the cyclic garbage collector (if it runs) for a block that makes no reference cycles."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def task_error(plan, k: Optional[int], exc: BaseException) -> BaseException:

@@ -134,6 +134,12 @@ class SharingExecutor(LocalExecutor):
                 s.cond.notify_all()
 
     # -- workers -----------------------------------------------------------------------------
+    def _workers(self) -> list:
+        """One thread per device, which starts the device's other workers (:meth:`_spawn`): a
+        shared device's tasks overlap, so devices are not run by the local executor's host pool."""
+        return [threading.Thread(target=self._gpu_worker if self.devices[d].is_gpu else self._host_worker,
+                                 args=(d,), name=f"streammap {d}", daemon=True) for d in self.order]
+
     def _host_worker(self, d: str) -> None:
         self._spawn(d, self._host_loop)
 

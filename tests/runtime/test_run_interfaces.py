@@ -111,8 +111,11 @@ def test_each_task_compiles_into_a_step_record_named_by_its_fields(tmp_path):
         assert [s.index for s in steps] == ex.order[d]            # plan order, per device
     first_on_d1 = ex.steps[d1][0]
     assert first_on_d1.index == idx["s1"]
-    # it waits for src on the other device, on the lock src's thread releases
-    assert first_on_d1.waits == (Wait(producer=idx["src"], lock=ex.locks[idx["src"]], on_gpu=False),)
+    # it waits for src on the other device: one count that src's step counts down when done
+    assert ex.pending[idx["s1"]] == 1 and first_on_d1.gpu_waits == ()
+    (src_step,) = [s for s in ex.steps[plan.tasks[0].device] if s.index == idx["src"]]
+    assert src_step.wakes == ((idx["s1"], ex.host_order.index(d1)),)
+    assert ex.parked[ex.host_order.index(d1)] == idx["s1"]          # d1 starts parked on it
     # src's last consumers are on both devices: whichever finishes last frees it
     last_uses = [s for steps in ex.steps.values() for s in steps if s.shared_frees]
     assert sorted(s.index for s in last_uses) == [idx["s2"], idx["s3"]]
@@ -121,7 +124,8 @@ def test_each_task_compiles_into_a_step_record_named_by_its_fields(tmp_path):
     assert a.counter is b.counter and a.last == b.last == 1
     # sum, the output, keeps its result and frees the s_k it was the last to use; nobody waits on it
     (sum_step,) = [s for s in ex.steps[d1] if s.index == idx["sum"]]
-    assert sum_step.store and sum_step.frees == tuple(idx[f"s{k}"] for k in range(4)) and sum_step.lock is None
+    assert sum_step.store and sum_step.frees == tuple(idx[f"s{k}"] for k in range(4))
+    assert sum_step.signal is None and sum_step.wakes == ()
     assert all(s.retries == 0 for steps in ex.steps.values() for s in steps)
     np.testing.assert_allclose(ex.run().outputs["result"], np.arange(4.0) * 10)
 
@@ -147,6 +151,9 @@ def test_gpu_tasks_compile_into_gpu_steps_that_run_alone_or_sharing_the_gpu(tmp_
     assert all(isinstance(s, GpuStep) for s in steps) and len(steps) == len(plan.tasks)
     (sum_step,) = [s for s in steps if s.index == ex.index["sum"]]
     assert len(sum_step.arg_getters) == 4 and sum_step.kwarg_getters == []
+    # of its deps on gpu0 (s0, s2) it waits for the last only: the stream runs them in order
+    s2 = ex.index["s2"]
+    assert sum_step.waits == (Wait(producer=s2, signal=ex.signals[s2], on_gpu=True),)
     out = ex.run()
     assert out.error is None
     np.testing.assert_allclose(out.outputs["result"], np.arange(4.0) * 10)
