@@ -406,7 +406,7 @@ def _read_param(prog: Program, d: Directive) -> None:
                    hint="a param value must be a constant expression: numbers, strings, "
                         f"arithmetic, params defined above it and the functions {FUNCTION_LIST}")
     _check_names(prog, ev, value, set(prog.params), f"the value of param '{name}'")
-    text = ast.get_source_segment(src.text, value) or ast.unparse(value)
+    text = _segment(src.lines, value) or ast.unparse(value)
     prog.params[name] = Param(name, value, text, target.lineno, target.col_offset + 1)
 
 
@@ -775,6 +775,21 @@ def _module_names(tree: ast.Module) -> dict[str, int]:
                 visit(handler.body)
     visit(tree.body)
     return names
+
+
+def _segment(lines: list[str], node: ast.expr) -> str:
+    """``ast.get_source_segment`` from the file's lines (that function splits the whole text
+    again at every call: a cost per param that grows with the file)."""
+    first, last = node.lineno, node.end_lineno
+    if last is None or node.end_col_offset is None:
+        return ""
+    chunk = [line.encode("utf-8") for line in lines[first - 1:last]]
+    if not chunk:
+        return ""
+    if len(chunk) == 1:
+        return chunk[0][node.col_offset:node.end_col_offset].decode("utf-8", "replace")
+    chunk[0], chunk[-1] = chunk[0][node.col_offset:], chunk[-1][:node.end_col_offset]
+    return b"\n".join(chunk).decode("utf-8", "replace")
 
 
 def _count(n: int, noun: str) -> str:
