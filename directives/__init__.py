@@ -32,8 +32,8 @@ from streammap.directives.build import MAX_TASKS, build_graph
 from streammap.directives.program import GraphFunc, Kernel, Param, Program, Signature, read_program
 from streammap.errors import DirectiveError
 
-__all__ = ["parse_program", "read_program", "param_values", "Program", "Param", "Kernel",
-           "GraphFunc", "Signature", "DirectiveError"]
+__all__ = ["parse_program", "read_program", "param_values", "gc_paused", "Program", "Param",
+           "Kernel", "GraphFunc", "Signature", "DirectiveError"]
 
 
 def parse_program(path, overrides: dict | None = None, entry: str | None = None,
