@@ -49,6 +49,7 @@ test: venv
 bench: venv
 	$(BIN)/python benchmarks/runtime_overhead.py
 	$(BIN)/python benchmarks/compile_time.py
+	$(BIN)/python benchmarks/frontend_scale.py
 	$(BIN)/python benchmarks/heft_scaling.py
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/mapping.py --scale --out bench-out

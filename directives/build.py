@@ -17,8 +17,10 @@ Values during execution
 State
 -----
 ``frames`` (function locals, then one frame per active comprehension), ``indices`` (the index
-values of the enclosing loops and comprehensions, outermost first: they name tasks), and the graph
-being built. Nothing else; one :class:`GraphBuilder` builds one graph.
+values of the enclosing loops and comprehensions, outermost first: they name tasks), ``env`` (the
+params and the module-level values derived from them, :meth:`.Program.derived_values`: what a
+name that is not local means), and the graph being built. Nothing else; one
+:class:`GraphBuilder` builds one graph.
 
 Policy
 ------
@@ -53,7 +55,16 @@ from collections import Counter
 
 import networkx as nx
 
-from streammap.directives.program import CLAUSE_HINT, BindError, GraphFunc, Kernel, Program, clause_attr, clause_problem
+from streammap.directives.program import (
+    CLAUSE_HINT,
+    BindError,
+    GraphFunc,
+    Kernel,
+    NoValue,
+    Program,
+    clause_attr,
+    clause_problem,
+)
 from streammap.directives.safe_eval import (
     _BINOPS,
     FUNCTION_LIST,
@@ -82,6 +93,9 @@ GRAPH_HINT = ("a graph body may contain: assignments of kernel calls, names, sta
 _STATIC_HINT = ("static values are constants, params, loop variables, len() of static lists and "
                 f"arithmetic or the functions {FUNCTION_LIST} over them; work on task results "
                 "belongs inside a kernel")
+
+
+_MISSING = object()
 
 
 class TaskRef:
@@ -150,6 +164,8 @@ class GraphBuilder(Evaluator):
         super().__init__({}, prog.locator(), context="a graph body", hint=GRAPH_HINT,
                          names_hint=None)
         self.prog, self.params, self.entry = prog, params, entry
+        self.env = prog.derived_values(params)
+        self._globals: dict[str, object] = {}      # env values as graph-body values (tuples)
         self.max_tasks = max_tasks
         self.kernels = prog.kernels
         self.file = basename(prog.path)
@@ -217,12 +233,12 @@ class GraphBuilder(Evaluator):
                                      "default", "a graph function takes no arguments, or only "
                                      "arguments with constant defaults")
             frame[name] = self._static(defaults[name], "the default of a graph argument",
-                                       Evaluator(self.params, self.loc))
+                                       Evaluator(self.env, self.loc))
         return frame
 
     def _item_count(self) -> int:
         clause = self.entry.items
-        ev = Evaluator(self.params, clause.loc, context="the items clause")
+        ev = Evaluator(self.env, clause.loc, context="the items clause")
         value = ev.eval(clause.expr)
         problem = clause_problem("items", value)
         if problem:
@@ -367,17 +383,30 @@ class GraphBuilder(Evaluator):
             raise self.loc.error(node, f"name '{name}' is used before it is assigned",
                                  "assign a name before using it; the graph body runs top to "
                                  "bottom at compile time")
-        if name in self.params:
-            return self.params[name]
+        value = self.env.get(name, _MISSING)
+        if value is not _MISSING and not isinstance(value, Unavailable):
+            return self._global(name, value)
         if name in self.kernels:
             raise self.loc.error(node, f"kernel '{name}' is used without being called",
                                  f"call it: {name}(...)")
+        if isinstance(value, NoValue):
+            raise self.loc.error(node, f"'{name}' is a module global without a compile-time "
+                                 f"value: {value.problem}", value.hint)
         if name in self.prog.module_names:
             raise self.loc.error(node, f"'{name}' is a module global, not a param or a name "
                                  "assigned in the graph body",
                                  "a graph body may use params (`# @stream param`), its own "
                                  "names and kernel calls; other globals belong inside kernels")
         raise self.loc.error(node, f"unknown name '{name}'", GRAPH_HINT)
+
+    def _global(self, name: str, value):
+        """A param or derived value as the graph body sees it: a tuple is a static tuple."""
+        if not isinstance(value, tuple):
+            return value
+        converted = self._globals.get(name)
+        if converted is None:
+            converted = self._globals[name] = _static_tuple(value)
+        return converted
 
     def eval_Call(self, node: ast.Call):
         func = node.func
@@ -615,7 +644,7 @@ class GraphBuilder(Evaluator):
                 if name in dynamic:
                     continue
                 what = f"clause '{name}' of kernel '{kernel.name}'"
-                value = Evaluator(self.params, clause.loc, context=what).eval(clause.expr)
+                value = Evaluator(self.env, clause.loc, context=what).eval(clause.expr)
                 problem = clause_problem(name, value)
                 if problem:
                     raise clause.loc.error(clause.expr, f"{what}: {problem}", CLAUSE_HINT)
@@ -648,7 +677,7 @@ class GraphBuilder(Evaluator):
         key = (kernel.name, name)
         if key not in self._defaults:
             node = kernel.signature.defaults[name]
-            ev = Evaluator(self.params, self.loc,
+            ev = Evaluator(self.env, self.loc,
                            context=f"the default of argument '{name}' of kernel '{kernel.name}'")
             try:
                 ev.check(node)
@@ -673,7 +702,7 @@ class _CallEnv:
             return self._static(name, self.bound[name])
         if name in self.kernel.signature.defaults:
             return self.builder.default_value(self.kernel, name)
-        return self.builder.params[name]
+        return self.builder.env[name]
 
     def _static(self, name: str, value):
         if isinstance(value, TaskRef):
@@ -957,6 +986,11 @@ class _Validator:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+
+def _static_tuple(value: tuple) -> SList:
+    """A tuple value (of a derived module global) as a static tuple of the graph body."""
+    return SList([_static_tuple(v) if isinstance(v, tuple) else v for v in value], "tuple")
+
 
 def _kind(value) -> str:
     if isinstance(value, TaskRef):

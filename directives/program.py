@@ -13,6 +13,22 @@ Param values depend on ``-D`` overrides, so they are computed on demand by
 :meth:`Program.param_values`, in file order: a param that depends on an overridden one is
 recomputed from the override.
 
+Derived values
+--------------
+Every other module-level statement that binds a name is a :class:`Derived` step, in file order.
+``ROWS = H // TILES`` (or ``TILE: tuple = (N, N)``, ``ROWS += 1``) whose value the safe language
+can compute from params and the derived values above it is usable in clauses and graph bodies
+like a param, but is not overridable: :meth:`Program.derived_values` recomputes it, in file order,
+from the params after their overrides, exactly as Python does when it imports the file (and as
+the runtime does, which imports the file with the plan's params). A name's value is that of its
+*last* module-level binding in the file, which is what the kernels and the graph function see
+when they run after the import. A binding the front end does not evaluate (an import, a ``def``,
+tuple unpacking, anything inside an ``if``/``for``/``try`` block, an expression outside the safe
+language such as ``load()``) leaves the name without a compile-time value: it is an error only
+where a directive or a graph body uses it, and that error says why and where it was bound. A
+param must keep the one value its directive or ``-D`` gives it, so a module-level assignment to a
+param later in the file is an error.
+
 A :class:`Program` keeps ``ast`` nodes and :class:`~.safe_eval.Locator` objects, so later stages
 (the graph builder, the runtime looking up kernels by name) can evaluate clauses and report errors
 at their positions.
@@ -26,7 +42,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, Evaluator, Locator
+from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, Evaluator, Locator, Unavailable
 from streammap.directives.scan import Clause, Directive, Source, basename, scan
 from streammap.errors import DirectiveError
 
@@ -42,6 +58,24 @@ class Param:
     text: str               # the expression as written
     line: int               # position of NAME
     col: int
+
+
+@dataclass
+class Derived:
+    """A module-level binding of ``name`` that no ``# @stream param`` is attached to.
+
+    ``expr`` is the value to compute (``None`` for a binding the front end does not evaluate);
+    ``problem`` says why the name has no compile-time value after this binding (``None``: it
+    has one, computed by :meth:`Program.derived_values`); ``params`` are the params the value
+    follows.
+    """
+    name: str
+    expr: ast.expr | None
+    line: int               # position of NAME (of the statement for other bindings)
+    col: int
+    text: str               # the statement as written (its first line), for messages
+    problem: str | None = None
+    params: frozenset = frozenset()
 
 
 @dataclass
@@ -159,6 +193,8 @@ class Program:
     graphs: dict[str, GraphFunc] = field(default_factory=dict)
     module_names: dict[str, int] = field(default_factory=dict)    # module globals -> line
     declared: dict[str, int] = field(default_factory=dict)        # every param name -> line
+    derived: list[Derived] = field(default_factory=list)          # in file order
+    bindings: dict[str, Param | Derived] = field(default_factory=dict)   # name -> last binding
 
     @property
     def lines(self) -> list[str]:
@@ -174,9 +210,7 @@ class Program:
         overrides = dict(overrides or {})
         unknown = [n for n in overrides if n not in self.params]
         if unknown:
-            known = ", ".join(self.params) or "(none)"
-            raise DirectiveError(f"unknown param '{unknown[0]}' in overrides", path=self.path,
-                                 hint=f"params of this program: {known}")
+            raise self._not_overridable(unknown[0])
         loc = self.locator()
         values: dict = {}
         for name, param in self.params.items():
@@ -194,6 +228,56 @@ class Program:
                     raise DirectiveError(msg, path=self.path)
                 raise loc.error(param.expr, msg)
             values[name] = value
+        return values
+
+    def _not_overridable(self, name: str) -> DirectiveError:
+        """The error for ``-D name=...`` when ``name`` is not a param."""
+        known = ", ".join(self.params) or "(none)"
+        binding = self.bindings.get(name)
+        if not isinstance(binding, Derived) or binding.expr is None:
+            return DirectiveError(f"unknown param '{name}' in overrides", path=self.path,
+                                  hint=f"params of this program: {known}")
+        where = f"{basename(self.path)}:{binding.line}"
+        if binding.params:
+            follows = ", ".join(p for p in self.params if p in binding.params)
+            message = (f"'{name}' cannot be overridden: it is derived from params ({where}: "
+                       f"{binding.text}) and is recomputed from them")
+            hint = f"set the params it is computed from instead: {follows}"
+        else:
+            message = (f"'{name}' cannot be overridden: it is a module-level value ({where}: "
+                       f"{binding.text}), not a param")
+            hint = "mark its assignment with `# @stream param` to make it overridable"
+        return DirectiveError(message, path=self.path, line=binding.line, col=binding.col,
+                              hint=f"{hint} (params of this program: {known})")
+
+    def derived_values(self, params: dict) -> dict:
+        """``params`` and every module-level value derived from them, in file order.
+
+        A name without a compile-time value (see the module docstring) maps to an
+        :class:`~.safe_eval.Unavailable` that raises, where it is used, why it has none.
+        """
+        values = dict(params)
+        loc = self.locator()
+        for step in self.derived:
+            if step.problem is not None:
+                values[step.name] = NoValue(step.name, step.problem)
+                continue
+            missing = next((n.id for n in _names_used(step.expr)
+                            if isinstance(values.get(n.id), NoValue)), None)
+            if missing is not None:     # a value above it failed for these params: say which
+                values[step.name] = NoValue(step.name, f"its value ({basename(self.path)}:"
+                                            f"{step.line}) uses '{missing}', which has none: "
+                                            f"{values[missing].problem}")
+                continue
+            try:
+                values[step.name] = Evaluator(values, loc, context=f"the value of '{step.name}'",
+                                              hint=DERIVED_HINT).eval(step.expr)
+            except DirectiveError as exc:
+                # Only limits or a failing operation get here (the names were checked when the
+                # file was read); it is an error where the value is used, not where it is bound.
+                problem = f"its value ({basename(self.path)}:{step.line}) cannot be computed: " \
+                          f"{exc.message}"
+                values[step.name] = NoValue(step.name, problem)
         return values
 
     def _override(self, name: str, value, env: dict):
@@ -286,13 +370,16 @@ def read_program(path) -> Program:
             _read_kernel(prog, d)
         else:
             _read_graph(prog, d)
+    _read_derived(prog, {id(d.target): d for d in src.directives if d.name == "param"})
     for k in prog.kernels.values():
         _check_clauses(prog, k)
     for g in prog.graphs.values():
         if g.items is not None:
             ev = Evaluator({}, g.items.loc, context="the items clause",
-                           names_hint="items may use constants and params")
-            _check_names(prog, ev, g.items.expr, set(prog.params), "the items clause")
+                           names_hint="items may use constants, params and values derived "
+                                      "from them")
+            _check_names(prog, ev, g.items.expr, _static_names(prog), "the items clause",
+                         derived=True)
     return prog
 
 
@@ -319,8 +406,155 @@ def _read_param(prog: Program, d: Directive) -> None:
                    hint="a param value must be a constant expression: numbers, strings, "
                         f"arithmetic, params defined above it and the functions {FUNCTION_LIST}")
     _check_names(prog, ev, value, set(prog.params), f"the value of param '{name}'")
-    text = ast.get_source_segment(src.text, value) or ast.unparse(value)
+    text = _segment(src.lines, value) or ast.unparse(value)
     prog.params[name] = Param(name, value, text, target.lineno, target.col_offset + 1)
+
+
+# -- derived values ------------------------------------------------------------------------------
+
+DERIVED_HINT = ("clauses and graph bodies may use params and module-level values computed from "
+                "them and from values assigned above them with constants, arithmetic, "
+                f"comparisons, `x if c else y`, tuples and the functions {FUNCTION_LIST}; "
+                "compute anything else inside a kernel")
+
+
+class NoValue(Unavailable):
+    """The value of a module global that has no compile-time value; ``problem`` says why."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, name: str, problem: str):
+        super().__init__(f"'{name}' has no compile-time value: {problem}", DERIVED_HINT)
+        self.problem = problem
+
+
+def _read_derived(prog: Program, param_stmts: dict[int, Directive]) -> None:
+    """Every module-level binding that is not a param, in file order (see the module docstring),
+    each checked against the bindings above it; ``prog.bindings`` ends with the last of each."""
+    for stmt in prog.source.tree.body:
+        if id(stmt) in param_stmts:
+            name = _assigned_name(stmt)
+            prog.bindings[name] = prog.params[name]
+            continue
+        for step in _bindings_of(prog, stmt):
+            param = prog.params.get(step.name)
+            if param is not None:
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)) \
+                        and stmt.lineno > param.line:
+                    raise prog.source.error(step.line, step.col,
+                                            f"param '{step.name}' is assigned again after its "
+                                            f"declaration (line {param.line})",
+                                            "a param has the one value its `# @stream param` "
+                                            "line or -D gives it: give a value computed from it "
+                                            "a name of its own")
+                continue            # rebound in a block (`if __name__ == "__main__":`): Python's
+            if step.expr is not None:
+                _check_derived(prog, step)
+            prog.derived.append(step)
+            prog.bindings[step.name] = step
+
+
+def _assigned_name(stmt: ast.stmt) -> str:
+    return (stmt.targets[0] if isinstance(stmt, ast.Assign) else stmt.target).id
+
+
+def _bindings_of(prog: Program, stmt: ast.stmt) -> list[Derived]:
+    """The names a module-level statement binds, as :class:`Derived` steps."""
+    where = f"{basename(prog.path)}:{stmt.lineno}"
+    text = prog.lines[stmt.lineno - 1].strip()
+    text = text if len(text) <= 80 else text[:77] + "..."
+
+    def value(target: ast.Name, expr: ast.expr) -> Derived:
+        return Derived(target.id, expr, target.lineno, target.col_offset + 1, text)
+
+    def opaque(names, problem: str) -> list[Derived]:
+        return [Derived(n, None, stmt.lineno, stmt.col_offset + 1, text, problem.format(name=n))
+                for n in names]
+
+    if isinstance(stmt, ast.Assign):
+        if all(isinstance(t, ast.Name) for t in stmt.targets):
+            return [value(t, stmt.value) for t in stmt.targets]
+        names = [n.id for t in stmt.targets for n in ast.walk(t)
+                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+        return opaque(dict.fromkeys(names), f"it is assigned by unpacking ({where}); to use it "
+                      "in directives, assign it on its own: `{name} = ...`")
+    if isinstance(stmt, ast.AnnAssign):
+        if stmt.value is not None and isinstance(stmt.target, ast.Name):
+            return [value(stmt.target, stmt.value)]
+        return []
+    if isinstance(stmt, ast.AugAssign):
+        if not isinstance(stmt.target, ast.Name):
+            return []
+        name = stmt.target
+        current = ast.Name(name.id, ast.Load(), lineno=name.lineno, col_offset=name.col_offset,
+                           end_lineno=name.end_lineno, end_col_offset=name.end_col_offset)
+        expr = ast.BinOp(current, stmt.op, stmt.value, lineno=stmt.lineno,
+                         col_offset=stmt.col_offset, end_lineno=stmt.end_lineno,
+                         end_col_offset=stmt.end_col_offset)
+        return [value(name, expr)]
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return opaque([stmt.name], f"it is a function ({where})")
+    if isinstance(stmt, ast.ClassDef):
+        return opaque([stmt.name], f"it is a class ({where})")
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return opaque(_module_names(ast.Module([stmt], [])), f"it is bound by an import ({where})")
+    keyword = _keyword_of(stmt)
+    fix = " (write it as one expression: `{name} = A if CONDITION else B`)" \
+        if isinstance(stmt, ast.If) else ""
+    return opaque(_module_names(ast.Module([stmt], [])),
+                  f"it is assigned inside a module-level '{keyword}' statement ({where}), which "
+                  f"the front end does not run{fix}")
+
+
+def _keyword_of(stmt: ast.stmt) -> str:
+    name = type(stmt).__name__
+    return {"AsyncFor": "async for", "AsyncWith": "async with", "TryStar": "try"}.get(name,
+                                                                                    name.lower())
+
+
+def _check_derived(prog: Program, step: Derived) -> None:
+    """Whether ``step``'s value is in the safe language and uses only params and values with a
+    compile-time value bound above it; sets ``step.problem`` (why not) or ``step.params``."""
+    where = f"{basename(prog.path)}:{step.line}"
+    ev = Evaluator({}, prog.locator(), context=f"the value of '{step.name}'", hint=DERIVED_HINT)
+    try:
+        ev.check(step.expr)
+    except DirectiveError as exc:
+        step.problem = f"its value ({where}) is not a compile-time expression: {exc.message}"
+        return
+    params: set[str] = set()
+    for node in _names_used(step.expr):
+        binding = prog.bindings.get(node.id)
+        if binding is None:
+            if node.id in prog.declared:
+                step.problem = (f"its value ({where}) uses param '{node.id}', which is declared "
+                                f"below it (line {prog.declared[node.id]})")
+            else:
+                step.problem = (f"its value ({where}) uses '{node.id}', which is not a param or "
+                                "a value assigned above it")
+            return
+        if isinstance(binding, Param):
+            params.add(node.id)
+        elif binding.problem is not None:
+            step.problem = f"its value ({where}) uses '{node.id}', which has none: " \
+                           f"{binding.problem}"
+            return
+        else:
+            params |= binding.params
+    step.params = frozenset(params)
+
+
+def _names_used(expr: ast.expr) -> list[ast.Name]:
+    """The names ``expr`` reads (not the functions it calls), in source order."""
+    called = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
+    return sorted((n for n in ast.walk(expr) if isinstance(n, ast.Name) and id(n) not in called),
+                  key=lambda n: (n.lineno, n.col_offset))
+
+
+def _static_names(prog: Program) -> set[str]:
+    """Names with a compile-time value: the params and the derived values that have one."""
+    return {name for name, b in prog.bindings.items()
+            if isinstance(b, Param) or b.problem is None}
 
 
 def _read_kernel(prog: Program, d: Directive) -> None:
@@ -394,14 +628,17 @@ def _no_duplicate(prog: Program, fn: ast.FunctionDef) -> None:
 
 def _check_clauses(prog: Program, k: Kernel) -> None:
     args = k.signature.names()
-    allowed = set(prog.params) | set(args)
+    static = _static_names(prog)
+    allowed = static | set(args)
     params = ", ".join(prog.params) or "none"
-    hint = (f"clauses may use params ({params}), the arguments of {k.name} "
+    derived = [d for d in dict.fromkeys(d.name for d in prog.derived) if d in static]
+    derived_text = f"values derived from them ({', '.join(derived)}), " if derived else ""
+    hint = (f"clauses may use params ({params}), {derived_text}the arguments of {k.name} "
             f"({', '.join(args) or 'none'}) and the functions {FUNCTION_LIST}")
     for name, clause in k.clauses.items():
         what = f"clause '{name}' of kernel '{k.name}'"
         ev = Evaluator({}, clause.loc, context=what, names_hint=hint)
-        k.uses[name] = frozenset(_check_names(prog, ev, clause.expr, allowed, what))
+        k.uses[name] = frozenset(_check_names(prog, ev, clause.expr, allowed, what, derived=True))
         if k.uses[name] & set(args):
             k.dynamic += (name,)
         if not k.uses[name]:        # a constant: check its value now, once
@@ -411,15 +648,18 @@ def _check_clauses(prog: Program, k: Kernel) -> None:
                 raise clause.loc.error(clause.expr, f"{what}: {problem}", CLAUSE_HINT)
 
 
-def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed: set, what: str) -> set:
-    """``ev.check`` with messages that say why a name is not available."""
+def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed: set, what: str,
+                 derived: bool = False) -> set:
+    """``ev.check`` with messages that say why a name is not available (``derived``: values
+    derived from params are allowed, so a module global is refused for having no value)."""
     used = ev.check(expr)
-    called = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
-    names = sorted((n for n in ast.walk(expr) if isinstance(n, ast.Name) and id(n) not in called),
-                   key=lambda n: (n.lineno, n.col_offset))
-    for node in names:
+    for node in _names_used(expr):
         if node.id in allowed:
             continue
+        binding = prog.bindings.get(node.id)
+        if derived and isinstance(binding, Derived):
+            raise ev.loc.error(node, f"'{node.id}' in {what} has no compile-time value: "
+                               f"{binding.problem}", DERIVED_HINT)
         if node.id in prog.declared:
             raise ev.loc.error(node, f"param '{node.id}' is used in {what} before it is "
                                f"declared (line {prog.declared[node.id]})",
@@ -535,6 +775,21 @@ def _module_names(tree: ast.Module) -> dict[str, int]:
                 visit(handler.body)
     visit(tree.body)
     return names
+
+
+def _segment(lines: list[str], node: ast.expr) -> str:
+    """``ast.get_source_segment`` from the file's lines (that function splits the whole text
+    again at every call: a cost per param that grows with the file)."""
+    first, last = node.lineno, node.end_lineno
+    if last is None or node.end_col_offset is None:
+        return ""
+    chunk = [line.encode("utf-8") for line in lines[first - 1:last]]
+    if not chunk:
+        return ""
+    if len(chunk) == 1:
+        return chunk[0][node.col_offset:node.end_col_offset].decode("utf-8", "replace")
+    chunk[0], chunk[-1] = chunk[0][node.col_offset:], chunk[-1][:node.end_col_offset]
+    return b"\n".join(chunk).decode("utf-8", "replace")
 
 
 def _count(n: int, noun: str) -> str:

@@ -14,6 +14,21 @@ Every comment the first finds and the second does not is an error, with the reas
 from where it is (inside a function body, at the end of the file, separated by a blank line, after
 code on the same line). So a misplaced directive is never silently ignored.
 
+Cost: linear in the file, and far below a full tokenize or libcst pass (a generated graph body of
+100,000 call lines must compile in seconds; ``benchmarks/frontend_scale.py``). Both passes look
+only where a directive can be:
+
+* the first finds candidate ``# @stream`` texts with a regular expression; one on a line between
+  module-level statements is a comment (only comments and blank lines lie there in valid Python);
+  one inside a statement (a docstring that quotes a directive, a misplaced one) is classified by
+  tokenizing that statement from its first line up to the candidate;
+* the second gives libcst a *skeleton* of the file, in which the body of every module-level
+  ``def`` and ``class`` is cut to one ``pass`` at the body's indentation (its header, decorators
+  and everything after its last statement, such as a comment that still belongs to the body,
+  stay as they are), with a map from skeleton lines back to file lines. libcst decides which
+  comments belong to which module-level statement exactly as on the whole file, at a cost that
+  does not grow with the bodies.
+
 The attached directives are then parsed: the text after ``@stream`` is a Python expression
 (``kernel(flops=16*N)``), parsed with :mod:`ast` so that clause values are ``ast`` expressions
 that :mod:`.safe_eval` can check and evaluate. A directive may continue on following comment lines
@@ -31,8 +46,8 @@ syntax). What they mean (a param above an assignment, clause values) is checked 
 from __future__ import annotations
 
 import ast
+import bisect
 import difflib
-import io
 import re
 import tokenize
 from dataclasses import dataclass, field
@@ -54,6 +69,8 @@ DIRECTIVES = {
 DIRECTIVES_HINT = "directives are: param, kernel(...), graph, pipeline(items=...)"
 
 _PRAGMA = re.compile(r"#\s*@stream(\w*)")
+#: Where a directive may start: the text of ``_PRAGMA`` anywhere (in code, strings or comments).
+_CANDIDATE = re.compile(r"#[^\S\n]*@stream")
 #: How many comment lines one directive may span.
 _MAX_CONTINUATION = 50
 #: Largest program file read.
@@ -112,7 +129,8 @@ def scan(path) -> Source:
     comments = _directive_comments(src)
     if not comments:
         return src
-    attached = _attached_lines(_parse_cst(path, text, lines))
+    skeleton, origin = _skeleton(src)
+    attached = _attached_lines(_parse_cst(path, skeleton, lines, origin), origin)
     by_line = {}
     for stmt in reversed(tree.body):
         by_line[stmt.lineno] = stmt
@@ -149,7 +167,7 @@ def _read(path: str) -> str:
 
 def _parse_ast(path: str, text: str, lines: list[str]) -> ast.Module:
     tree = _parse_python(path, text, lines)
-    deep = deepest(tree, MAX_FILE_DEPTH)
+    deep = _deepest_code(tree, MAX_FILE_DEPTH)
     if deep is not None:
         raise too_deep(Locator(path, lines), deep, "code")
     return tree
@@ -170,11 +188,58 @@ def _parse_python(path: str, text: str, lines: list[str]) -> ast.Module:
         raise DirectiveError(f"cannot parse program: {exc or type(exc).__name__}", path=path) from None
 
 
-def _parse_cst(path: str, text: str, lines: list[str]) -> cst.Module:
+def _deepest_code(tree: ast.Module, limit: int):
+    """:func:`~.safe_eval.deepest` of a whole file, without visiting the inside of simple
+    one-line statements too short to be deep.
+
+    Every level of an expression takes at least one character of its source, and the leaves
+    below (a name's context, an operator) one more level, so a one-line simple statement of ``w``
+    bytes at depth ``d`` has no node deeper than ``d + 2*w + 4``. A graph body of 100,000 short
+    call lines is then checked in time proportional to its lines, not to its nodes.
+    """
+    last_positioned = tree
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if hasattr(node, "lineno"):
+            last_positioned = node
+        if depth > limit:
+            return last_positioned
+        if isinstance(node, ast.stmt) and not hasattr(node, "body") \
+                and node.lineno == node.end_lineno \
+                and depth + 2 * (node.end_col_offset - node.col_offset) + 4 <= limit:
+            continue
+        stack.extend((child, depth + 1) for child in reversed(list(ast.iter_child_nodes(node))))
+    return None
+
+
+def _skeleton(src: Source) -> tuple[str, list[int]]:
+    """The file with the body of every module-level def and class cut to one ``pass`` (see the
+    module docstring), and ``origin[k]``: the file line of skeleton line ``k + 1``."""
+    cuts: dict[int, tuple[int, str]] = {}      # first body line -> (last body line, indentation)
+    for stmt in src.tree.body:
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        first = stmt.body[0]
+        indent = src.lines[first.lineno - 1].encode("utf-8")[:first.col_offset].decode("utf-8", "replace")
+        if first.lineno > stmt.lineno and not indent.strip():     # an indented block
+            cuts[first.lineno] = (stmt.body[-1].end_lineno, indent)
+    out: list[str] = []
+    origin: list[int] = []
+    line = 1
+    while line <= len(src.lines):
+        cut = cuts.get(line)
+        out.append(src.lines[line - 1] if cut is None else cut[1] + "pass")
+        origin.append(line)
+        line = line + 1 if cut is None else cut[0] + 1
+    return "\n".join(out), origin
+
+
+def _parse_cst(path: str, text: str, lines: list[str], origin: list[int]) -> cst.Module:
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
-        line = exc.raw_line
+        line = origin[exc.raw_line - 1] if 0 < exc.raw_line <= len(origin) else exc.raw_line
         src = lines[line - 1] if 0 < line <= len(lines) else None
         raise DirectiveError(f"invalid Python syntax: {exc.message}", path=path, line=line,
                              col=exc.raw_column + 1, source_line=src) from None
@@ -186,15 +251,57 @@ def _parse_cst(path: str, text: str, lines: list[str]) -> cst.Module:
 
 
 def _directive_comments(src: Source) -> list[tuple[int, int, str, bool]]:
-    """Every ``# @stream`` comment: (line, 0-based col, text, alone on its line)."""
+    """Every ``# @stream`` comment: (line, 0-based col, text, alone on its line), in file order.
+
+    The comments :mod:`tokenize` would give, found without tokenizing the whole file (see the
+    module docstring).
+    """
+    spans = [(_first_line(stmt), stmt.end_lineno) for stmt in src.tree.body]
+    starts = [first for first, _ in spans]
+    inside: dict[int, list[tuple[int, int]]] = {}     # statement -> candidates within it
     found = []
-    readline = io.StringIO(src.text).readline
+    line, pos = 1, 0
+    for m in _CANDIDATE.finditer(src.text):
+        line += src.text.count("\n", pos, m.start())
+        pos = m.start()
+        col = pos - (src.text.rfind("\n", 0, pos) + 1)
+        k = bisect.bisect_right(starts, line) - 1
+        if k >= 0 and line <= spans[k][1]:
+            inside.setdefault(k, []).append((line, col))
+        elif col == src.lines[line - 1].index("#"):    # between statements: the line's comment
+            found.append((line, col))
+    for k, candidates in inside.items():
+        found += _comments_at(src, spans[k][0], candidates)
+    out = []
+    for line, col in sorted(found):
+        text = src.lines[line - 1]
+        comment = text[col:]
+        if _PRAGMA.match(comment):
+            out.append((line, col, comment, not text[:col].strip()))
+    return out
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    decorators = getattr(stmt, "decorator_list", None)
+    return min([stmt.lineno] + [d.lineno for d in decorators]) if decorators else stmt.lineno
+
+
+def _comments_at(src: Source, first: int, candidates: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ``candidates`` (line, col) that start a comment, tokenizing the module-level statement
+    that holds them from its first line up to the last of them."""
+    wanted = set(candidates)
+    last = max(line for line, _ in candidates)
+    readline = iter([text + "\n" for text in src.lines[first - 1:last]]).__next__
+    found = []
     try:
-        for tok in tokenize.generate_tokens(readline):
-            if tok.type == tokenize.COMMENT and _PRAGMA.match(tok.string):
-                (line, col) = tok.start
-                found.append((line, col, tok.string, not tok.line[:col].strip()))
-    except (tokenize.TokenError, SyntaxError):   # cannot happen once ast has parsed the file
+        for tok in tokenize.generate_tokens(readline):     # StopIteration from readline: EOF
+            if tok.start[0] + first - 1 > last:
+                break
+            if tok.type == tokenize.COMMENT:
+                at = (tok.start[0] + first - 1, tok.start[1])
+                if at in wanted:
+                    found.append(at)
+    except (tokenize.TokenError, SyntaxError):      # the statement goes on below the last line
         pass
     return found
 
@@ -245,10 +352,11 @@ class _AttachedDirectives(cst.CSTVisitor):
             self.attached[comment_line] = line
 
 
-def _attached_lines(module: cst.Module) -> dict[int, int]:
+def _attached_lines(module: cst.Module, origin: list[int]) -> dict[int, int]:
+    """``attached`` of :class:`_AttachedDirectives` for the skeleton ``module``, in file lines."""
     visitor = _AttachedDirectives()
     MetadataWrapper(module, unsafe_skip_copy=True).visit(visitor)
-    return visitor.attached
+    return {origin[comment - 1]: origin[stmt - 1] for comment, stmt in visitor.attached.items()}
 
 
 def _unattached(src: Source, line: int, col: int) -> DirectiveError:

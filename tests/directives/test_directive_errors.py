@@ -158,10 +158,12 @@ def test_unknown_name_in_a_clause(tmp_path):
           hint="clauses may use params (N), the arguments of h (x)")
 
 
-def test_a_module_global_that_is_not_a_param_cannot_be_used_in_a_clause(tmp_path):
-    err = error_of(tmp_path, "SIZE = 8\n# @stream kernel(flops=SIZE)\ndef h(x):\n    return x\n")
-    check(err, "'SIZE' in clause 'flops' of kernel 'h' is not a param", 2, "SIZE)",
-          hint="mark its assignment with `# @stream param`")
+def test_a_module_global_without_a_compile_time_value_cannot_be_used_in_a_clause(tmp_path):
+    err = error_of(tmp_path, "SIZE = len(open('f'))\n# @stream kernel(flops=SIZE)\n"
+                             "def h(x):\n    return x\n")
+    check(err, "'SIZE' in clause 'flops' of kernel 'h' has no compile-time value: its value "
+               "(prog.py:1) is not a compile-time expression: call to 'open' is not allowed", 2,
+          "SIZE)", hint="compute anything else inside a kernel")
 
 
 def test_empty_directive_and_unknown_pragma(tmp_path):
@@ -395,7 +397,8 @@ def test_unknown_names_and_uncalled_kernels_in_a_graph_body(tmp_path):
     check(error_of(tmp_path, graph("k = f\nreturn src()")),
           "kernel 'f' is used without being called", BODY, "f")
     check(error_of(tmp_path, "import numpy as np\n" + graph("return f(np)")),
-          "'np' is a module global, not a param", BODY + 1, "np)")
+          "'np' is a module global without a compile-time value: it is bound by an import "
+          "(prog.py:1)", BODY + 1, "np)")
 
 
 @pytest.mark.parametrize("call, message, at", [
