@@ -112,7 +112,7 @@ from typing import Callable, Mapping, Optional
 import networkx as nx
 import numpy as np
 
-from streammap.cluster.model import Cluster, Device
+from streammap.cluster.model import OTHER_CLASS, Cluster, Device
 from streammap.errors import StreamMapError
 
 #: Launch overhead in seconds by device kind (a kernel launch, or a thread hand-off on a CPU).
@@ -299,12 +299,13 @@ class CostModel:
         # Devices that look alike to every estimate share a column ("class").
         keys, cls_of = {}, np.empty(D, dtype=np.int64)
         for j, d in enumerate(devs):
-            key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.memory_rate, d.bandwidth_curve,
-                   launch_overhead(d))
+            key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.other_compute_rate, d.memory_rate,
+                   d.bandwidth_curve, launch_overhead(d))
             cls_of[j] = keys.setdefault(key, len(keys))
         reps = [devs[int(np.flatnonzero(cls_of == c)[0])] for c in range(len(keys))]
         C = len(reps)
         c_flops = np.array([d.compute_rate for d in reps])
+        c_other = np.array([d.other_compute_rate for d in reps])
         c_speed = np.array([d.speed for d in reps])
         c_launch = np.array([launch_overhead(d) for d in reps])
         c_model = [d.model if d.model else d.kind for d in reps]
@@ -314,6 +315,7 @@ class CostModel:
         flops = np.zeros(T)
         nbytes = np.zeros(T)
         roof = np.zeros(T, dtype=bool)
+        other = np.zeros(T, dtype=bool)        # compute_class "other": flops at the non-GEMM rate
         runtime = np.full(T, np.nan)
         allowed_cache: dict[str, np.ndarray] = {}
         allowed_rows: list[tuple[int, np.ndarray]] = []
@@ -344,6 +346,7 @@ class CostModel:
                 flops[i] = _num0(f)
                 nbytes[i] = _num0(b)
                 roof[i] = True
+                other[i] = a.get("compute_class") == OTHER_CLASS
                 src[i] = min(src[i], 1)
                 continue
             times = a.get("times")
@@ -370,7 +373,8 @@ class CostModel:
         if roof.any():
             r = np.flatnonzero(roof)
             mbw = np.stack([d.memory_rate_at(self.mem[r]) for d in reps], axis=1)    # (tasks, classes)
-            est = np.maximum(flops[r, None] / c_flops[None, :], nbytes[r, None] / mbw) + c_launch[None, :]
+            rate = np.where(other[r, None], c_other[None, :], c_flops[None, :])        # (tasks, classes)
+            est = np.maximum(flops[r, None] / rate, nbytes[r, None] / mbw) + c_launch[None, :]
             blk = ct[r]
             ct[r] = np.where(np.isnan(blk), est, blk)
         has_rt = ~np.isnan(runtime)
