@@ -4,10 +4,10 @@ The cost model's first estimates (before any ``streammap profile``) are roofline
 cost per call, ``call_overhead + max(flops / F, bytes / B(working set))``. With F and B the
 datasheet peaks that discovery reads, every estimate is optimistic by however far real kernels
 stay below the peak, and a task of a few microseconds of work is all overhead; so
-``streammap discover`` (and ``streammap doctor``) run three short measurements per device and
+``streammap discover`` (and ``streammap doctor``) run four short measurements per device and
 record what was *achieved* beside the peak figures, in the cluster file's optional
-``achieved_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` and ``call_overhead`` fields,
-which the cost model prefers when present.
+``achieved_flops``, ``achieved_other_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` and
+``call_overhead`` fields, which the cost model prefers when present.
 
 What is measured
 ----------------
@@ -19,6 +19,15 @@ What is measured
     tasks multiply, not a size that reaches the peak: a side of 512 took tens of milliseconds on a
     loaded 2-core VM, so the budget held two or three runs, and their best was off by up to 10x
     from one discovery to the next; at 256 the budget holds all :data:`REPEATS`.
+``achieved_other_flops``
+    The rate of work that is not a matrix product, which tasks of kernels whose compute class is
+    ``"other"`` get (:mod:`streammap.directives.kernel_class`): NumPy (or CuPy) runs an FFT, a
+    transcendental ufunc or a random generator at a few percent of its GEMM rate (2-5% on a 2-core
+    EPYC VM), so one rate for both kinds was wrong by 5-20x for one of them. A mix of
+    :data:`OTHER_SIZE` elements: ``sin`` of float64s, a complex128 FFT and standard normal random
+    numbers, with their FLOP counted as the README counts ``flops`` clauses (one per element of
+    an elementwise function, transcendental or not, one per random number, ``5 n log2 n`` per
+    FFT); the rate is their FLOP over the sum of their best times.
 ``achieved_bandwidth``, ``bandwidth_curve``
     A streaming copy ``dst[...] = src`` at each size of :data:`COPY_SIZES` (GPU:
     :data:`GPU_COPY_SIZES`); it reads and writes each byte once, so the rate is
@@ -37,9 +46,14 @@ What is measured
 .. [1] A. Ilic, F. Pratas, L. Sousa, "Cache-aware Roofline model: Upgrading the loft", IEEE
    Computer Architecture Letters 13(1), 2014.
 
-The GEMM and each copy run once to warm up (BLAS threads, CuPy's kernel cache and memory pool),
-then repeat until :data:`REPEATS` runs or their share of the time budget is spent, and keep the
-best run: the rate the device *can* reach, as STREAM reports it. The call overhead keeps the
+Each run (the GEMM, each part of the mix, each copy) runs once to warm up (BLAS threads, CuPy's
+kernel cache and memory pool); then they take turns, one timed run of each per round, until
+:data:`REPEATS` rounds or the time budget is spent, and each keeps its best run: the rate the
+device *can* reach, as STREAM reports it (the least disturbed run on a shared machine; taking turns
+means a burst of load slows one run of each, not all runs of one). Even so, the CPU GEMM is the
+least stable figure on a loaded 2-core VM: a 2-thread BLAS product of side 256 ran at ~40-60
+GFLOP/s, or at ~1 for spells of a second when another process held one core (its threads wait for
+each other), so two discoveries a minute apart can differ by 50x. The call overhead keeps the
 median instead: it is a latency every task pays, and its best run is the rare one no other thread
 interrupted. GPU runs are timed between ``synchronize()`` calls. The budget (:data:`BUDGET_S` per device, default) bounds the repeats,
 not a single run: the sizes are chosen so one run takes milliseconds on the slowest device
@@ -216,7 +230,8 @@ def _measure(xp: Any, sync: Callable[[], Any], side: int, sizes: tuple[int, ...]
     runs = {"gemm": _gemm(xp, side, dtype)}
     runs.update(_other_mix(xp, other_n))
     runs.update((("copy", n), _copy(xp, n)) for n in sizes)
-    best = _best_of_rounds(runs, sync, budget_s, rewarm={("copy", n) for n in sizes[:-1]})
+    rewarm = {"gemm", *(("copy", n) for n in sizes[:-1])}
+    best = _best_of_rounds(runs, sync, budget_s, rewarm=rewarm)
     flops = 2.0 * side ** 3 / best["gemm"]
     other = sum(_OTHER_FLOPS[k](other_n) for k in _OTHER_FLOPS) / sum(best[k] for k in _OTHER_FLOPS)
     curve = tuple((2.0 * n, 2.0 * n / best["copy", n]) for n in sizes)
@@ -280,9 +295,11 @@ def _best_of_rounds(runs: dict, sync: Callable[[], Any], budget_s: float, rewarm
     The runs take turns, one timed run of each per round, for up to :data:`REPEATS` rounds, until
     the time they took passes ``budget_s`` (one round at least): a burst of load from another
     process then slows one run of every measurement, not every run of one of them, and each
-    keeps its least disturbed run. The runs named in ``rewarm`` (the copies meant to stay in
-    cache, microseconds each) run once more, untimed, just before each timed run, since the
-    other runs of the round evicted their arrays.
+    keeps its least disturbed run. The runs named in ``rewarm`` run once more, untimed, just
+    before each timed run: the copies meant to stay in cache, whose arrays the other runs of the
+    round evicted, and the GEMM, whose BLAS threads went to sleep during the other runs (waking
+    them on a loaded 2-core VM took tens of milliseconds: the GEMM measured ~1 GFLOP/s cold against
+    ~40 warm, and a task's product runs warm after the products before it).
     """
     for run in runs.values():
         run()
