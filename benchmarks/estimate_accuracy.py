@@ -20,16 +20,21 @@ after one profile run), and where the second plan's estimates came from.
 and two above the compiled size), so that every estimate comes from the history's regression
 over sizes rather than from an exact match.
 
-``--first-estimate`` measures the estimates a user gets *before* any profile, against three
+``--first-estimate`` measures the estimates a user gets *before* any profile, against five
 cluster files of this machine: the peak figures alone (``streammap discover --no-calibrate``);
-the achieved GEMM FLOP/s and copy bandwidth alone ("rates": what a cluster file calibrated by
-an earlier version records, so the cost model falls back to its constant launch overhead and one
-bandwidth for every working set); and the whole calibration (``streammap discover``: the rates,
-the copy's bandwidth curve by working-set size and the measured call overhead). Each sample is
-compiled without history against each, run, and every task's estimate compared with its measured
-time in the run record. Reported: the median per-task ratio ``max(measured, estimate) / min(...)``
-(1 is exact; target at most 2, :data:`FIRST_TARGET`), and the median ``measured / estimate``
-(above 1: the estimates are optimistic).
+the achieved GEMM FLOP/s and copy bandwidth alone ("rates"); round 1's calibration (the rates,
+the copy's bandwidth curve and the call overhead, one compute rate for every task); the whole
+calibration ("new": besides, the "other" rate for kernels that multiply no matrices); and the
+same without the bandwidth curve ("new, DRAM": every working set at the largest copy's rate).
+The first three give every task the GEMM rate (``achieved_other_flops`` set to it), as the cost
+model did before kernels had compute classes. Each sample is compiled without history against
+each, and every task's estimate compared with its measured time: the task's *minimum* over
+``--runs`` runs after a warm-up (on a shared, loaded machine every disturbance only adds time, so
+the minimum is the standard estimate of a task's own time under noise); one program's plans all
+run their tasks on the same devices, so they are run once and every column is judged against the
+same measurements. Reported per sample and pooled: the median per-task ratio
+``max(measured, estimate) / min(...)`` (1 is exact; target at most 2, :data:`FIRST_TARGET`), and
+the median ``measured / estimate`` (above 1: the estimates are optimistic).
 
 ``--all-devices`` compiles for every device discovery finds (GPUs run with CuPy) instead of the
 CPU alone; ``--check`` exits with status 1 when the pooled median after profiling misses the

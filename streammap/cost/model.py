@@ -53,9 +53,16 @@ In this order of preference (``design.md``, section *The cost model*):
    *achieved* in discovery's micro-benchmarks (``achieved_flops``: a GEMM, ``achieved_bandwidth``:
    a streaming copy; :mod:`streammap.cluster.microbench`) when the cluster file records them, else
    its peak ``flops`` and ``mem_bandwidth`` (``Device.compute_rate``, ``Device.memory_rate``).
+   F depends on the task's ``compute_class`` (:mod:`streammap.directives.kernel_class`): a kernel
+   that multiplies matrices (``"blas"``) gets the GEMM's rate, any other (``"other"``: FFTs,
+   elementwise and random work, which NumPy runs at a few percent of it) the device's
+   ``achieved_other_flops``, else a fixed fraction of the GEMM rate (``Device.rate_for``); a task
+   of no class (imported workflows) the GEMM's, as before the classes existed.
    B depends on the task's working set m (``mem`` below) when the file records the copy's
    ``bandwidth_curve``: a task whose arrays stay in cache gets the cache's rate, read off the
-   curve (``Device.memory_rate_at``; the cache-aware roofline [3]_);
+   curve (``Device.memory_rate_at``; the cache-aware roofline [3]_). Kept by measurement: on five
+   runs of ``benchmarks/estimate_accuracy.py --first-estimate`` it never made the pooled error
+   worse than the largest copy's (DRAM) rate for every size, and better in three;
 3. ``times[d.model]``, else ``times[d.kind]``, else ``runtime / d.speed`` (imported workflows; this
    is exactly the benchmark model of ``shared/benchmarks/README.md``);
 4. otherwise the launch overhead alone (a task with no estimate at all).
