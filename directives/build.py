@@ -55,6 +55,7 @@ from collections import Counter
 
 import networkx as nx
 
+from streammap.directives.kernel_class import compute_class
 from streammap.directives.program import (
     CLAUSE_HINT,
     BindError,
@@ -649,6 +650,7 @@ class GraphBuilder(Evaluator):
                 if problem:
                     raise clause.loc.error(clause.expr, f"{what}: {problem}", CLAUSE_HINT)
                 attrs[name] = clause_attr(name, value)
+            attrs["compute_class"] = compute_class(kernel.node)   # the rate its flops run at
             self._fixed[kernel.name] = attrs
         return attrs
 

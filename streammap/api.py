@@ -51,8 +51,8 @@ def compile(path, cluster="local", params=None, mapper="auto", entry=None, emit_
     >>> plan = streammap.compile(folder / "double.py", cluster=lab, history=False)
     >>> [(t.kernel, t.device) for t in plan.tasks]
     [('ramp', 'n0/cpu'), ('double', 'n0/gpu0')]
-    >>> round(plan.mapper.estimated_makespan, 3)        # seconds: 1e12 flops at 10 TFLOP/s
-    0.1
+    >>> round(plan.mapper.estimated_makespan, 3)        # seconds: 1e12 elementwise flops at 1/20 of 10 TFLOP/s
+    2.0
     """
     return _compile(path, cluster, params=params, mapper=mapper, entry=entry, emit_graph=emit_graph,
                     history=history, strategy=strategy, max_tasks=max_tasks)

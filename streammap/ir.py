@@ -31,6 +31,11 @@ Node attributes (one node per task; the node key is the task id)
 ``stateful``  ``bool``; ``retries``: ``int`` (default 0).
 ``timeout``   seconds a call may run before it is abandoned and counts as failed (``float``), or
               ``None`` (default: no limit).
+``compute_class`` what kind of arithmetic the kernel does, for the rate its ``flops`` run at:
+              ``"blas"`` (its body calls a matrix product: ``@``, ``matmul``, ``linalg.*``, ...),
+              ``"other"`` (elementwise work, FFTs, reductions, random numbers), or ``None``
+              (unknown: imported workflows; the cost model uses the matrix-product rate, as it did
+              before the classes existed). Set by :mod:`streammap.directives.kernel_class`.
 ``runtime``   reference runtime in seconds on a speed-1.0 device (imported), or ``None``.
 ``times``     ``{model or kind: seconds}`` measured times (imported), or ``None``.
 ``args``      positional arguments, a list of arg specs (programs; ``[]`` for workflows).
@@ -62,7 +67,7 @@ from streammap.io.files import atomic_write_text
 NODE_DEFAULTS = {
     "kernel": None, "site": None, "code": None, "flops": None, "bytes": None, "mem": None, "out": None,
     "device": "any", "split": None, "share": 1.0, "stateful": False, "retries": 0,
-    "timeout": None, "runtime": None, "times": None, "args": [], "kwargs": {},
+    "timeout": None, "compute_class": None, "runtime": None, "times": None, "args": [], "kwargs": {},
 }
 
 

@@ -4,10 +4,10 @@ The cost model's first estimates (before any ``streammap profile``) are roofline
 cost per call, ``call_overhead + max(flops / F, bytes / B(working set))``. With F and B the
 datasheet peaks that discovery reads, every estimate is optimistic by however far real kernels
 stay below the peak, and a task of a few microseconds of work is all overhead; so
-``streammap discover`` (and ``streammap doctor``) run three short measurements per device and
+``streammap discover`` (and ``streammap doctor``) run four short measurements per device and
 record what was *achieved* beside the peak figures, in the cluster file's optional
-``achieved_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` and ``call_overhead`` fields,
-which the cost model prefers when present.
+``achieved_flops``, ``achieved_other_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` and
+``call_overhead`` fields, which the cost model prefers when present.
 
 What is measured
 ----------------
@@ -19,6 +19,15 @@ What is measured
     tasks multiply, not a size that reaches the peak: a side of 512 took tens of milliseconds on a
     loaded 2-core VM, so the budget held two or three runs, and their best was off by up to 10x
     from one discovery to the next; at 256 the budget holds all :data:`REPEATS`.
+``achieved_other_flops``
+    The rate of work that is not a matrix product, which tasks of kernels whose compute class is
+    ``"other"`` get (:mod:`streammap.directives.kernel_class`): NumPy (or CuPy) runs an FFT, a
+    transcendental ufunc or a random generator at a few percent of its GEMM rate (2-5% on a 2-core
+    EPYC VM), so one rate for both kinds was wrong by 5-20x for one of them. A mix of
+    :data:`OTHER_SIZE` elements: ``sin`` of float64s, a complex128 FFT and standard normal random
+    numbers, with their FLOP counted as the README counts ``flops`` clauses (one per element of
+    an elementwise function, transcendental or not, one per random number, ``5 n log2 n`` per
+    FFT); the rate is their FLOP over the sum of their best times.
 ``achieved_bandwidth``, ``bandwidth_curve``
     A streaming copy ``dst[...] = src`` at each size of :data:`COPY_SIZES` (GPU:
     :data:`GPU_COPY_SIZES`); it reads and writes each byte once, so the rate is
@@ -37,9 +46,14 @@ What is measured
 .. [1] A. Ilic, F. Pratas, L. Sousa, "Cache-aware Roofline model: Upgrading the loft", IEEE
    Computer Architecture Letters 13(1), 2014.
 
-The GEMM and each copy run once to warm up (BLAS threads, CuPy's kernel cache and memory pool),
-then repeat until :data:`REPEATS` runs or their share of the time budget is spent, and keep the
-best run: the rate the device *can* reach, as STREAM reports it. The call overhead keeps the
+Each run (the GEMM, each part of the mix, each copy) runs once to warm up (BLAS threads, CuPy's
+kernel cache and memory pool); then they take turns, one timed run of each per round, until
+:data:`REPEATS` rounds or the time budget is spent, and each keeps its best run: the rate the
+device *can* reach, as STREAM reports it (the least disturbed run on a shared machine; taking turns
+means a burst of load slows one run of each, not all runs of one). Even so, the CPU GEMM is the
+least stable figure on a loaded 2-core VM: a 2-thread BLAS product of side 256 ran at ~40-60
+GFLOP/s, or at ~1 for spells of a second when another process held one core (its threads wait for
+each other), so two discoveries a minute apart can differ by 50x. The call overhead keeps the
 median instead: it is a latency every task pays, and its best run is the rare one no other thread
 interrupted. GPU runs are timed between ``synchronize()`` calls. The budget (:data:`BUDGET_S` per device, default) bounds the repeats,
 not a single run: the sizes are chosen so one run takes milliseconds on the slowest device
@@ -55,6 +69,7 @@ left unmeasured: its fields stay empty and :class:`Measured.note` says why. Meas
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -68,6 +83,9 @@ from streammap.optional import import_cupy
 #: Side of the square GEMM: 256 on the CPU (34 MFLOP: about a millisecond at tens of GFLOP/s, the
 #: size of a task's tile), 4096 on a GPU (137 GFLOP: a few ms at tens of TFLOP/s).
 GEMM_SIDE = {"cpu": 256, "gpu": 4096}
+#: Elements of the "other" mix: 2^16 on the CPU (a task's block: about a millisecond per part),
+#: 2^24 on a GPU (a few ms per part at its rate of such work).
+OTHER_SIZE = {"cpu": 1 << 16, "gpu": 1 << 24}
 #: Bytes copied by the bandwidth tests, smallest first: on the CPU one size within a core's L2
 #: cache, one within a typical L3 share, one beyond any cache; on a GPU one size big enough that
 #: the launch is noise.
@@ -80,7 +98,7 @@ CALL_REPEATS = 200
 #: At most this many timed runs per measurement (after the warm-up): on a quiet device they take a few ms
 #: each, and more of them give a shared machine more chances to show its real rate.
 REPEATS = 20
-#: Seconds of timed runs per device, both measurements together (the warm-ups come on top).
+#: Seconds of timed runs per device, all measurements together (the warm-ups come on top).
 BUDGET_S = 0.3
 #: Device kinds measured with CuPy.
 CUPY_KINDS = ("gpu", "dcu")
@@ -98,13 +116,17 @@ class Measured:
     curve: tuple[tuple[float, float], ...] = ()
     #: Seconds of a minimal kernel call (``None``: not measured).
     call_overhead: float | None = None
+    #: FLOP/s of the "other" mix (not a matrix product; ``None``: not measured).
+    other_flops: float | None = None
 
     def describe(self, device: DeviceSpec) -> str:
         """``"cpu: GEMM 41.2 GFLOP/s (50% of the 83.1 peak), copy 23.4 GB/s (117% of the 20 peak) (measured in 0.41 s)"``."""
         if self.flops is None:
             return f"{device.name}: not measured ({self.note})"
-        text = (f"{device.name}: GEMM {_share(self.flops, device.flops, _FLOP_UNITS)}, "
-                f"copy {_share(self.bandwidth, device.mem_bandwidth, _RATE_UNITS)}")
+        text = f"{device.name}: GEMM {_share(self.flops, device.flops, _FLOP_UNITS)}, "
+        if self.other_flops is not None:
+            text += f"other {_share(self.other_flops, None, _FLOP_UNITS)} ({self.other_flops / self.flops:.1%} of GEMM), "
+        text += f"copy {_share(self.bandwidth, device.mem_bandwidth, _RATE_UNITS)}"
         if len(self.curve) > 1:
             text += " (in cache: " + ", ".join(f"{_size(n)} {_share(r, None, _RATE_UNITS)}"
                                                for n, r in self.curve[:-1]) + ")"
@@ -121,32 +143,33 @@ def measure_device(device: DeviceSpec, *, budget_s: float = BUDGET_S, cupy=None)
     device : DeviceSpec
         As discovery lists it: ``kind`` chooses NumPy or CuPy, ``index`` the GPU.
     budget_s : float
-        Seconds of timed runs, shared by the two measurements.
+        Seconds of timed runs, shared by the measurements.
     cupy : module, optional
         CuPy (tests pass a stand-in); default: :func:`streammap.optional.import_cupy`.
     """
     t0 = time.perf_counter()
     if device.kind == "cpu":
-        xp, gpu, side, sizes, dtype = np, None, GEMM_SIDE["cpu"], COPY_SIZES, np.float64
+        xp, gpu, side, sizes, dtype, other_n = np, None, GEMM_SIDE["cpu"], COPY_SIZES, np.float64, OTHER_SIZE["cpu"]
     elif device.kind in CUPY_KINDS:
         xp = cupy if cupy is not None else import_cupy()
         if xp is None:
             return Measured(note="CuPy is not installed")
         gpu, side, sizes, dtype = device.index or 0, GEMM_SIDE["gpu"], GPU_COPY_SIZES, np.float32
+        other_n = OTHER_SIZE["gpu"]
     else:
         return Measured(note=f"StreamMAP cannot execute on {device.kind} devices")
     try:
         if gpu is None:
-            got = _measure(xp, _no_sync, side, sizes, dtype, budget_s)
+            got = _measure(xp, _no_sync, side, sizes, dtype, budget_s, other_n)
         else:
             with xp.cuda.Device(gpu) as gpu:
-                got = _measure(xp, gpu.synchronize, side, sizes, dtype, budget_s)
+                got = _measure(xp, gpu.synchronize, side, sizes, dtype, budget_s, other_n)
     except Exception as exc:          # noqa: BLE001 -- out of memory, a broken driver: a finding, not a crash
         return Measured(note=f"the measurement failed: {type(exc).__name__}: {exc}",
                         seconds=time.perf_counter() - t0)
-    flops, curve, overhead = got
+    flops, other, curve, overhead = got
     return Measured(flops=flops, bandwidth=curve[-1][1], seconds=time.perf_counter() - t0, curve=curve,
-                    call_overhead=overhead)
+                    call_overhead=overhead, other_flops=other)
 
 
 def calibrate_spec(devices: list[DeviceSpec], *, budget_s: float = BUDGET_S, cupy=None,
@@ -187,6 +210,9 @@ def _achieved(ms: list[Measured]) -> dict:
     overheads = [m.call_overhead for m in ms if m.call_overhead is not None]
     if overheads:
         fields["call_overhead"] = _sig3(statistics.median(overheads))
+    others = [m.other_flops for m in ms if m.other_flops is not None]
+    if others:
+        fields["achieved_other_flops"] = _sig3(statistics.median(others))
     return fields
 
 
@@ -196,29 +222,53 @@ def _board(d: DeviceSpec) -> tuple:
 
 # -- the measurements ---------------------------------------------------------------------------------
 
-def _measure(xp: Any, sync: Callable[[], Any], side: int, sizes: tuple[int, ...], dtype, budget_s: float):
-    """``(FLOP/s, ((working set, bytes/s), ...), call seconds)``: the GEMM with half the budget, then
-    the copies sharing the other half (one array pair at a time in memory), then the call overhead
-    (a few milliseconds, outside the budget)."""
-    flops = _gemm_rate(xp, sync, side, dtype, budget_s / 2)
-    curve = tuple((2.0 * n, _copy_rate(xp, sync, n, budget_s / 2 / len(sizes))) for n in sizes)
-    return flops, curve, _call_overhead(xp, sync)
+def _measure(xp: Any, sync: Callable[[], Any], side: int, sizes: tuple[int, ...], dtype, budget_s: float,
+             other_n: int):
+    """``(GEMM FLOP/s, other FLOP/s, ((working set, bytes/s), ...), call seconds)``: the timed runs of
+    every measurement interleaved within ``budget_s`` (:func:`_best_of_rounds`), then the call
+    overhead (a few milliseconds, outside the budget)."""
+    runs = {"gemm": _gemm(xp, side, dtype)}
+    runs.update(_other_mix(xp, other_n))
+    runs.update((("copy", n), _copy(xp, n)) for n in sizes)
+    rewarm = {"gemm", *(("copy", n) for n in sizes[:-1])}
+    best = _best_of_rounds(runs, sync, budget_s, rewarm=rewarm)
+    flops = 2.0 * side ** 3 / best["gemm"]
+    other = sum(_OTHER_FLOPS[k](other_n) for k in _OTHER_FLOPS) / sum(best[k] for k in _OTHER_FLOPS)
+    curve = tuple((2.0 * n, 2.0 * n / best["copy", n]) for n in sizes)
+    return flops, other, curve, _call_overhead(xp, sync)
 
 
-def _gemm_rate(xp, sync, side, dtype, budget_s):
+def _gemm(xp, side, dtype):
     a = xp.ones((side, side), dtype=dtype)
     b = xp.ones((side, side), dtype=dtype)
-    return 2.0 * side ** 3 / _best(lambda: a @ b, sync, budget_s)
+    return lambda: a @ b
 
 
-def _copy_rate(xp, sync, nbytes, budget_s):
+#: FLOP of each part of the "other" mix for n elements, counted as the README counts ``flops``
+#: clauses: one per element of an elementwise function (a transcendental one too), one per random
+#: number, ``5 n log2 n`` for a complex FFT of n points.
+_OTHER_FLOPS = {"sin": lambda n: float(n), "fft": lambda n: 5.0 * n * math.log2(n),
+                "normal": lambda n: float(n)}
+
+
+def _other_mix(xp, n):
+    """The runs of the "other" mix over ``n`` elements: ``sin`` of float64s, an FFT of complex128s
+    and standard normal random numbers (NumPy's Generator; CuPy's module-level generator)."""
+    x = xp.linspace(0.0, 1.0, n)
+    z = x + 1j * x
+    rng = np.random.default_rng(0) if xp is np else xp.random
+    return {"sin": lambda: xp.sin(x), "fft": lambda: xp.fft.fft(z),
+            "normal": lambda: rng.standard_normal(n)}
+
+
+def _copy(xp, nbytes):
     src = xp.ones(nbytes // 4, dtype=np.float32)
     dst = xp.empty_like(src)
 
     def copy():
         dst[...] = src
 
-    return 2.0 * src.nbytes / _best(copy, sync, budget_s)
+    return copy
 
 
 def _call_overhead(xp, sync, repeats: int = CALL_REPEATS) -> float:
@@ -239,18 +289,35 @@ def _call_overhead(xp, sync, repeats: int = CALL_REPEATS) -> float:
     return max(statistics.median(times), 1e-9)
 
 
-def _best(run: Callable[[], Any], sync: Callable[[], Any], budget_s: float) -> float:
-    """Seconds of the fastest of up to :data:`REPEATS` timed runs within ``budget_s`` (after a warm-up)."""
-    run()
-    sync()
-    best, spent, k = float("inf"), 0.0, 0
-    while k < REPEATS and (k == 0 or spent < budget_s):
-        t = time.perf_counter()
+def _best_of_rounds(runs: dict, sync: Callable[[], Any], budget_s: float, rewarm=frozenset()) -> dict:
+    """Seconds of the fastest timed run of each of ``runs``, after one warm-up run each.
+
+    The runs take turns, one timed run of each per round, for up to :data:`REPEATS` rounds, until
+    the time they took passes ``budget_s`` (one round at least): a burst of load from another
+    process then slows one run of every measurement, not every run of one of them, and each
+    keeps its least disturbed run. The runs named in ``rewarm`` run once more, untimed, just
+    before each timed run: the copies meant to stay in cache, whose arrays the other runs of the
+    round evicted, and the GEMM, whose BLAS threads went to sleep during the other runs (waking
+    them on a loaded 2-core VM took tens of milliseconds: the GEMM measured ~1 GFLOP/s cold against
+    ~40 warm, and a task's product runs warm after the products before it).
+    """
+    for run in runs.values():
         run()
         sync()
-        dt = time.perf_counter() - t
-        best, spent, k = min(best, dt), spent + dt, k + 1
-    return max(best, 1e-9)
+    best = dict.fromkeys(runs, math.inf)
+    spent, k = 0.0, 0
+    while k < REPEATS and (k == 0 or spent < budget_s):
+        for key, run in runs.items():
+            if key in rewarm:
+                run()
+                sync()
+            t = time.perf_counter()
+            run()
+            sync()
+            dt = time.perf_counter() - t
+            best[key], spent = min(best[key], dt), spent + dt
+        k += 1
+    return {key: max(dt, 1e-9) for key, dt in best.items()}
 
 
 def _no_sync():

@@ -43,6 +43,13 @@ Time = Annotated[float, _unit(parse_time)]
 #: Compute and memory rates assumed for a device whose file gives none, scaled by its ``speed``.
 REFERENCE_FLOPS = 1e12
 REFERENCE_MEM_BANDWIDTH = 100e9
+#: The rate of work that is not a matrix product, as a fraction of the matrix product's, for a device
+#: whose file does not record ``achieved_other_flops`` (peak-only files, files calibrated before the
+#: field existed). Measured: 2-5% on a 2-core EPYC VM (an FFT, ``sin`` and random numbers against a
+#: float64 GEMM of side 256); 1/20 is the optimistic end of that range.
+OTHER_FLOPS_FRACTION = 0.05
+#: ``compute_class`` values whose ``flops`` run at the "other" rate (see :meth:`Device.rate_for`).
+OTHER_CLASS = "other"
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
 
@@ -75,6 +82,10 @@ class DeviceSpec(BaseModel):
     achieved_bandwidth: Optional[Rate] = Field(default=None, gt=0)
     bandwidth_curve: Optional[list[tuple[Size, Rate]]] = Field(default=None, min_length=1)
     call_overhead: Optional[Time] = Field(default=None, ge=0)
+    # FLOP/s of work that is not a matrix product (a transcendental ufunc, an FFT, random numbers),
+    # the rate of tasks whose compute_class is "other"; absent: OTHER_FLOPS_FRACTION of the GEMM's.
+    achieved_other_flops: Optional[Flops] = Field(default=None, gt=0)
+
     @model_validator(mode="after")
     def _check_curve(self):
         sizes = [n for n, _ in self.bandwidth_curve or ()]
@@ -163,11 +174,26 @@ class Device:
     achieved_bandwidth: float | None = None   # bytes/s a streaming copy reached
     bandwidth_curve: tuple[tuple[float, float], ...] = ()   # (working-set bytes, copy bytes/s), smallest first
     call_overhead: float | None = None        # seconds of a minimal kernel call; None: not measured
+    achieved_other_flops: float | None = None  # FLOP/s of non-matrix-product work (discovery)
 
     @property
     def compute_rate(self) -> float:
-        """FLOP/s the cost model divides ``flops`` by: the achieved figure when measured, else ``flops``."""
+        """FLOP/s of a matrix product: the achieved GEMM figure when measured, else ``flops`` (the peak)."""
         return self.achieved_flops if self.achieved_flops is not None else self.flops
+
+    @property
+    def other_compute_rate(self) -> float:
+        """FLOP/s of work that is not a matrix product: the measured figure, else
+        :data:`OTHER_FLOPS_FRACTION` of :attr:`compute_rate`."""
+        if self.achieved_other_flops is not None:
+            return self.achieved_other_flops
+        return OTHER_FLOPS_FRACTION * self.compute_rate
+
+    def rate_for(self, compute_class: str | None) -> float:
+        """FLOP/s the cost model divides a task's ``flops`` by, by the task's ``compute_class``:
+        :attr:`other_compute_rate` for ``"other"``; :attr:`compute_rate` for ``"blas"`` and for
+        tasks of no class (imported workflows), as before the classes existed."""
+        return self.other_compute_rate if compute_class == OTHER_CLASS else self.compute_rate
 
     @property
     def memory_rate(self) -> float:
@@ -233,7 +259,7 @@ class Cluster:
                     speed=d.speed, index=d.index,
                     achieved_flops=d.achieved_flops, achieved_bandwidth=d.achieved_bandwidth,
                     bandwidth_curve=tuple(tuple(p) for p in d.bandwidth_curve or ()),
-                    call_overhead=d.call_overhead))
+                    call_overhead=d.call_overhead, achieved_other_flops=d.achieved_other_flops))
         self.devices: list[Device] = devices
         self.index = {d.id: i for i, d in enumerate(devices)}
 

@@ -53,9 +53,16 @@ In this order of preference (``design.md``, section *The cost model*):
    *achieved* in discovery's micro-benchmarks (``achieved_flops``: a GEMM, ``achieved_bandwidth``:
    a streaming copy; :mod:`streammap.cluster.microbench`) when the cluster file records them, else
    its peak ``flops`` and ``mem_bandwidth`` (``Device.compute_rate``, ``Device.memory_rate``).
+   F depends on the task's ``compute_class`` (:mod:`streammap.directives.kernel_class`): a kernel
+   that multiplies matrices (``"blas"``) gets the GEMM's rate, any other (``"other"``: FFTs,
+   elementwise and random work, which NumPy runs at a few percent of it) the device's
+   ``achieved_other_flops``, else a fixed fraction of the GEMM rate (``Device.rate_for``); a task
+   of no class (imported workflows) the GEMM's, as before the classes existed.
    B depends on the task's working set m (``mem`` below) when the file records the copy's
    ``bandwidth_curve``: a task whose arrays stay in cache gets the cache's rate, read off the
-   curve (``Device.memory_rate_at``; the cache-aware roofline [3]_);
+   curve (``Device.memory_rate_at``; the cache-aware roofline [3]_). Kept by measurement: on five
+   runs of ``benchmarks/estimate_accuracy.py --first-estimate`` it never made the pooled error
+   worse than the largest copy's (DRAM) rate for every size, and better in three;
 3. ``times[d.model]``, else ``times[d.kind]``, else ``runtime / d.speed`` (imported workflows; this
    is exactly the benchmark model of ``shared/benchmarks/README.md``);
 4. otherwise the launch overhead alone (a task with no estimate at all).
@@ -112,7 +119,7 @@ from typing import Callable, Mapping, Optional
 import networkx as nx
 import numpy as np
 
-from streammap.cluster.model import Cluster, Device
+from streammap.cluster.model import OTHER_CLASS, Cluster, Device
 from streammap.errors import StreamMapError
 
 #: Launch overhead in seconds by device kind (a kernel launch, or a thread hand-off on a CPU).
@@ -299,12 +306,13 @@ class CostModel:
         # Devices that look alike to every estimate share a column ("class").
         keys, cls_of = {}, np.empty(D, dtype=np.int64)
         for j, d in enumerate(devs):
-            key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.memory_rate, d.bandwidth_curve,
-                   launch_overhead(d))
+            key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.other_compute_rate, d.memory_rate,
+                   d.bandwidth_curve, launch_overhead(d))
             cls_of[j] = keys.setdefault(key, len(keys))
         reps = [devs[int(np.flatnonzero(cls_of == c)[0])] for c in range(len(keys))]
         C = len(reps)
         c_flops = np.array([d.compute_rate for d in reps])
+        c_other = np.array([d.other_compute_rate for d in reps])
         c_speed = np.array([d.speed for d in reps])
         c_launch = np.array([launch_overhead(d) for d in reps])
         c_model = [d.model if d.model else d.kind for d in reps]
@@ -314,6 +322,7 @@ class CostModel:
         flops = np.zeros(T)
         nbytes = np.zeros(T)
         roof = np.zeros(T, dtype=bool)
+        other = np.zeros(T, dtype=bool)        # compute_class "other": flops at the non-GEMM rate
         runtime = np.full(T, np.nan)
         allowed_cache: dict[str, np.ndarray] = {}
         allowed_rows: list[tuple[int, np.ndarray]] = []
@@ -344,6 +353,7 @@ class CostModel:
                 flops[i] = _num0(f)
                 nbytes[i] = _num0(b)
                 roof[i] = True
+                other[i] = a.get("compute_class") == OTHER_CLASS
                 src[i] = min(src[i], 1)
                 continue
             times = a.get("times")
@@ -370,7 +380,8 @@ class CostModel:
         if roof.any():
             r = np.flatnonzero(roof)
             mbw = np.stack([d.memory_rate_at(self.mem[r]) for d in reps], axis=1)    # (tasks, classes)
-            est = np.maximum(flops[r, None] / c_flops[None, :], nbytes[r, None] / mbw) + c_launch[None, :]
+            rate = np.where(other[r, None], c_other[None, :], c_flops[None, :])        # (tasks, classes)
+            est = np.maximum(flops[r, None] / rate, nbytes[r, None] / mbw) + c_launch[None, :]
             blk = ct[r]
             ct[r] = np.where(np.isnan(blk), est, blk)
         has_rt = ~np.isnan(runtime)

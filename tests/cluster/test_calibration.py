@@ -9,7 +9,7 @@ import pytest
 from streammap.cli import main
 from streammap.cluster import microbench
 from streammap.cluster.discover import Discovery, calibrate, discover, write_cluster
-from streammap.cluster.model import ClusterSpec, DeviceSpec, Node, load_cluster
+from streammap.cluster.model import OTHER_FLOPS_FRACTION, ClusterSpec, DeviceSpec, Node, load_cluster
 from streammap.errors import ClusterError
 
 
@@ -140,3 +140,46 @@ def test_a_bad_bandwidth_curve_names_the_file_line_and_field(tmp_path, curve, wo
     with pytest.raises(ClusterError) as err:
         load_cluster(p)
     assert words in err.value.message
+
+
+def test_the_cpu_measurement_gives_a_positive_other_rate():
+    got = microbench.measure_device(DeviceSpec(name="cpu", kind="cpu"), budget_s=0.05)
+    assert got.other_flops > 0
+    assert "other " in got.describe(DeviceSpec(name="cpu", kind="cpu"))
+
+
+def test_the_other_rate_round_trips_through_the_cluster_file_readably(tmp_path):
+    measured = microbench.Measured(50e9, 25e9, 0.2, other_flops=2.5e9)
+    found = calibrate(_node(DeviceSpec(name="cpu", kind="cpu")), measure=_fake({"cpu": measured}))
+    out = tmp_path / "cluster.yaml"
+    write_cluster(found.spec, out, found.notes)
+    text = out.read_text()
+    assert "achieved_other_flops: 2.5 GFLOP/s" in text
+    assert "other 2.5 GFLOP/s (5.0% of GEMM)" in text
+    cpu = load_cluster(out).devices[0]
+    assert cpu.achieved_other_flops == pytest.approx(2.5e9) and cpu.other_compute_rate == pytest.approx(2.5e9)
+
+
+def test_boards_of_one_model_record_the_median_other_rate():
+    gpus = [DeviceSpec(name=f"gpu{i}", kind="gpu", model="H100", index=i) for i in range(3)]
+    results = {f"gpu{i}": microbench.Measured(40e12, 2e12, other_flops=o) for i, o in enumerate([1e12, 3e12, 2e12])}
+    devs = calibrate(_node(*gpus), measure=_fake(results)).spec.nodes[0].devices
+    assert {d.achieved_other_flops for d in devs} == {2e12}
+
+
+def test_a_cluster_file_written_before_the_other_rate_still_loads(tmp_path):
+    p = tmp_path / "old.yaml"
+    p.write_text("name: x\nnodes:\n  - name: n\n    devices:\n      - {name: cpu, kind: cpu, "
+                 "achieved_flops: 40 GFLOP/s, achieved_bandwidth: 20 GB/s, call_overhead: 1us}\n")
+    cpu = load_cluster(p).devices[0]
+    assert cpu.achieved_other_flops is None
+    assert cpu.other_compute_rate == pytest.approx(OTHER_FLOPS_FRACTION * 40e9)
+
+
+def test_a_bad_other_rate_names_the_file_line_and_field(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("name: x\nnodes:\n  - name: n\n    devices:\n      - name: cpu\n        kind: cpu\n"
+                 "        achieved_other_flops: 0\n")
+    with pytest.raises(ClusterError) as err:
+        load_cluster(p)
+    assert err.value.line == 7 and "achieved_other_flops" in err.value.message

@@ -69,7 +69,7 @@ def test_fan_out_fan_in_ir(tmp_path):
     band = g.nodes["bandpass[3]@fm_radio.py:23"]
     assert len(band["code"]) == 16                            # the kernel's code fingerprint
     assert band == {**NODE_DEFAULTS, "kernel": "bandpass", "site": "fm_radio.py:23", "code": band["code"],
-                    "flops": 16 * 1024.0, "bytes": 8 * 1024.0, "out": 4 * 1024.0,
+                    "flops": 16 * 1024.0, "bytes": 8 * 1024.0, "out": 4 * 1024.0, "compute_class": "other",
                     "args": [{"ref": "source@fm_radio.py:22"}, {"value": 3}], "kwargs": {}}
     combine = g.nodes["combine@fm_radio.py:24"]
     assert combine["device"] == "gpu"

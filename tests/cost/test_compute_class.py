@@ -1,0 +1,56 @@
+"""A task's flops run at the rate of its kernel's compute class: the GEMM's for "blas" kernels (and
+for tasks of no class, such as imported workflows), the measured "other" rate for the rest; a
+cluster file without that measurement gives "other" tasks a fixed fraction of the GEMM rate."""
+
+from __future__ import annotations
+
+import pytest
+
+from streammap.cluster.model import OTHER_FLOPS_FRACTION, cluster_from_dict
+from streammap.cost.model import CostModel
+from streammap.ir import add_task, new_graph
+
+
+def _graph(*classes):
+    g = new_graph("t", "program")
+    for k, cls in enumerate(classes):
+        add_task(g, f"t{k}", kernel=f"k{k}", flops=1e9, compute_class=cls)
+    return g
+
+
+def _cpu(**extra):
+    return cluster_from_dict({"name": "c", "nodes": [{"name": "n", "devices": [
+        {"name": "cpu", "kind": "cpu", "flops": 100e9, "call_overhead": 0, **extra}]}]})
+
+
+def test_blas_tasks_run_at_the_gemm_rate_and_other_tasks_at_the_other_rate():
+    cost = CostModel(_graph("blas", "other"), _cpu(achieved_flops="50 GFLOP/s", achieved_other_flops="2 GFLOP/s"))
+    assert cost.time[:, 0].tolist() == pytest.approx([1e9 / 50e9, 1e9 / 2e9])
+
+
+def test_a_task_of_no_class_runs_at_the_gemm_rate_as_before_classes_existed():
+    cost = CostModel(_graph(None), _cpu(achieved_flops=50e9, achieved_other_flops=2e9))
+    assert cost.time[0, 0] == pytest.approx(1e9 / 50e9)
+
+
+def test_without_a_measured_other_rate_other_tasks_get_a_fraction_of_the_gemm_rate():
+    measured = CostModel(_graph("other"), _cpu(achieved_flops=50e9)).time[0, 0]
+    peak_only = CostModel(_graph("other"), _cpu()).time[0, 0]
+    assert measured == pytest.approx(1e9 / (OTHER_FLOPS_FRACTION * 50e9))
+    assert peak_only == pytest.approx(1e9 / (OTHER_FLOPS_FRACTION * 100e9))
+
+
+def test_the_other_rate_does_not_slow_memory_bound_tasks_beyond_their_bytes():
+    g = new_graph("t", "program")
+    add_task(g, "copy", kernel="copy", flops=1e3, bytes=1e9, compute_class="other")
+    cost = CostModel(g, _cpu(achieved_other_flops=1e9, achieved_bandwidth=10e9))
+    assert cost.time[0, 0] == pytest.approx(1e9 / 10e9)
+
+
+def test_devices_that_differ_only_in_their_other_rate_are_different_classes():
+    cluster = cluster_from_dict({"name": "c", "nodes": [{"name": "n", "link": {"bandwidth": 1e10}, "devices": [
+        {"name": "g0", "kind": "gpu", "model": "H100", "achieved_other_flops": "1 TFLOP/s", "call_overhead": 0},
+        {"name": "g1", "kind": "gpu", "model": "H100", "achieved_other_flops": "2 TFLOP/s", "call_overhead": 0}]}]})
+    cost = CostModel(_graph("other"), cluster)
+    assert len(set(cost.device_class)) == 2
+    assert cost.time[0, 0] == pytest.approx(2 * cost.time[0, 1], rel=1e-3)

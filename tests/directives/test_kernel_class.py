@@ -1,0 +1,67 @@
+"""The front end tells matrix-product kernels ("blas") from the rest ("other") by reading their
+bodies, and every task of a kernel carries its class in the graph (``compute_class``)."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from streammap.directives import parse_program
+from streammap.directives.kernel_class import compute_class
+
+
+def _class_of(body: str) -> str:
+    return compute_class(ast.parse(textwrap.dedent(body)).body[0])
+
+
+@pytest.mark.parametrize("body", [
+    "def k(a, b):\n    return a @ b",
+    "def k(a, b):\n    a = a.copy()\n    a @= b\n    return a",
+    "def k(a, b):\n    xp = xp_of(a)\n    return xp.matmul(a, b)",
+    "def k(a, b):\n    return a.dot(b)",
+    "def k(a):\n    return np.linalg.cholesky(a)",
+    "def k(l, a):\n    return xp_of(a).linalg.solve(l, a.T).T",
+    "def k(a):\n    return scipy.linalg.lu_factor(a)",
+    "def k(a):\n    return linalg.norm(a)",
+    "def k(a, b):\n    return np.einsum('ij,jk->ik', a, b)",
+    "def k(a, b):\n    return np.tensordot(a, b, axes=1)",
+    "def k(a):\n    if a.ndim > 5:\n        return a @ a\n    return a",       # a branch that may not run
+])
+def test_a_body_that_calls_a_matrix_product_is_blas(body):
+    assert _class_of(body) == "blas"
+
+
+@pytest.mark.parametrize("body", [
+    "def k(x):\n    xp = xp_of(x)\n    return xp.fft.ifft(xp.fft.fft(x) * 2)",
+    "def k(n):\n    return np.sin(np.arange(n)) ** 2 + np.exp(-np.arange(n))",
+    "def k(b):\n    return np.random.default_rng(b).standard_normal((64, 64))",
+    "def k(x):\n    return x.sum(axis=1) / x.max()",
+    "def k(x, w):\n    return x * w",                                   # elementwise product, not @
+])
+def test_an_elementwise_body_is_other(body):
+    assert _class_of(body) == "other"
+
+
+def test_every_task_of_a_program_carries_its_kernels_class(tmp_path):
+    path = tmp_path / "prog.py"
+    path.write_text(textwrap.dedent("""\
+        import numpy as np
+
+        # @stream kernel(flops=100)
+        def noise(i):
+            return np.random.default_rng(i).standard_normal((8, 8))
+
+        # @stream kernel(flops=1024)
+        def product(a, b):
+            return np.matmul(a, b)
+
+        # @stream graph
+        def main():
+            xs = [noise(i) for i in range(2)]
+            return product(xs[0], xs[1])
+        """))
+    g = parse_program(path)
+    assert {a["kernel"]: a["compute_class"] for _, a in g.nodes(data=True)} == \
+        {"noise": "other", "product": "blas"}
