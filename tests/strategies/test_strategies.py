@@ -473,6 +473,10 @@ def test_state_is_placed_by_what_items_cost_to_move_and_the_floor_explains_a_mis
     from streammap.cost.model import CostModel
     from streammap.strategies.pipeline import period_floor, stage_problem
     g = load_source_graph(SAMPLES / "fm_stream.py", {})
+    # Microsecond stages: every stage computes at the device's matrix-product rate, so moving the
+    # frames, not computing them, is what the period is made of.
+    for n in g.nodes:
+        g.nodes[n]["compute_class"] = "blas"
     problem = stage_problem(CostModel(g, load_cluster(shared / "clusters" / "mixed-vendors.yaml")), 32)
     m = map_pipeline(problem, 32)
     floor = period_floor(problem)
