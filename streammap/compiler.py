@@ -116,7 +116,8 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     choice = choose_strategy(graph, clus, map_fn=lambda cost: _map(cost, mapper, map_fn), strategy=strategy,
                              history=hook)
     kept = choice.chosen
-    if kept.name in ("none", "data") and kept.schedule.mapper == "heft":
+    # auto's plan is HEFT's own when HEFT won (its first candidate): no second HEFT pass.
+    if kept.name in ("none", "data") and kept.schedule.mapper in ("heft", "auto(heft)"):
         heft_makespan = kept.schedule.makespan
     else:
         try:
