@@ -48,13 +48,11 @@ from __future__ import annotations
 import ast
 import bisect
 import difflib
+import functools
 import re
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from streammap.directives.safe_eval import MAX_DEPTH, MAX_EXPR_CHARS, Locator, deepest, too_deep
 from streammap.errors import DirectiveError
@@ -235,7 +233,10 @@ def _skeleton(src: Source) -> tuple[str, list[int]]:
     return "\n".join(out), origin
 
 
-def _parse_cst(path: str, text: str, lines: list[str], origin: list[int]) -> cst.Module:
+def _parse_cst(path: str, text: str, lines: list[str], origin: list[int]):
+    # libcst is imported here, not with this module: it is most of the import time of
+    # ``streammap compile``, and a workflow (JSON) never reads directives.
+    import libcst as cst  # noqa: PLC0415
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
@@ -308,53 +309,62 @@ def _comments_at(src: Source, first: int, candidates: list[tuple[int, int]]) -> 
 
 # -- attachment (libcst) -------------------------------------------------------------------------
 
-class _AttachedDirectives(cst.CSTVisitor):
-    """Collects the ``# @stream`` comments directly above each module-level statement.
+@functools.cache
+def _visitor_class():
+    """The libcst visitor class, defined on first use with libcst (see :func:`_parse_cst`)."""
+    import libcst as cst  # noqa: PLC0415
+    from libcst.metadata import PositionProvider  # noqa: PLC0415
 
-    Result: ``attached[comment_line] = statement_line`` where the statement line is the line
-    ``ast`` gives the statement (the ``def`` line for a decorated function).
-    """
+    class _AttachedDirectives(cst.CSTVisitor):
+        """Collects the ``# @stream`` comments directly above each module-level statement.
 
-    METADATA_DEPENDENCIES = (PositionProvider,)
+        Result: ``attached[comment_line] = statement_line`` where the statement line is the line
+        ``ast`` gives the statement (the ``def`` line for a decorated function).
+        """
 
-    def __init__(self):
-        super().__init__()
-        self.attached: dict[int, int] = {}
+        METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def visit_Module(self, node: cst.Module) -> bool:
-        for i, stmt in enumerate(node.body):
-            # Comment blocks that sit directly above a line of this statement: above its first
-            # decorator (libcst keeps the first statement's in the module header), above each
-            # further decorator, and between the decorators and the ``def``.
-            above = (list(node.header) if i == 0 else []) + list(stmt.leading_lines)
-            blocks = []
-            for deco in getattr(stmt, "decorators", ()):
-                blocks.append(above + list(deco.leading_lines))
-                above = []
-            blocks.append(above + list(getattr(stmt, "lines_after_decorators", ())))
-            for block in blocks:
-                self._attach(self._directly_above(block), stmt)
-        return False            # module-level only: nothing below needs visiting
+        def __init__(self):
+            super().__init__()
+            self.attached: dict[int, int] = {}
 
-    def _directly_above(self, lines) -> list[int]:
-        """Lines of the directives in ``lines`` with no blank line between them and the code."""
-        pending: list[int] = []
-        for empty in lines:
-            if empty.comment is None:
-                pending = []
-            elif _PRAGMA.match(empty.comment.value):
-                pending.append(self.get_metadata(PositionProvider, empty.comment).start.line)
-        return pending
+        def visit_Module(self, node: cst.Module) -> bool:
+            for i, stmt in enumerate(node.body):
+                # Comment blocks that sit directly above a line of this statement: above its first
+                # decorator (libcst keeps the first statement's in the module header), above each
+                # further decorator, and between the decorators and the ``def``.
+                above = (list(node.header) if i == 0 else []) + list(stmt.leading_lines)
+                blocks = []
+                for deco in getattr(stmt, "decorators", ()):
+                    blocks.append(above + list(deco.leading_lines))
+                    above = []
+                blocks.append(above + list(getattr(stmt, "lines_after_decorators", ())))
+                for block in blocks:
+                    self._attach(self._directly_above(block), stmt)
+            return False            # module-level only: nothing below needs visiting
 
-    def _attach(self, pending: list[int], stmt) -> None:
-        line = self.get_metadata(PositionProvider, stmt).start.line
-        for comment_line in pending:
-            self.attached[comment_line] = line
+        def _directly_above(self, lines) -> list[int]:
+            """Lines of the directives in ``lines`` with no blank line between them and the code."""
+            pending: list[int] = []
+            for empty in lines:
+                if empty.comment is None:
+                    pending = []
+                elif _PRAGMA.match(empty.comment.value):
+                    pending.append(self.get_metadata(PositionProvider, empty.comment).start.line)
+            return pending
+
+        def _attach(self, pending: list[int], stmt) -> None:
+            line = self.get_metadata(PositionProvider, stmt).start.line
+            for comment_line in pending:
+                self.attached[comment_line] = line
+
+    return _AttachedDirectives
 
 
-def _attached_lines(module: cst.Module, origin: list[int]) -> dict[int, int]:
-    """``attached`` of :class:`_AttachedDirectives` for the skeleton ``module``, in file lines."""
-    visitor = _AttachedDirectives()
+def _attached_lines(module, origin: list[int]) -> dict[int, int]:
+    """``attached`` of the visitor (:func:`_visitor_class`) for the skeleton ``module``, in file lines."""
+    from libcst.metadata import MetadataWrapper  # noqa: PLC0415
+    visitor = _visitor_class()()
     MetadataWrapper(module, unsafe_skip_copy=True).visit(visitor)
     return {origin[comment - 1]: origin[stmt - 1] for comment, stmt in visitor.attached.items()}
 

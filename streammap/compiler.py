@@ -13,6 +13,7 @@ import hashlib
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 
 from streammap.cluster.discover import discover_local
 from streammap.cluster.model import Cluster, cluster_from_dict, dump_cluster_spec, load_cluster
@@ -21,6 +22,7 @@ from streammap.cost.model import CostModel, lower_bound
 from streammap.directives import MAX_TASKS, parse_program
 from streammap.directives.imports import local_modules
 from streammap.errors import StreamMapError
+from streammap.io.bulk import gc_paused
 from streammap.io.importers import load_graph
 from streammap.ir import write_graph
 from streammap.mappers import get_mapper
@@ -119,7 +121,8 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     choice = choose_strategy(graph, clus, map_fn=lambda cost: _map(cost, mapper, map_fn), strategy=strategy,
                              history=hook)
     kept = choice.chosen
-    if kept.name in ("none", "data") and kept.schedule.mapper == "heft":
+    # auto's plan is HEFT's own when HEFT won (its first candidate): no second HEFT pass.
+    if kept.name in ("none", "data") and kept.schedule.mapper in ("heft", "auto(heft)"):
         heft_makespan = kept.schedule.makespan
     else:
         try:
@@ -175,21 +178,8 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
     ``strategy`` and ``pipeline`` are the plan's optional blocks of the same names (the parallel
     strategy chosen; a pipeline's steady state, as :class:`~streammap.plan.PipelineInfo` fields);
     a pipeline plan's objective is ``throughput``."""
-    topo = {t: i for i, t in enumerate(nx.lexicographical_topological_sort(graph, key=cost.pos.__getitem__))}
-    order = sorted(cost.tasks, key=lambda t: (schedule.start[cost.pos[t]], schedule.finish[cost.pos[t]], topo[t]))
-    tasks = []
-    for tid in order:
-        i = cost.pos[tid]
-        node = graph.nodes[tid]
-        tasks.append(PlanTask(
-            id=tid, kernel=node["kernel"], device=cluster.devices[int(schedule.device[i])].id,
-            deps=sorted(graph.predecessors(tid), key=topo.__getitem__),
-            start=float(schedule.start[i]), finish=float(schedule.finish[i]),
-            site=node.get("site"), estimate=cost.source[i], retries=int(node.get("retries") or 0),
-            timeout=node.get("timeout"),
-            share=cost.share_on(i, int(schedule.device[i])), out=float(cost.out[i]) if cluster.oversubscription > 1 else None,
-            stateful=bool(node.get("stateful")),
-            args=node.get("args") or [], kwargs=node.get("kwargs") or {}))
+    with gc_paused():        # a few objects per task, no cycles: see streammap.io.bulk
+        tasks = _plan_tasks(graph, cluster, cost, schedule)
     g = graph.graph
     if modules is None:
         modules = program_modules(source_path, graph)
@@ -209,6 +199,28 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
         objective="throughput" if pipeline is not None else "makespan",
         strategy=strategy,
         pipeline=PipelineInfo(**pipeline) if pipeline is not None else None)
+
+
+def _plan_tasks(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: Schedule) -> list[PlanTask]:
+    """The plan's tasks in start order (ties: finish, then a lexicographic topological order)."""
+    topo = {t: i for i, t in enumerate(nx.lexicographical_topological_sort(graph, key=cost.pos.__getitem__))}
+    topo_of = np.fromiter((topo[t] for t in cost.tasks), dtype=np.int64, count=cost.n_tasks)
+    # Task positions by (start, finish, topological index): the last key is unique, so no ties are left.
+    order = np.lexsort((topo_of, schedule.finish, schedule.start)).tolist()
+    tasks = []
+    for i in order:
+        tid = cost.tasks[i]
+        node = graph.nodes[tid]
+        tasks.append(PlanTask(
+            id=tid, kernel=node["kernel"], device=cluster.devices[int(schedule.device[i])].id,
+            deps=sorted(graph.predecessors(tid), key=topo.__getitem__),
+            start=float(schedule.start[i]), finish=float(schedule.finish[i]),
+            site=node.get("site"), estimate=cost.source[i], retries=int(node.get("retries") or 0),
+            timeout=node.get("timeout"),
+            share=cost.share_on(i, int(schedule.device[i])), out=float(cost.out[i]) if cluster.oversubscription > 1 else None,
+            stateful=bool(node.get("stateful")),
+            args=node.get("args") or [], kwargs=node.get("kwargs") or {}))
+    return tasks
 
 
 def _local_index(cluster: Cluster, device) -> int | None:

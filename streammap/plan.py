@@ -23,6 +23,16 @@ Beyond the design's example, a plan carries what a machine needs to run it witho
 per task     ``site`` (call site), ``estimate`` (where its time estimate came from), ``args`` and
              ``kwargs`` (arg specs), ``retries``, ``timeout``.
 
+Large plans: a plan of more than :data:`COLUMNAR_TASKS` tasks keeps its task list in a *columnar
+sidecar* beside it, ``<plan>.tasks.npz`` (:func:`tasks_to_columns`: ids, kernels, devices, starts,
+finishes and deps as arrays), and its YAML names that file in place of ``tasks``:
+``tasks_file: {path: g.plan.tasks.npz, sha256: ..., tasks: 1000000}``. Smaller plans are the YAML
+they always were, byte for byte. :func:`read_plan` reads both into the same :class:`Plan`; a
+sidecar must sit in the plan's folder and match its sha256, holds no pickled objects, and its
+columns are checked as a whole before a task is built (:func:`tasks_from_columns`), then the plan
+as any other (:func:`validate_plan`). Why: a million tasks are hundreds of megabytes of YAML that
+take minutes to write and read; as columns they are tens of megabytes, read in seconds.
+
 Paths: ``source.path`` is written relative to the plan file's folder and resolved against it on
 read, so a plan and its program can move together. ``source.modules`` lists the program's local
 modules (files of its folder that it imports, :mod:`streammap.directives.imports`), each with its
@@ -40,21 +50,28 @@ output names are identifiers (they become ``.npz`` member names); device indices
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
+import numpy as np
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from streammap.errors import PlanError
-from streammap.io.files import atomic_write_text
+from streammap.io.bulk import gc_paused
+from streammap.io.columnar import decode_strings, encode_strings, read_columns, write_columns
+from streammap.io.files import atomic_write_text, check_output_path
 from streammap.io.yamlfile import dump_yaml, load_yaml, validation_error
 from streammap.ir import spec_refs
 
 PLAN_VERSION = 1
+
+#: Plans of more tasks than this keep their task list in a columnar sidecar (:func:`write_plan`).
+COLUMNAR_TASKS = 50_000
 
 #: Slack when summing shares (``0.1 + 0.2 + 0.7`` is a full device, not an overfull one).
 SHARE_EPS = 1e-9
@@ -266,7 +283,13 @@ class Plan(_Strict):
 
     # -- writing -------------------------------------------------------------------------
     def to_yaml(self, relative_to: str | Path | None = None) -> str:
-        data = self.model_dump(mode="json")
+        return dump_yaml(self._yaml_data(relative_to), sort_keys=False, default_flow_style=None, width=100,
+                         allow_unicode=True)
+
+    def _yaml_data(self, relative_to: str | Path | None = None, tasks: bool = True) -> dict:
+        """The plan as the YAML's plain data (fields at their defaults left out); without the task
+        list when ``tasks`` is false (a plan whose tasks go to a columnar sidecar)."""
+        data = self.model_dump(mode="json", exclude=None if tasks else {"tasks"})
         for key in ("solver_bound", "spill_bytes"):
             if data["mapper"].get(key) is None:
                 data["mapper"].pop(key, None)
@@ -277,12 +300,16 @@ class Plan(_Strict):
             data["source"]["path"] = _relpath(self.source.path, relative_to)
         if not data["source"]["modules"]:
             del data["source"]["modules"]        # a one-file program's plan reads as it always did
-        for t in data["tasks"]:
-            for key, empty in (("site", None), ("estimate", None), ("retries", 0), ("timeout", None), ("share", 1.0), ("out", None), ("stateful", False),
-                           ("args", []), ("kwargs", {})):
+        for t in data.get("tasks", ()):
+            for key, empty in _TASK_DEFAULTS:
                 if t.get(key) == empty:
                     del t[key]
-        return dump_yaml(data, sort_keys=False, default_flow_style=None, width=100, allow_unicode=True)
+        return data
+
+
+#: Task fields left out of the YAML (and of the sidecar's columns) when at these values.
+_TASK_DEFAULTS = (("site", None), ("estimate", None), ("retries", 0), ("timeout", None), ("share", 1.0),
+                  ("out", None), ("stateful", False), ("args", []), ("kwargs", {}))
 
 
 def _relpath(path: str, base) -> str:
@@ -296,11 +323,16 @@ def sha256_file(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def write_plan(plan: Plan, path) -> None:
+def write_plan(plan: Plan, path, *, columnar_above: int | None = None) -> None:
     """Write ``plan`` to ``path`` atomically (a half-written plan never exists).
 
     The program's path is written relative to the plan's folder, so a folder holding both can be
     moved. :func:`read_plan` gives the same plan back.
+
+    A plan of more than ``columnar_above`` tasks (:data:`COLUMNAR_TASKS` by default) keeps its
+    task list in a columnar sidecar beside it (:func:`tasks_file_name`; see the module docstring):
+    the sidecar is written first, then the YAML that names it with its sha256, so the YAML never
+    names a sidecar that is not complete.
 
     Examples
     --------
@@ -329,7 +361,23 @@ def write_plan(plan: Plan, path) -> None:
     True
     """
     path = Path(path)
-    text = plan.to_yaml(relative_to=path.parent)
+    limit = COLUMNAR_TASKS if columnar_above is None else columnar_above
+    if len(plan.tasks) <= limit:
+        atomic_write_text(path, plan.to_yaml(relative_to=path.parent), what="plan")
+        return
+    check_output_path(path, "plan")
+    sidecar = path.with_name(tasks_file_name(path))
+    write_columns(sidecar, tasks_to_columns(plan), what="plan's task columns")
+    header = plan._yaml_data(relative_to=path.parent, tasks=False)
+    tasks_file = {"path": sidecar.name, "sha256": sha256_file(sidecar), "tasks": len(plan.tasks)}
+    # The sidecar's name takes the place of the task list, so the header keeps the field order.
+    data = {}
+    for key in Plan.model_fields:
+        if key == "tasks":
+            data["tasks_file"] = tasks_file
+        elif key in header:
+            data[key] = header[key]
+    text = dump_yaml(data, sort_keys=False, default_flow_style=None, width=100, allow_unicode=True)
     atomic_write_text(path, text, what="plan")
 
 
@@ -360,10 +408,18 @@ def read_plan(path) -> Plan:
     if data["streammap_plan"] != PLAN_VERSION:
         raise PlanError(f"plan version {data['streammap_plan']!r} is not supported (this StreamMAP reads {PLAN_VERSION})",
                         path=path, line=lines.get(("streammap_plan",)), hint="compile the program again")
+    tasks_file = data.pop("tasks_file", None)
+    if tasks_file is not None:
+        if "tasks" in data:
+            raise PlanError("the plan has both 'tasks' and 'tasks_file'", path=path, line=lines.get(("tasks_file",)),
+                            hint="a plan lists its tasks in one place: remove one of them, or compile again")
+        data["tasks"] = []
     try:
         plan = Plan.model_validate(data)
     except pydantic.ValidationError as exc:
         raise validation_error(exc, path, lines, PlanError, "plan") from None
+    if tasks_file is not None:
+        plan.tasks = read_tasks_file(path, tasks_file, [d.id for d in plan.devices], lines.get(("tasks_file",)))
     src = Path(plan.source.path)
     if not src.is_absolute():
         plan.source.path = os.path.normpath(path.parent / src)
@@ -371,6 +427,219 @@ def read_plan(path) -> Plan:
     validate_plan(plan, path=path, lines=lines)
     check_plan_names(plan, path=path, lines=lines)
     return plan
+
+
+# -- the columnar sidecar --------------------------------------------------------------------------
+
+#: Sidecar columns every task has (besides the string columns ``id`` and ``kernel_names``).
+_REQUIRED_COLUMNS = ("kernel", "device", "start", "finish", "dep_ptr", "dep_idx")
+
+
+def tasks_file_name(plan_path) -> str:
+    """The sidecar's file name for a plan file: ``g.plan.yaml`` -> ``g.plan.tasks.npz``."""
+    path = Path(plan_path)
+    stem = path.stem if path.suffix in (".yaml", ".yml") else path.name
+    return f"{stem}.tasks.npz"
+
+
+def _categories(values) -> tuple[np.ndarray, list[str]]:
+    """Codes (``-1`` for ``None``) into a list of the distinct strings, in order of appearance."""
+    names: dict[str, int] = {}
+    codes = np.fromiter((-1 if v is None else names.setdefault(v, len(names)) for v in values),
+                        dtype=np.int32, count=len(values))
+    return codes, list(names)
+
+
+def _put_strings(columns: dict, name: str, values) -> None:
+    columns[f"{name}_utf8"], columns[f"{name}_off"] = encode_strings(values)
+
+
+def tasks_to_columns(plan: Plan) -> dict[str, np.ndarray]:
+    """The plan's task list as the sidecar's columns (see the module docstring).
+
+    Every task has ``id``, ``kernel`` (codes into ``kernel_names``), ``device`` (positions in
+    ``plan.devices``), ``start``, ``finish`` and its deps as positions in the task list
+    (``dep_idx[dep_ptr[i]:dep_ptr[i + 1]]``). The other fields get a column only when some task
+    has a value other than the default: ``site`` and ``estimate`` (codes into their names),
+    ``retries``, ``timeout`` and ``out`` (NaN: none), ``share``, ``stateful``, and ``args`` and
+    ``kwargs`` as JSON text (empty: none).
+    """
+    tasks = plan.tasks
+    T = len(tasks)
+    index = {t.id: i for i, t in enumerate(tasks)}
+    device_pos = {d.id: i for i, d in enumerate(plan.devices)}
+    columns: dict[str, np.ndarray] = {}
+    _put_strings(columns, "id", [t.id for t in tasks])
+    columns["kernel"], kernels = _categories([t.kernel for t in tasks])
+    _put_strings(columns, "kernel_names", kernels)
+    columns["device"] = np.fromiter((device_pos[t.device] for t in tasks), dtype=np.int32, count=T)
+    columns["start"] = np.fromiter((t.start for t in tasks), dtype=np.float64, count=T)
+    columns["finish"] = np.fromiter((t.finish for t in tasks), dtype=np.float64, count=T)
+    columns["dep_ptr"] = np.zeros(T + 1, dtype=np.int64)
+    np.cumsum([len(t.deps) for t in tasks], out=columns["dep_ptr"][1:])
+    columns["dep_idx"] = np.fromiter((index[d] for t in tasks for d in t.deps), dtype=np.int64,
+                                     count=int(columns["dep_ptr"][-1]))
+    defaults = dict(_TASK_DEFAULTS)
+    for key in ("site", "estimate"):
+        values = [getattr(t, key) for t in tasks]
+        if any(v is not None for v in values):
+            columns[key], names = _categories(values)
+            _put_strings(columns, f"{key}_names", names)
+    for key, dtype in (("retries", np.int64), ("timeout", np.float64), ("share", np.float64), ("out", np.float64),
+                       ("stateful", np.bool_)):
+        values = [getattr(t, key) for t in tasks]
+        if any(v != defaults[key] for v in values):
+            columns[key] = np.array([np.nan if v is None else v for v in values], dtype=dtype)
+    for key in ("args", "kwargs"):
+        values = [getattr(t, key) for t in tasks]
+        if any(values):
+            _put_strings(columns, key, [json.dumps(v, separators=(",", ":")) if v else "" for v in values])
+    return columns
+
+
+def read_tasks_file(plan_path: Path, tasks_file, device_ids: list[str], line: int | None = None) -> list[PlanTask]:
+    """The task list of a plan whose ``tasks_file`` names a columnar sidecar.
+
+    The sidecar must be a file of the plan's own folder (a bare file name), match the sha256 the
+    plan gives, and hold the number of tasks it says; its columns are then checked
+    (:func:`tasks_from_columns`).
+    """
+    if not (isinstance(tasks_file, dict) and set(tasks_file) == {"path", "sha256", "tasks"}
+            and isinstance(tasks_file["path"], str) and isinstance(tasks_file["sha256"], str)
+            and isinstance(tasks_file["tasks"], int)):
+        raise PlanError("'tasks_file' must be a mapping of path, sha256 and tasks", path=plan_path, line=line,
+                        hint="compile the plan again")
+    name = tasks_file["path"]
+    if not name or Path(name).name != name or name.startswith(".") or "\\" in name:
+        raise PlanError(f"tasks_file {name!r} is not a file name in the plan's folder", path=plan_path, line=line,
+                        hint="a plan's task columns sit beside it: path is a bare file name")
+    sidecar = plan_path.parent / name
+    digest = sha256_file(sidecar) if sidecar.is_file() else None
+    if digest is None:
+        raise PlanError(f"the plan's task columns {sidecar} do not exist", path=plan_path, line=line,
+                        hint="keep the .tasks.npz file beside its plan, or compile again")
+    if digest != tasks_file["sha256"]:
+        raise PlanError(f"{sidecar} does not match the plan (sha256 {digest[:12]}… != {tasks_file['sha256'][:12]}…)",
+                        path=plan_path, line=line, hint="the plan and its task columns are written together: compile again")
+    columns = read_columns(sidecar, PlanError, "plan's task columns")
+    with gc_paused():
+        tasks = tasks_from_columns(columns, device_ids, path=sidecar)
+    if len(tasks) != tasks_file["tasks"]:
+        raise PlanError(f"the plan says {tasks_file['tasks']} tasks but its task columns hold {len(tasks)}",
+                        path=plan_path, line=line, hint="compile the plan again")
+    return tasks
+
+
+def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], path=None) -> list[PlanTask]:
+    """Check the sidecar's columns (:func:`tasks_to_columns`) and build the plan's tasks from them.
+
+    What pydantic checks on a YAML plan is checked here on whole columns: lengths, codes within
+    their tables, ``start >= 0``, ``finish >= 0``, ``0 < share <= 1``, ``retries >= 0``,
+    ``timeout > 0``, ``out >= 0``, and deps that name earlier tasks; :func:`validate_plan` then
+    checks the plan as it checks any other.
+    """
+    def bad(what: str, rows=None):
+        first = ""
+        if rows is not None and np.asarray(rows).any():
+            first = f" (first at task #{int(np.flatnonzero(rows)[0])})"
+        return PlanError(f"the plan's task columns are invalid: {what}{first}", path=path,
+                         hint="the task columns are written by streammap compile: compile the plan again")
+
+    missing = [k for k in (*_REQUIRED_COLUMNS, "id_utf8", "id_off", "kernel_names_utf8", "kernel_names_off")
+               if k not in columns]
+    if missing:
+        raise bad(f"no column {missing[0]!r}")
+    ids = decode_strings(columns["id_utf8"], columns["id_off"], PlanError, path, "id")
+    kernels = decode_strings(columns["kernel_names_utf8"], columns["kernel_names_off"], PlanError, path, "kernel_names")
+    T = len(ids)
+    for key, n in (("kernel", T), ("device", T), ("start", T), ("finish", T), ("dep_ptr", T + 1),
+                   *((k, T) for k in ("site", "estimate", "retries", "timeout", "share", "out", "stateful")
+                     if k in columns)):
+        if columns[key].size != n:
+            raise bad(f"column {key!r} has {columns[key].size} values for {T} tasks")
+
+    def codes(key: str, n: int, none_ok: bool = False) -> np.ndarray:
+        c = columns[key]
+        if c.dtype.kind not in "iu":
+            raise bad(f"column {key!r} is not integer")
+        rows = (c < (-1 if none_ok else 0)) | (c >= n)
+        if rows.any():
+            raise bad(f"column {key!r} holds a code outside 0..{n - 1}", rows)
+        return c
+
+    kernel, device = codes("kernel", len(kernels)), codes("device", len(device_ids))
+    start, finish = columns["start"].astype(np.float64), columns["finish"].astype(np.float64)
+    for key, col in (("start", start), ("finish", finish)):
+        if not (col >= 0).all():
+            raise bad(f"{key} must be >= 0", ~(col >= 0))
+    ptr, idx = columns["dep_ptr"], columns["dep_idx"]
+    if ptr.dtype.kind not in "iu" or idx.dtype.kind not in "iu":
+        raise bad("dep_ptr and dep_idx must be integer")
+    if ptr[0] != 0 or ptr[-1] != idx.size or (np.diff(ptr) < 0).any():
+        raise bad("dep_ptr does not cut dep_idx into the tasks' deps")
+    owner = np.repeat(np.arange(T), np.diff(ptr))
+    late = (idx < 0) | (idx >= owner)
+    if late.any():
+        # The same rule as validate_plan's: deps come earlier in the list (the list is a topological order).
+        raise bad(f"task #{int(owner[np.flatnonzero(late)[0]])} depends on a task that does not come before it")
+
+    optional: dict[str, list] = {}
+    for key in ("site", "estimate"):
+        if key in columns:
+            names = decode_strings(columns[f"{key}_names_utf8"], columns[f"{key}_names_off"], PlanError, path,
+                                   f"{key}_names") if f"{key}_names_utf8" in columns else []
+            table = names + [None]           # code -1 picks None
+            optional[key] = [table[c] for c in codes(key, len(names), none_ok=True).tolist()]
+    checks = {"retries": lambda c: c >= 0, "timeout": lambda c: np.isnan(c) | (c > 0),
+              "share": lambda c: (c > 0) & (c <= 1), "out": lambda c: np.isnan(c) | (c >= 0),
+              "stateful": lambda c: np.ones(c.size, dtype=bool)}
+    for key, ok in checks.items():
+        if key in columns:
+            col = columns[key]
+            rows = ~ok(col)
+            if rows.any():
+                raise bad(f"column {key!r} holds an invalid value", rows)
+            if key == "retries":
+                optional[key] = col.astype(np.int64).tolist()
+            elif key == "stateful":
+                optional[key] = col.astype(bool).tolist()
+            else:
+                optional[key] = [None if math.isnan(v) and key != "share" else v for v in col.astype(np.float64).tolist()]
+    for key, kind in (("args", list), ("kwargs", dict)):
+        if f"{key}_utf8" in columns:
+            texts = decode_strings(columns[f"{key}_utf8"], columns[f"{key}_off"], PlanError, path, key)
+            if len(texts) != T:
+                raise bad(f"column {key!r} has {len(texts)} values for {T} tasks")
+            values = []
+            for i, text in enumerate(texts):
+                try:
+                    v = json.loads(text) if text else kind()
+                except ValueError:
+                    raise bad(f"task #{i}: {key} is not JSON") from None
+                if not isinstance(v, kind):
+                    raise bad(f"task #{i}: {key} is not a {kind.__name__}")
+                values.append(v)
+            optional[key] = values
+
+    dep_list = idx.tolist()
+    bounds = ptr.tolist()
+    starts, finishes = start.tolist(), finish.tolist()
+    kernel_of, device_of = kernel.tolist(), device.tolist()
+    extra = list(optional.items())           # only the fields some task has off its default
+    validate = PlanTask.model_validate       # pydantic-core: as fast as model_construct, and checked
+    tasks = []
+    for i in range(T):
+        fields = {"id": ids[i], "kernel": kernels[kernel_of[i]], "device": device_ids[device_of[i]],
+                  "deps": [ids[j] for j in dep_list[bounds[i]:bounds[i + 1]]],
+                  "start": starts[i], "finish": finishes[i]}
+        for key, col in extra:
+            fields[key] = col[i]
+        try:
+            tasks.append(validate(fields))
+        except pydantic.ValidationError as exc:
+            err = exc.errors()[0]
+            raise bad(f"task #{i} ({ids[i]}): {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    return tasks
 
 
 def check_source_confined(plan: Plan) -> None:

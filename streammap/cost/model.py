@@ -112,6 +112,7 @@ References
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from typing import Callable, Mapping, Optional
@@ -121,6 +122,7 @@ import numpy as np
 
 from streammap.cluster.model import OTHER_CLASS, Cluster, Device
 from streammap.errors import StreamMapError
+from streammap.io.bulk import gc_paused
 
 #: Launch overhead in seconds by device kind (a kernel launch, or a thread hand-off on a CPU).
 LAUNCH_OVERHEAD = {"cpu": 2e-6}
@@ -148,6 +150,17 @@ def launch_overhead(device: Device) -> float:
     if device.call_overhead is not None:
         return device.call_overhead
     return LAUNCH_OVERHEAD.get(device.kind, DEFAULT_LAUNCH_OVERHEAD)
+
+
+def _class_time(times: Mapping, model: str | None, kind: str, runtime) -> float:
+    """A task's ``times`` entry for a device class: by model, else by kind; else ``inf`` (it
+    cannot run there) when it has no ``runtime`` either, ``nan`` (decided by the runtime) when it has."""
+    v = times.get(model) if model is not None else None
+    if v is None:
+        v = times.get(kind)
+    if v is not None:
+        return float(v)
+    return math.inf if runtime is None else math.nan
 
 
 def concat_ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -222,8 +235,11 @@ class CostModel:
         nodes = {}
         self.node_of = np.array([nodes.setdefault(d.node, len(nodes)) for d in self.devices], dtype=np.int64)
 
-        self._build_sizes()
-        self._build_times(history)
+        # A few Python objects per task, no cycles (streammap.io.bulk): the collector is paused,
+        # unless a history hook runs, which may be anyone's code.
+        with gc_paused() if history is None else contextlib.nullcontext():
+            self._build_sizes()
+            self._build_times(history)
 
     # ------------------------------------------------------------------ construction
 
@@ -329,6 +345,9 @@ class CostModel:
         model_cache: dict[str, list[int]] = {}
         for c, m in enumerate(c_model):
             model_cache.setdefault(m, []).append(c)
+        class_keys = [(d.model, d.kind) for d in reps]
+        times_rows: list[int] = []             # tasks with a times mapping, and their time per class
+        times_vals: list[float] = []           # flat (floats are not tracked by the collector)
 
         for i, t in enumerate(self.tasks):
             a = self.graph.nodes[t]
@@ -361,21 +380,18 @@ class CostModel:
             if rt is not None:
                 runtime[i] = float(rt)
             if times:
-                row = ct[i]
-                for c, d in enumerate(reps):
-                    if not np.isnan(row[c]):
-                        continue
-                    v = times.get(d.model) if d.model is not None else None
-                    if v is None:
-                        v = times.get(d.kind)
-                    if v is not None:
-                        row[c] = float(v)
-                    elif rt is None:
-                        row[c] = math.inf
+                # Gathered as plain rows and written in one block after the loop (see below).
+                times_rows.append(i)
+                times_vals.extend([_class_time(times, m, k, rt) for m, k in class_keys])
                 src[i] = min(src[i], 2)
             elif rt is not None:
                 src[i] = min(src[i], 3)
 
+        # A times mapping fills the classes a measurement (history) left undecided.
+        if times_rows:
+            r = np.array(times_rows, dtype=np.int64)
+            blk = ct[r]
+            ct[r] = np.where(np.isnan(blk), np.array(times_vals, dtype=np.float64).reshape(r.size, C), blk)
         # Fill what the loop left undecided, a whole column block at a time.
         if roof.any():
             r = np.flatnonzero(roof)

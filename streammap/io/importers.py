@@ -88,7 +88,8 @@ def load_graph(path, max_tasks: int = MAX_TASKS) -> nx.DiGraph:
     """
     path = Path(path)
     text = read_text_bounded(path, MAX_JSON_BYTES, what="workflow file")
-    with gc_paused():             # a few objects per task and edge, no cycles: see streammap.io.bulk
+    # A few objects per task and edge, no cycles, kept for the whole compile: see streammap.io.bulk.
+    with gc_paused(freeze=True):
         return _graph_of_text(path, text, max_tasks)
 
 

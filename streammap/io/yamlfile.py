@@ -105,23 +105,29 @@ def dump_yaml(data, *, default_flow_style=False, width=None, allow_unicode=None,
     str
     """
     options = dict(default_flow_style=default_flow_style, width=width, allow_unicode=allow_unicode)
-    nodes = _Nodes(default_flow_style, sort_keys)
+    # One pause over building, writing and dropping the node tree: were the collector switched
+    # back on while the tree is alive, its next pass would walk every node once, for nothing
+    # (a third of the time a 10,000-task plan took to write).
+    text = None
     with gc_paused():
+        nodes = _Nodes(default_flow_style, sort_keys)
         node = nodes.node(data)
-    if node is None:                    # not plain data, or shared containers: PyYAML's own path
+        if node is not None:
+            if isinstance(node, ScalarNode) or not nodes.emitters_agree:
+                dumper = yaml.SafeDumper    # the cases where libyaml writes other bytes: see _EMITTERS_DIFFER
+            stream = io.StringIO()
+            emitter = dumper(stream, **options)
+            try:
+                emitter.open()
+                emitter.serialize(node)
+                emitter.close()
+            finally:
+                emitter.dispose()
+            text = stream.getvalue()
+        del node, nodes
+    if text is None:                    # not plain data, or shared containers: PyYAML's own path
         return yaml.dump(data, Dumper=dumper, sort_keys=sort_keys, **options)
-    if isinstance(node, ScalarNode) or not nodes.emitters_agree:
-        dumper = yaml.SafeDumper        # the cases where libyaml writes other bytes: see _EMITTERS_DIFFER
-    stream = io.StringIO()
-    emitter = dumper(stream, **options)
-    with gc_paused():
-        try:
-            emitter.open()
-            emitter.serialize(node)
-            emitter.close()
-        finally:
-            emitter.dispose()
-    return stream.getvalue()
+    return text
 
 
 #: Characters libyaml's emitter writes otherwise than PyYAML's Python emitter (found by comparing

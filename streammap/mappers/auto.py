@@ -42,7 +42,12 @@ Candidates, in order:
 Effort is bounded by operation counts that scale with the graph (no wall-clock budget, which
 would make plans depend on the machine's load): the number of candidates shrinks as ``T × D``
 grows, the local search gets a number of re-timings inversely proportional to T, and the
-solver a budget in its deterministic time. The
+solver a budget in its deterministic time. Above :data:`LARGE_WORK` (``T × D``) the candidate list
+itself is cut to a budget of full-cluster list-scheduling passes, :data:`LARGE_PASS_BUDGET` task-device
+placements in all (:func:`large_graph_passes`): HEFT, then PEFT while the budget lasts, and nothing
+else (no subsets, partitions or local search), so a graph of 10,000 tasks on 64 devices maps in two
+passes and one of 100,000 tasks on 512 devices in HEFT's one, with HEFT's quality or better. Every
+graph of the mapping benchmark's shared and random sets lies below :data:`LARGE_WORK`. The
 schedule's ``mapper`` names the winner, e.g. ``"auto(peft+search)"``.
 
 Deterministic: every step breaks ties by task and device position, METIS and CP-SAT run with a
@@ -73,6 +78,12 @@ SMALL_WORK = 200_000
 #: Work up to which PEFT on subsets and the fastest node are tried (above it: HEFT on the fastest
 #: device and node, PEFT, the node partition).
 MEDIUM_WORK = 4_000_000
+#: Work above which the candidates are full-cluster passes within :data:`LARGE_PASS_BUDGET` alone.
+LARGE_WORK = 500_000
+#: Task-device placements (``T × D`` per full-cluster pass) that ``auto`` spends above :data:`LARGE_WORK`.
+LARGE_PASS_BUDGET = 2_000_000
+#: The full-cluster passes of a large graph, in the order they are run (HEFT always).
+LARGE_PASSES = ("heft", "peft")
 #: Tasks × re-timings the local search may spend (each re-timing costs O(T + E)), on graphs up
 #: to :data:`SMALL_WORK`; larger graphs get :data:`SEARCH_BUDGET_LARGE`.
 SEARCH_BUDGET = 700_000
@@ -104,6 +115,25 @@ def upward_rank_with(cost: CostModel, w: np.ndarray) -> np.ndarray:
         e = concat_ranges(cost.succ_ptr[lev], cost.succ_ptr[lev + 1])
         rank[lev] = w[lev] + segment_max(cbar[e] + rank[cost.succ_idx[e]], cost.succ_ptr, lev)
     return rank
+
+
+def large_graph_passes(n_tasks: int, n_devices: int) -> tuple[str, ...] | None:
+    """The candidates ``auto`` builds for a graph of ``n_tasks`` on ``n_devices``, when its work
+    ``T × D`` exceeds :data:`LARGE_WORK`: the first of :data:`LARGE_PASSES` whose passes fit in
+    :data:`LARGE_PASS_BUDGET` (HEFT at least); ``None`` at or below :data:`LARGE_WORK` (every
+    candidate of the module docstring).
+
+    Examples
+    --------
+    >>> large_graph_passes(5_000, 16) is None
+    True
+    >>> large_graph_passes(10_000, 64), large_graph_passes(100_000, 512)
+    (('heft', 'peft'), ('heft',))
+    """
+    work = n_tasks * n_devices
+    if work <= LARGE_WORK:
+        return None
+    return LARGE_PASSES[:max(1, LARGE_PASS_BUDGET // work)]
 
 
 def _placement_order(s: Schedule) -> np.ndarray:
@@ -181,6 +211,11 @@ def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
         results.append((h.makespan, 0, "heft", h))
     except MappingError as exc:
         errors.append(exc)
+    passes = large_graph_passes(T, D)
+    if passes is not None:
+        if "peft" in passes:
+            attempt("peft", lambda mem: peft(cost, memory_aware=mem))
+        return _best_of(results, errors, D)
     attempt("peft", lambda mem: peft(cost, memory_aware=mem))
     if tier == 0:
         # HEFT in other priority orders: upward ranks from the fastest and from the harmonic-mean
@@ -281,6 +316,15 @@ def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
             name, best = "exact", res.schedule
     return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
                     n_devices=D, seq=best.seq, bound=bound)
+
+
+def _best_of(results: list, errors: list, n_devices: int) -> Schedule:
+    """The shortest of ``results`` (ties: the earlier), as ``auto(<name>)``; the first error if none."""
+    if not results:
+        raise errors[0]
+    _, _, name, best = min(results, key=lambda r: (r[0], r[1]))
+    return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
+                    n_devices=n_devices, seq=best.seq)
 
 
 def exact_fits(cost: CostModel) -> bool:

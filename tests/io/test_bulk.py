@@ -49,3 +49,23 @@ def test_reading_a_bad_file_leaves_the_collector_on(tmp_path):
     with pytest.raises(StreamMapError):
         load_yaml(tmp_path / "bad.yaml")
     assert gc.isenabled()
+
+
+def test_a_structure_built_with_freeze_is_kept_out_of_later_collector_passes():
+    gc.unfreeze()
+    try:
+        with gc_paused(freeze=True):
+            graph = [{"id": i} for i in range(1000)]
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= len(graph)
+    finally:
+        gc.unfreeze()
+
+
+def test_a_block_that_fails_freezes_nothing():
+    gc.unfreeze()
+    with pytest.raises(ValueError):
+        with gc_paused(freeze=True):
+            raise ValueError("bad input")
+    assert gc.get_freeze_count() == 0
+    assert gc.isenabled()

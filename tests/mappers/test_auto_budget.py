@@ -1,0 +1,57 @@
+"""``auto`` on large graphs: a budget of full-cluster passes, and small graphs' plans unchanged.
+
+The expected makespans below were computed with ``auto`` before the large-graph budget existed
+(commit 9ed1c81): graphs below ``LARGE_WORK`` must get exactly the plans they got then.
+"""
+
+import importlib
+
+import pytest
+
+from streammap.bench.cases import random_cluster, random_dag, scale_cluster_for_ccr
+from streammap.cost.model import CostModel
+from streammap.mappers.heft import heft
+from streammap.mappers.peft import peft
+
+auto_module = importlib.import_module("streammap.mappers.auto")
+
+
+def _cost(n, devices, ccr, seed):
+    g = random_dag(n, 1.0, 3, ccr, 0.5, seed, n_models=8)
+    return CostModel(g, scale_cluster_for_ccr(g, random_cluster(devices, 8, per_node=8), ccr))
+
+
+@pytest.mark.parametrize("n, devices, ccr, seed, mapper, makespan", [
+    (100, 8, 1.0, 1, "auto(heft+search)", 2.7746154590639063),
+    (1000, 16, 1.0, 0, "auto(heft-hrank+search)", 2.1485563492301027),
+    (1000, 16, 10.0, 2, "auto(heft-node0+search)", 13.109780935841131),
+])
+def test_graphs_below_the_large_work_keep_the_plans_they_had(n, devices, ccr, seed, mapper, makespan):
+    s = auto_module.auto(_cost(n, devices, ccr, seed))
+    assert (s.mapper, s.makespan) == (mapper, makespan)
+
+
+def test_the_pass_budget_shrinks_the_candidates_as_the_graph_grows():
+    assert auto_module.large_graph_passes(5_000, 16) is None          # the whole candidate list
+    assert auto_module.large_graph_passes(10_000, 64) == ("heft", "peft")
+    assert auto_module.large_graph_passes(100_000, 512) == ("heft",)
+    assert auto_module.large_graph_passes(1_000_000, 1024) == ("heft",)
+
+
+def test_a_large_graph_gets_the_better_of_heft_and_peft(monkeypatch):
+    cost = _cost(300, 8, 1.0, 4)
+    monkeypatch.setattr(auto_module, "LARGE_WORK", 0)
+    monkeypatch.setattr(auto_module, "LARGE_PASS_BUDGET", 2 * 300 * 8)
+    s = auto_module.auto(cost)
+    h, p = heft(cost).makespan, peft(cost).makespan
+    assert s.makespan == min(h, p)
+    assert s.mapper == ("auto(heft)" if h <= p else "auto(peft)")
+
+
+def test_a_large_graph_over_budget_gets_heft_s_plan(monkeypatch):
+    cost = _cost(300, 8, 1.0, 4)
+    monkeypatch.setattr(auto_module, "LARGE_WORK", 0)
+    monkeypatch.setattr(auto_module, "LARGE_PASS_BUDGET", 300 * 8)
+    s, h = auto_module.auto(cost), heft(cost)
+    assert s.mapper == "auto(heft)"
+    assert (s.device == h.device).all() and (s.start == h.start).all()

@@ -1,0 +1,123 @@
+"""Large plans keep their task list in a columnar sidecar; small plans stay the YAML they were.
+
+``write_plan(plan, path, columnar_above=N)`` moves the tasks of a plan of more than N tasks to
+``<plan>.tasks.npz`` beside it, named in the YAML with its sha256; ``read_plan`` reads either form
+into the same plan. A sidecar is input like any plan file: it is checked before it is used.
+"""
+
+import numpy as np
+import pytest
+
+from streammap.errors import PlanError
+from streammap.io.columnar import read_columns, write_columns
+from streammap.plan import COLUMNAR_TASKS, read_plan, sha256_file, tasks_file_name, write_plan
+from tests.helpers.plans import big_plan, make_plan, ref, task, value
+
+
+def test_a_plan_at_or_below_the_threshold_is_written_as_yaml_alone(tmp_path):
+    plan = big_plan(200)
+    write_plan(plan, tmp_path / "p.yaml", columnar_above=200)
+    assert (tmp_path / "p.yaml").read_text() == plan.to_yaml(relative_to=tmp_path)
+    assert not (tmp_path / tasks_file_name(tmp_path / "p.yaml")).exists()
+
+
+def test_the_default_threshold_keeps_plans_of_thousands_of_tasks_in_yaml(tmp_path):
+    assert COLUMNAR_TASKS >= 10_000
+    plan = big_plan(300)
+    write_plan(plan, tmp_path / "p.yaml")
+    assert (tmp_path / "p.yaml").read_text() == plan.to_yaml(relative_to=tmp_path)
+
+
+def test_a_large_plan_round_trips_through_its_sidecar(tmp_path):
+    plan = big_plan(500)
+    path = tmp_path / "g.plan.yaml"
+    write_plan(plan, path, columnar_above=100)
+    text = path.read_text()
+    assert "tasks_file:" in text and "\ntasks:" not in text
+    assert (tmp_path / "g.plan.tasks.npz").is_file()
+    back = read_plan(path)
+    assert back.tasks == plan.tasks
+    assert back.to_yaml(relative_to=tmp_path) == plan.to_yaml(relative_to=tmp_path)
+    assert len(text) < len(plan.to_yaml()) / 20          # the header only
+
+
+def test_every_optional_task_field_survives_the_sidecar(tmp_path):
+    (tmp_path / "prog.py").write_text("x = 1\n")
+    tasks = [task("a", "k0", "node0/gpu0", value(2.5), retries=2),
+             task("b", "k1", "node0/gpu1", ref("a"), kwargs={"scale": value(3)}, deps=["a"])]
+    plan = make_plan(tmp_path, "prog.py", tasks)
+    plan.tasks[0].site, plan.tasks[0].estimate, plan.tasks[0].timeout = "prog.py:3", "clauses", 4.0
+    plan.tasks[1].share, plan.tasks[1].out, plan.tasks[1].stateful = 0.5, 1024.0, True
+    write_plan(plan, tmp_path / "p.yaml", columnar_above=1)
+    back = read_plan(tmp_path / "p.yaml")
+    assert back.tasks == plan.tasks
+
+
+def _sidecar_plan(tmp_path, n=50):
+    path = tmp_path / "p.yaml"
+    write_plan(big_plan(n), path, columnar_above=10)
+    return path, tmp_path / "p.tasks.npz"
+
+
+def test_a_sidecar_that_changed_since_the_plan_was_written_is_refused(tmp_path):
+    path, sidecar = _sidecar_plan(tmp_path)
+    cols = read_columns(sidecar)
+    cols["start"] = cols["start"] + 1.0
+    write_columns(sidecar, cols)
+    with pytest.raises(PlanError, match="does not match the plan"):
+        read_plan(path)
+
+
+def test_a_missing_sidecar_is_a_clear_error(tmp_path):
+    path, sidecar = _sidecar_plan(tmp_path)
+    sidecar.unlink()
+    with pytest.raises(PlanError, match="task columns .* do not exist"):
+        read_plan(path)
+
+
+def test_a_sidecar_outside_the_plan_s_folder_is_refused(tmp_path):
+    path, _ = _sidecar_plan(tmp_path)
+    path.write_text(path.read_text().replace("path: p.tasks.npz", "path: ../p.tasks.npz"))
+    with pytest.raises(PlanError, match="not a file name in the plan's folder"):
+        read_plan(path)
+
+
+def _rewrite(path, sidecar, change):
+    """Change the sidecar's columns and give the plan the new sha256 (a hand-made sidecar)."""
+    cols = read_columns(sidecar)
+    change(cols)
+    old = sha256_file(sidecar)
+    write_columns(sidecar, cols)
+    path.write_text(path.read_text().replace(old, sha256_file(sidecar)))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c["dep_idx"].__setitem__(0, 10_000), "does not come before it"),
+    (lambda c: c["device"].__setitem__(3, 99), "code outside"),
+    (lambda c: c["finish"].__setitem__(2, -1.0), "finish must be >= 0"),
+    (lambda c: c.pop("start"), "no column 'start'"),
+    (lambda c: c.__setitem__("start", c["start"][:-1]), "has 49 values for 50 tasks"),
+])
+def test_a_sidecar_that_breaks_the_plan_contract_is_refused_with_what_is_wrong(tmp_path, change, message):
+    path, sidecar = _sidecar_plan(tmp_path)
+    _rewrite(path, sidecar, change)
+    with pytest.raises(PlanError, match=message) as err:
+        read_plan(path)
+    assert "p.tasks.npz" in err.value.format()
+
+
+def test_a_sidecar_with_pickled_objects_is_refused_without_unpickling(tmp_path):
+    path, sidecar = _sidecar_plan(tmp_path)
+    np.savez(sidecar, start=np.array([object()], dtype=object))
+    text = path.read_text()
+    old = text.split("sha256: ")[-1].split()[0].rstrip(",}")
+    path.write_text(text.replace(old, sha256_file(sidecar)))
+    with pytest.raises(PlanError, match="not a readable plan's task columns"):
+        read_plan(path)
+
+
+def test_a_plan_with_both_tasks_and_a_sidecar_is_refused(tmp_path):
+    path, _ = _sidecar_plan(tmp_path)
+    path.write_text(path.read_text() + "tasks: []\n")
+    with pytest.raises(PlanError, match="both 'tasks' and 'tasks_file'"):
+        read_plan(path)
