@@ -57,7 +57,18 @@ import numpy as np
 from streammap.compiler import load_source_graph, resolve_cluster
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write, atomic_write_text
-from streammap.tenancy.admission import DEPTH, FLOOR, POLICIES, SLACK, SLOWDOWN, Job, Scheduler, water_fill
+from streammap.tenancy.admission import (
+    DEPTH,
+    FLOOR,
+    POLICIES,
+    SLACK,
+    SLOWDOWN,
+    TAIL,
+    TAIL_WAIT,
+    Job,
+    Scheduler,
+    water_fill,
+)
 from streammap.tenancy.estimate import Estimator, graph_key
 from streammap.tenancy.jobs import JobSpec
 from streammap.tenancy.tenants import Tenants, load_tenants, tenants_from_dict
@@ -184,7 +195,8 @@ def prepare_jobs(specs: list[JobSpec], estimator: Estimator) -> list[Job]:
 
 def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streammap",
              estimate_error: float = 0.0, seed: int = 0, backfill: bool = True, depth: int = DEPTH,
-             slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR) -> SimResult:
+             slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR, tail: float = TAIL,
+             tail_wait: float = TAIL_WAIT) -> SimResult:
     """Replay ``jobs`` (admission jobs with demands) under ``policy``; see the module docstring.
 
     Parameters
@@ -204,7 +216,7 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
     """
     t0 = time.perf_counter()
     sched = Scheduler(cluster, tenants, policy=policy, backfill=backfill, depth=depth, slack=slack,
-                      slowdown=slowdown, floor=floor)
+                      slowdown=slowdown, floor=floor, tail=tail, tail_wait=tail_wait)
     rng = np.random.default_rng(seed)
     factor = {j.id: (float(np.exp(rng.normal(0.0, estimate_error) - estimate_error ** 2 / 2))
                      if estimate_error > 0 else 1.0) for j in jobs}

@@ -103,7 +103,7 @@ def flood(arrival_a=0.0, arrival_b=1.0, count=20):
 
 
 def held_after_one_pass(floor):
-    s = Scheduler(one_model_cluster(8), tenants_from_dict(["a", "b"]), floor=floor)
+    s = Scheduler(one_model_cluster(8), tenants_from_dict(["a", "b"]), floor=floor, tail=0)   # deadlines: arrival + 40
     for j in flood():
         s.submit(j)
     s.schedule(1.0)
@@ -193,3 +193,48 @@ def test_the_interval_keeps_its_coverage_when_waits_drift():
 
     assert coverage(gamma=0.0) < 0.85
     assert coverage(gamma=0.005) >= 0.88
+
+
+# -- the tail deadline -----------------------------------------------------------------------------
+
+def first_to_start(tail):
+    """One GPU. 36 jobs of 50 s ran one after another without waiting (what the 95th percentile of
+    durations is learnt from); then, behind a 10-s job, a 20-s job and a 500-s job queue."""
+    s = Scheduler(one_model_cluster(1), tenants_from_dict(["a"]), tail=tail)
+    for i in range(36):
+        s.submit(job(f"m{i}", 100.0 * i, 50.0))
+        s.schedule(100.0 * i)
+        s.finish(f"m{i}")
+    s.submit(job("busy", 4000.0, 10.0))
+    s.schedule(4000.0)
+    s.submit(job("medium", 4001.0, 20.0))
+    s.submit(job("long", 4002.0, 500.0))
+    s.finish("busy")
+    return s.schedule(4010.0)[0][0].job_id
+
+
+def test_the_longest_jobs_are_not_the_ones_left_to_wait():
+    # The 500-s job is longer than the 95th percentile of what was submitted: any wait puts it in
+    # the tail of completion times, so its deadline is its arrival plus twice the typical wait
+    # (none here); the 20-s job may wait until it would end at the 95th percentile (30 s): the long
+    # job goes first.
+    assert first_to_start(tail=1.0) == "long"
+    # Without the tail deadline, shortest-first with aging: the 20-s job goes first.
+    assert first_to_start(tail=0) == "medium"
+
+
+def test_under_overload_the_tail_deadline_gives_way_to_short_jobs():
+    # The same, but the queue already asks for more GPUs than the cluster has when the long job
+    # arrives: no order keeps the tail short then, and the short job keeps its lead.
+    s = Scheduler(one_model_cluster(1), tenants_from_dict(["a"]), tail=1.0)
+    for i in range(36):
+        s.submit(job(f"m{i}", 100.0 * i, 50.0))
+        s.schedule(100.0 * i)
+        s.finish(f"m{i}")
+    s.submit(job("busy", 4000.0, 10.0))
+    s.schedule(4000.0)
+    s.submit(job("medium", 4001.0, 20.0))
+    s.submit(job("other", 4001.5, 20.0))
+    s.submit(job("long", 4002.0, 500.0))
+    s.finish("busy")
+    assert s.schedule(4010.0)[0][0].job_id == "medium"
