@@ -210,9 +210,10 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
         ``fifo``, ``drf`` or ``streammap``.
     estimate_error : float
         Sigma of the log-normal factor between a job's real and estimated duration (0: exact).
-    backfill, depth, slack, slowdown, floor : bool, int, float, float, float
+    backfill, depth, slack, slowdown, floor, tail, tail_wait : bool, int, float, float, float, float, float
         Conservative backfill, its reservation depth, the placement slack, the slowdown deadline,
-        the fair-share floor (``streammap`` policy; see :class:`~.admission.Scheduler`).
+        the fair-share floor, the tail deadline (``streammap`` policy; see
+        :class:`~.admission.Scheduler`).
     """
     t0 = time.perf_counter()
     sched = Scheduler(cluster, tenants, policy=policy, backfill=backfill, depth=depth, slack=slack,
