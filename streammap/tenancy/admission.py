@@ -37,9 +37,9 @@ Policies
     constant :data:`MEMORY`: with fractional shares, "held now" alone ties, and a tenant could
     lose every tie for ever); the jobs of the other tenants are then taken in one order, the
     earliest slowdown deadline first, whichever tenant they belong to. Within a tenant, priority
-    first, then the earliest **slowdown deadline** ``arrival + SLOWDOWN x estimated duration``: the instant at which the
-    job's wait reaches :data:`SLOWDOWN` times its own length. Short jobs go first, as in
-    shortest-first (which the compiler's estimates make possible where Tiresias [2]_ must use
+    first, then the earliest **slowdown deadline** ``arrival + SLOWDOWN x estimated duration``:
+    the instant at which the job's wait reaches :data:`SLOWDOWN` times its own length. Short
+    jobs go first, as in shortest-first (which the compiler's estimates make possible where Tiresias [2]_ must use
     attained service), but every job's deadline is a fixed point in time, so a long job is passed
     only by jobs whose deadlines come before its own and its wait is bounded: aging as a principle
     (a bounded slowdown) rather than a guard. The deadline is brought forward by the **tail
@@ -49,8 +49,10 @@ Policies
     wait (the README measures it); now a job near the tail may wait about twice as long as jobs
     wait at present, not :data:`SLOWDOWN` times its own length. Not when it arrives to a queue
     that asks for more GPUs than the cluster has: under overload the backlog has to fall on
-    someone, and giving the long jobs FIFO-like waits then cost the average far more (README). The order never changes while
-    jobs wait (a deadline is fixed at submission), so the queue stays sorted. Wrong estimates degrade it gracefully: an estimate 10x too high moves a job's
+    someone, and giving the long jobs FIFO-like waits then cost the average far more (README).
+    The order never changes while jobs wait (a deadline is fixed at submission; a preempted job
+    keeps its own), so the queue stays sorted. Wrong estimates degrade it gracefully: an
+    estimate 10x too high moves a job's
     deadline, not to never; one 10x too low gets it started early, and the jobs behind plan
     around its expected end (below), not its estimate. SLOWDOWN was chosen on tuning seeds over
     loads, cluster sizes, tenant mixes and estimate errors and checked on held-out seeds (README);
@@ -406,6 +408,7 @@ class Scheduler:
         """Remove a queued job, or release a running one's devices; whether it was known."""
         if job_id in self.jobs:
             self._unqueue(self.jobs[job_id])
+            self._deadline.pop(job_id, None)
             self.forecast.forget(job_id)
             return True
         if job_id in self.running:
@@ -441,6 +444,7 @@ class Scheduler:
     def finish(self, job_id: str) -> Running:
         """A running job ended (done, failed, cancelled or preempted): free its devices."""
         r = self.running.pop(job_id)
+        self._deadline.pop(job_id, None)
         del self._by_model[r.option.model][job_id]
         self._ends[r.option.model].remove(job_id)
         self.pool.give(r.devices)
@@ -452,7 +456,10 @@ class Scheduler:
 
     def preempt(self, job_id: str, now: float) -> Job:
         """Stop a running job and queue it again (it restarts from the beginning)."""
+        deadline = self._deadline.get(job_id)
         r = self.finish(job_id)
+        if deadline is not None:
+            self._deadline[job_id] = deadline     # it keeps its place in the order
         self.submit(r.job)
         return r.job
 
