@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from streammap.cluster.model import cluster_from_dict  # noqa: E402
 from streammap.io.files import atomic_write_text  # noqa: E402
-from streammap.tenancy.admission import POLICIES, SLACK, SLOWDOWN, Job  # noqa: E402
+from streammap.tenancy.admission import FLOOR, POLICIES, SLACK, SLOWDOWN, TAIL, TAIL_WAIT, Job  # noqa: E402
 from streammap.tenancy.estimate import Estimator  # noqa: E402
 from streammap.tenancy.jobs import graphs_in, parse_tenant_shares, poisson_jobs  # noqa: E402
 from streammap.tenancy.simulate import prepare_jobs, simulate  # noqa: E402
@@ -78,7 +78,8 @@ def arrival_rate(load: float, graphs, shares, estimator: Estimator, seed: int) -
 
 
 def run_setting(gpus: int, jobs: int, mix: str, seed: int, load: float, sigmas, policies, slack, slowdown,
-                estimators: dict) -> list[dict]:
+                estimators: dict, floor: float = FLOOR, tail: float = TAIL,
+                tail_wait: float = TAIL_WAIT) -> list[dict]:
     """One (cluster, tenants, seed, load): every policy at every sigma, on the same arrivals."""
     shares = parse_tenant_shares(mix)
     if gpus not in estimators:
@@ -94,7 +95,8 @@ def run_setting(gpus: int, jobs: int, mix: str, seed: int, load: float, sigmas, 
         res = {}
         for p in policies:
             res[p] = simulate([_copy(j) for j in admitted], cluster, tenants, policy=p, estimate_error=sigma,
-                              seed=seed, slack=slack, slowdown=slowdown)
+                              seed=seed, slack=slack, slowdown=slowdown, floor=floor, tail=tail,
+                              tail_wait=tail_wait)
         rows.append({"gpus": gpus, "jobs": jobs, "tenants": mix, "seed": seed, "load": load, "sigma": sigma,
                      "results": res})
     return rows
@@ -183,6 +185,9 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--slack", type=float, default=SLACK, help="the streammap policy's placement slack")
     ap.add_argument("--slowdown", type=float, default=SLOWDOWN, help="the streammap policy's slowdown deadline")
+    ap.add_argument("--floor", type=float, default=FLOOR, help="the streammap policy's fair-share floor")
+    ap.add_argument("--tail", type=float, default=TAIL, help="the streammap policy's tail deadline (0: off)")
+    ap.add_argument("--tail-wait", type=float, default=TAIL_WAIT, help="the tail deadline's multiple of the mean wait")
     ap.add_argument("--out", default="bench-out")
     args = ap.parse_args(argv)
     out = Console(highlight=False, width=220)
@@ -196,10 +201,12 @@ def main(argv=None) -> int:
             for seed in _ints(args.seeds):
                 for load in _floats(args.loads):
                     rows += run_setting(gpus, args.jobs or 10 * gpus, mix, seed, load, _floats(args.sigmas),
-                                        policies, args.slack, args.slowdown, estimators)
+                                        policies, args.slack, args.slowdown, estimators, args.floor, args.tail,
+                                        args.tail_wait)
                     out.print(f"... {gpus} GPUs, {mix}, seed {seed}, load {load}: done "
                               f"({time.perf_counter() - t0:.0f} s)", markup=False)
-    out.print(f"slowdown deadline {args.slowdown:g}, placement slack {args.slack:g}", markup=False)
+    out.print(f"slowdown deadline {args.slowdown:g}, placement slack {args.slack:g}, fair-share floor {args.floor:g}, "
+              f"tail deadline {args.tail:g} (+ {args.tail_wait:g} x mean wait)", markup=False)
     out.print(sweep_table(rows))
     for r in rows:
         for p, s in r["results"].items():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from streammap.cli.common import console
 from streammap.errors import StreamMapError
-from streammap.tenancy.admission import POLICIES, SLACK, SLOWDOWN
+from streammap.tenancy.admission import FLOOR, POLICIES, SLACK, SLOWDOWN
 from streammap.tenancy.jobs import graphs_in, load_jobs, parse_tenant_shares, poisson_jobs, write_jobs
 from streammap.tenancy.simulate import DEFAULT_GRAPHS, compare, plot, results_table, write_csv, write_jobs_csv
 
@@ -37,6 +37,10 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--slowdown", type=float, default=SLOWDOWN,
                    help=f"streammap policy: a tenant's jobs go in order of arrival + SLOWDOWN x estimated duration "
                         f"(default {SLOWDOWN:g}; 0 is arrival order, inf shortest first)")
+    parser.add_argument("--floor", type=float, default=FLOOR,
+                   help=f"streammap policy: tenants holding less than FLOOR x their fair share of the GPUs go first; "
+                        f"the others' jobs share one slowdown-deadline order (default {FLOOR:g}; 1 is strict fair "
+                        f"share first, 0 one order for all)")
     parser.add_argument("--out", default="simulate-out", help="folder for simulate.csv, simulate-jobs.csv, simulate.png")
     parser.set_defaults(func=run)
 
@@ -66,10 +70,13 @@ def run(args) -> int:
     if not args.slowdown >= 0:
         raise StreamMapError(f"--slowdown must be at least 0, not {args.slowdown:g}",
                              hint="0 orders a tenant's jobs by arrival; inf puts the shortest first")
+    if not 0 <= args.floor <= 1:
+        raise StreamMapError(f"--floor must be between 0 and 1, not {args.floor:g}",
+                             hint="1: a tenant below its fair share always goes first; 0: one order for every tenant")
     specs = load_jobs(args.jobs)
     results = compare(specs, args.cluster, tenants=tenants_arg, policies=policies, mapper=args.mapper,
                       estimate_error=args.estimate_error, seed=args.seed, slack=args.slack,
-                      slowdown=args.slowdown)
+                      slowdown=args.slowdown, floor=args.floor)
     out.print(results_table(results))
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)

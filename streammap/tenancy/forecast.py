@@ -17,6 +17,17 @@ ratios cluster near 1 and the interval is narrow; under poor ones it widens by i
 parameter says how wrong estimates are. Until :data:`MIN_SAMPLES` ratios are known the interval
 is the deliberately wide :data:`PRIOR` band.
 
+The ratios are not exchangeable: the queue grows and shrinks, so a window of past ratios lags
+the present, and a fixed 90% band held 85-89% of starts. The quantile level is therefore itself
+corrected online, by **adaptive conformal inference** [1]_: after each start whose first interval
+is known, the miscoverage level ``a`` moves by ``GAMMA x (target miss rate - missed)`` (a miss
+widens the band, a hit narrows it slowly), which keeps the long-run share of misses at the
+target whatever the drift, at the price of a band that breathes.
+
+References
+----------
+.. [1] I. Gibbs, E. Candès, "Adaptive conformal inference under distribution shift", NeurIPS 2021.
+
 State: :class:`StartForecast` holds the window of ratios, the plan each waiting job was first
 shown (``time shown, planned start``) and the interval it was first shown (what the simulator
 scores: a user plans on the first answer). It is plain data driven by the admission core;
@@ -39,13 +50,18 @@ PRIOR = (0.25, 4.0)
 COVERAGE = 0.9
 #: Recompute the quantiles after this many new ratios (they move slowly; sorting costs).
 REFRESH = 50
+#: Step of the adaptive level (adaptive conformal inference): per start, the miscoverage level
+#: moves by GAMMA x (1 - COVERAGE - missed).
+GAMMA = 0.005
 
 
 class StartForecast:
     """Calibrated start intervals for waiting jobs (see the module docstring)."""
 
-    def __init__(self, coverage: float = COVERAGE, window: int = WINDOW):
+    def __init__(self, coverage: float = COVERAGE, window: int = WINDOW, gamma: float = GAMMA):
         self.coverage = coverage
+        self.gamma = gamma
+        self._miss = 1.0 - coverage          # the miscoverage level the band is drawn at (adapted)
         self._ratios: deque = deque(maxlen=window)
         self._band = PRIOR
         self._fresh = 0
@@ -78,6 +94,9 @@ class StartForecast:
         if p is None:
             return
         shown_at, planned = p
+        lo, hi = self.first_shown[job_id]
+        missed = not lo - 1e-6 <= now <= hi + 1e-6
+        self._miss = min(max(self._miss + self.gamma * ((1.0 - self.coverage) - missed), 0.002), 0.5)
         self._ratios.append((now - shown_at) / (planned - shown_at))
         self._fresh += 1
         if len(self._ratios) >= MIN_SAMPLES and (self._fresh >= REFRESH or len(self._ratios) == MIN_SAMPLES):
@@ -88,7 +107,7 @@ class StartForecast:
         self._promise.pop(job_id, None)
 
     def _refresh(self) -> None:
-        tail = (1 - self.coverage) / 2
+        tail = self._miss / 2
         lo, hi = np.quantile(np.fromiter(self._ratios, float), [tail, 1 - tail])
         self._band = (float(lo), float(hi))
         self._fresh = 0

@@ -57,7 +57,18 @@ import numpy as np
 from streammap.compiler import load_source_graph, resolve_cluster
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write, atomic_write_text
-from streammap.tenancy.admission import DEPTH, POLICIES, SLACK, SLOWDOWN, Job, Scheduler
+from streammap.tenancy.admission import (
+    DEPTH,
+    FLOOR,
+    POLICIES,
+    SLACK,
+    SLOWDOWN,
+    TAIL,
+    TAIL_WAIT,
+    Job,
+    Scheduler,
+    water_fill,
+)
 from streammap.tenancy.estimate import Estimator, graph_key
 from streammap.tenancy.jobs import JobSpec
 from streammap.tenancy.tenants import Tenants, load_tenants, tenants_from_dict
@@ -160,24 +171,8 @@ def jain_index(x) -> float:
 
 
 def fair_shares(demand: dict[str, float], weights: dict[str, float], capacity: float) -> dict[str, float]:
-    """Weighted max-min fair shares of ``capacity`` (water-filling): no tenant gets more than it
-    demands, and the rest is split in proportion to weight among the tenants still wanting more."""
-    fair = {t: 0.0 for t in demand}
-    active = {t for t, d in demand.items() if d > 0}
-    left = float(capacity)
-    while active and left > 1e-12:
-        wsum = sum(weights[t] for t in active)
-        unit = left / wsum
-        capped = {t for t in active if demand[t] - fair[t] <= unit * weights[t]}
-        if not capped:
-            for t in active:
-                fair[t] += unit * weights[t]
-            break
-        for t in capped:
-            left -= demand[t] - fair[t]
-            fair[t] = demand[t]
-        active -= capped
-    return fair
+    """Weighted max-min fair shares of ``capacity`` (the admission core's water-filling)."""
+    return water_fill(demand, weights, capacity)
 
 
 def prepare_jobs(specs: list[JobSpec], estimator: Estimator) -> list[Job]:
@@ -200,7 +195,8 @@ def prepare_jobs(specs: list[JobSpec], estimator: Estimator) -> list[Job]:
 
 def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streammap",
              estimate_error: float = 0.0, seed: int = 0, backfill: bool = True, depth: int = DEPTH,
-             slack: float = SLACK, slowdown: float = SLOWDOWN) -> SimResult:
+             slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR, tail: float = TAIL,
+             tail_wait: float = TAIL_WAIT) -> SimResult:
     """Replay ``jobs`` (admission jobs with demands) under ``policy``; see the module docstring.
 
     Parameters
@@ -214,13 +210,14 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
         ``fifo``, ``drf`` or ``streammap``.
     estimate_error : float
         Sigma of the log-normal factor between a job's real and estimated duration (0: exact).
-    backfill, depth, slack, slowdown : bool, int, float, float
-        Conservative backfill, its reservation depth, the placement slack, the slowdown deadline
-        (``streammap`` policy; see :class:`~.admission.Scheduler`).
+    backfill, depth, slack, slowdown, floor, tail, tail_wait : bool, int, float, float, float, float, float
+        Conservative backfill, its reservation depth, the placement slack, the slowdown deadline,
+        the fair-share floor, the tail deadline (``streammap`` policy; see
+        :class:`~.admission.Scheduler`).
     """
     t0 = time.perf_counter()
     sched = Scheduler(cluster, tenants, policy=policy, backfill=backfill, depth=depth, slack=slack,
-                      slowdown=slowdown)
+                      slowdown=slowdown, floor=floor, tail=tail, tail_wait=tail_wait)
     rng = np.random.default_rng(seed)
     factor = {j.id: (float(np.exp(rng.normal(0.0, estimate_error) - estimate_error ** 2 / 2))
                      if estimate_error > 0 else 1.0) for j in jobs}
@@ -307,7 +304,7 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
 
 def compare(specs: list[JobSpec], cluster, tenants=None, policies=POLICIES, mapper: str = "heft",
             estimate_error: float = 0.0, seed: int = 0, slack: float = SLACK,
-            slowdown: float = SLOWDOWN) -> list[SimResult]:
+            slowdown: float = SLOWDOWN, floor: float = FLOOR) -> list[SimResult]:
     """Replay the same job stream under each policy (the Python API of ``streammap simulate``).
 
     ``tenants`` is a :class:`Tenants`, a dict, a tenants file, or ``None`` (the jobs' tenants,
@@ -320,7 +317,7 @@ def compare(specs: list[JobSpec], cluster, tenants=None, policies=POLICIES, mapp
         raise StreamMapError(f"jobs name tenant(s) not in the tenants file: {', '.join(unknown)}", path=ten.path)
     jobs = prepare_jobs(specs, Estimator(clus, mapper=mapper))
     return [simulate([_copy(j) for j in jobs], clus, ten, policy=p, estimate_error=estimate_error, seed=seed,
-                     slack=slack, slowdown=slowdown) for p in policies]
+                     slack=slack, slowdown=slowdown, floor=floor) for p in policies]
 
 
 def _copy(job: Job) -> Job:

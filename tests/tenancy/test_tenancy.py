@@ -428,6 +428,13 @@ def test_simulate_refuses_a_slack_below_one(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_simulate_refuses_a_fair_share_floor_outside_zero_to_one(tmp_path, capsys):
+    assert main(["simulate", "--jobs", str(tmp_path / "jobs.yaml"), "--cluster", str(tmp_path / "c.yaml"),
+                 "--floor", "1.5", "--out", str(tmp_path / "o")]) == 2
+    assert "--floor must be between 0 and 1" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_job_no_model_can_run_is_reported_at_its_line_in_the_jobs_file(tmp_path, capsys):
     graph_file(tmp_path, "ok.json", [1.0])
     tpu = tmp_path / "tpu.json"
