@@ -317,7 +317,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         # The exact model, warm-started from the best plan so far: a better plan, or a proof of
         # how close this one is. Not when the analytic bounds already show the plan within
         # EXACT_GAP of optimal.
-        res = solve_exact(cost, best, work=EXACT_WORK)
+        res = solve_exact(cost, best, work=EXACT_WORK, interleave=True)
         bound = res.bound
         if res.schedule is not None and res.schedule.makespan < best.makespan:
             name, best = "exact", res.schedule
