@@ -27,6 +27,7 @@ from streammap.io.importers import load_graph
 from streammap.ir import write_graph
 from streammap.mappers import get_mapper
 from streammap.mappers.schedule import Schedule
+from streammap.placement.colocate import whole_device_heft
 from streammap.placement.sharing import map_shared, shared_lower_bound, uses_sharing
 from streammap.placement.spilling import check_plan_memory, estimate_spills
 from streammap.plan import (
@@ -126,7 +127,7 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
         heft_makespan = kept.schedule.makespan
     else:
         try:
-            heft_makespan = get_mapper("heft")(kept.cost).makespan
+            heft_makespan = whole_device_heft(kept.cost).makespan
         except StreamMapError:            # HEFT finds no memory-valid placement (another strategy did)
             heft_makespan = None
     sharing = uses_sharing(kept.cost)

@@ -29,15 +29,16 @@ Candidates, in order:
    another device, while the makespan (then the sum of finish times) falls; at a local optimum
    the best plan is kicked (a few critical tasks to random devices, seeded RNG) and the descent
    resumes, until the re-timing budget is spent (iterated local search).
-6. **Exact model**, only with ``exact=True`` (``streammap.mappers.optimal`` and the gap benchmark
-   ask for it; the ``auto`` that ``--mapper auto`` runs does not yet: CP-SAT's deterministic time
-   tracks wall time loosely, and seconds per small compile is not what a user waits for by
-   default) (:func:`streammap.mappers.exact.solve_exact`), on graphs of at most
-   :data:`EXACT_MAX_TASKS` tasks whose model has at most :data:`EXACT_MAX_TERMS` terms: CP-SAT,
-   warm-started from the best plan so far, for :data:`EXACT_WORK` deterministic seconds. Its plan
-   replaces the best one only if shorter (winner ``"exact"``); either way the schedule carries
-   the solver's proven lower bound (``Schedule.bound``). Never on large graphs: the mapping time
-   at scale is that of the heuristics.
+6. **Exact model** (:func:`streammap.mappers.exact.solve_exact`), by default, on graphs of at
+   most :data:`EXACT_MAX_TASKS` tasks whose model has at most :data:`EXACT_MAX_TERMS` terms, and
+   only when the best plan so far is more than :data:`EXACT_GAP` (0.5%) above the analytic bound
+   (:func:`cheap_bound`: critical path, area, fork-join): a plan the bound already proves
+   near-optimal costs no solver. CP-SAT, warm-started from the best plan so far, runs its
+   deterministic interleaved search for :data:`EXACT_WORK` deterministic seconds (a fraction of a
+   second of wall on such graphs). Its plan replaces the best one only if shorter (winner
+   ``"exact"``); either way the schedule carries the solver's proven lower bound
+   (``Schedule.bound``). Never on large graphs: the mapping time at scale is that of the
+   heuristics. ``exact=False`` leaves it out (the gap benchmark's "before").
 
 Effort is bounded by operation counts that scale with the graph (no wall-clock budget, which
 would make plans depend on the machine's load): the number of candidates shrinks as ``T × D``
@@ -51,7 +52,7 @@ graph of the mapping benchmark's shared and random sets lies below :data:`LARGE_
 schedule's ``mapper`` names the winner, e.g. ``"auto(peft+search)"``.
 
 Deterministic: every step breaks ties by task and device position, METIS and CP-SAT run with a
-fixed seed (CP-SAT with one worker), and no step reads the clock.
+fixed seed (CP-SAT with its deterministic interleaved search), and no step reads the clock.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ import math
 
 import numpy as np
 
-from streammap.cost.model import CostModel, concat_ranges, segment_max
+from streammap.cost.model import CostModel, concat_ranges, fork_join_bound, lower_bound, segment_max
 from streammap.errors import MappingError
 from streammap.mappers.exact import available as exact_available
 from streammap.mappers.exact import model_size, solve_exact
@@ -71,7 +72,7 @@ from streammap.mappers.partition import available as metis_available
 from streammap.mappers.peft import peft
 from streammap.mappers.schedule import MEM_RTOL, Schedule, fits, peak_memory
 
-__all__ = ["auto", "lift", "exact_fits"]
+__all__ = ["auto", "lift", "exact_fits", "device_subsets", "work_tier"]
 
 #: Work (tasks × devices) up to which every candidate is tried.
 SMALL_WORK = 200_000
@@ -94,8 +95,12 @@ SEARCH_MAX_RUNS = 1500
 EXACT_MAX_TASKS = 60
 #: ... whose model has at most this many terms (:func:`streammap.mappers.exact.model_size`).
 EXACT_MAX_TERMS = 60_000
-#: CP-SAT's work budget there, in deterministic seconds.
-EXACT_WORK = 3.0
+#: CP-SAT's work budget there, in deterministic seconds (well under a second of wall on a small
+#: graph; the interleaved search's large-neighbourhood workers find most optima within it).
+EXACT_WORK = 0.1
+#: The exact model runs only when the best heuristic plan is more than this fraction above the
+#: analytic bound (:func:`cheap_bound`): below it the plan is already proven near-optimal.
+EXACT_GAP = 0.005
 
 
 def lift(cost: CostModel, devices, schedule: Schedule, mapper: str | None = None) -> Schedule:
@@ -136,11 +141,63 @@ def large_graph_passes(n_tasks: int, n_devices: int) -> tuple[str, ...] | None:
     return LARGE_PASSES[:max(1, LARGE_PASS_BUDGET // work)]
 
 
+def work_tier(cost: CostModel) -> int:
+    """0, 1 or 2: how many candidates ``auto`` can afford for the graph's work ``T x D`` (all of
+    them up to :data:`SMALL_WORK`, fewer up to :data:`MEDIUM_WORK`, fewest above)."""
+    work = cost.n_tasks * cost.n_devices
+    return 0 if work <= SMALL_WORK else (1 if work <= MEDIUM_WORK else 2)
+
+
+def device_subsets(cost: CostModel, tier: int = 0) -> list[tuple[str, np.ndarray]]:
+    """The restrictions of the cluster that ``auto`` maps on (candidates 3 of the module docstring).
+
+    The fastest k devices (``"top<k>"``, k = 1, 2, 4, ... below D; ties: device position) and the
+    fastest two nodes (``"node0"``, ``"node1"``, by summed device speed) when they are not one of
+    those already. ``tier`` (0 small, 1 medium, 2 large graphs) thins the list: the single fastest
+    device and the subsets of at least D/8 devices at tier 1, and only the fastest device and node
+    at tier 2. Used with and without ``share`` clauses
+    (:func:`streammap.placement.sharing.auto_shared`).
+
+    Returns
+    -------
+    list of (str, ndarray of int)
+        Name and sorted device positions of each subset, in the order they are tried.
+    """
+    D = cost.n_devices
+    speed = device_speed(cost)
+    by_speed = np.lexsort((np.arange(D), -speed))
+    sizes = []
+    k = 1
+    while k < D:
+        sizes.append(k)
+        k *= 2
+    if tier >= 1:                              # the single fastest device and a few large subsets
+        sizes = sorted({1} | {k for k in sizes if k >= D // 8})
+    subsets = [(f"top{k}", np.sort(by_speed[:k])) for k in sizes]
+    nodes = np.unique(cost.node_of)
+    if nodes.size > 1:
+        node_speed = np.array([speed[cost.node_of == n].sum() for n in nodes])
+        for rank_i, n in enumerate(nodes[np.lexsort((nodes, -node_speed))][:2 if tier == 0 else 1].tolist()):
+            devs = np.flatnonzero(cost.node_of == n)
+            if not any(np.array_equal(devs, d) for _, d in subsets):
+                subsets.append((f"node{rank_i}", devs))
+    if tier == 2:
+        subsets = [x for x in subsets if x[1].size == 1 or x[0].startswith("node")]
+    return subsets
+
+
 def _placement_order(s: Schedule) -> np.ndarray:
     return np.argsort(s.seq, kind="stable")
 
 
-def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
+def cheap_bound(cost: CostModel) -> float:
+    """The analytic lower bound ``auto`` compares its best heuristic plan with before it runs the
+    exact model: the largest of the critical path, the area bound and the fork-join bound
+    (:mod:`streammap.cost.model`). Every plan is at least this long."""
+    return max(lower_bound(cost), fork_join_bound(cost))
+
+
+def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     """Map a task graph with the best of HEFT, PEFT, subset, partition and local-search candidates.
 
     Parameters
@@ -148,7 +205,8 @@ def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
     cost : CostModel
     exact : bool
         Run the exact model (:mod:`streammap.mappers.exact`) on small graphs (see
-        :func:`exact_fits`); ``False`` (the default) gives the heuristic candidates alone.
+        :func:`exact_fits`) when the best heuristic plan is more than :data:`EXACT_GAP` above
+        :func:`cheap_bound` (the default); ``False`` gives the heuristic candidates alone.
 
     Returns
     -------
@@ -176,8 +234,7 @@ def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
         s = heft(cost)
         s.mapper = "auto(heft)"
         return s
-    work = T * D
-    tier = 0 if work <= SMALL_WORK else (1 if work <= MEDIUM_WORK else 2)
+    tier = work_tier(cost)
     results: list[tuple[float, int, str, Schedule]] = []
     errors: list[MappingError] = []
     cap = cost.capacity
@@ -227,26 +284,10 @@ def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
             r = upward_rank_with(cost, w)
             attempt(name, lambda mem, r=r, name=name: heft(cost, memory_aware=mem, rank=r, mapper=name))
 
-    # Device subsets, fastest first (ties: device position).
     speed = device_speed(cost)
     by_speed = np.lexsort((np.arange(D), -speed))
-    sizes = []
-    k = 1
-    while k < D:
-        sizes.append(k)
-        k *= 2
-    if tier >= 1:                              # the single fastest device and a few large subsets
-        sizes = sorted({1} | {k for k in sizes if k >= D // 8})
-    subsets = [(f"top{k}", np.sort(by_speed[:k])) for k in sizes]
     nodes = np.unique(cost.node_of)
-    if nodes.size > 1:
-        node_speed = np.array([speed[cost.node_of == n].sum() for n in nodes])
-        for rank_i, n in enumerate(nodes[np.lexsort((nodes, -node_speed))][:2 if tier == 0 else 1].tolist()):
-            devs = np.flatnonzero(cost.node_of == n)
-            if not any(np.array_equal(devs, d) for _, d in subsets):
-                subsets.append((f"node{rank_i}", devs))
-    if tier == 2:
-        subsets = [x for x in subsets if x[1].size == 1 or x[0].startswith("node")]
+    subsets = device_subsets(cost, tier)
     for name, devs in subsets:
         sub = cost.restrict(devs)
         tmin = sub.time.min(axis=1)
@@ -307,10 +348,11 @@ def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
 
     ms, _, name, best = results[0]
     bound = None
-    if exact and exact_fits(cost):
+    if exact and exact_fits(cost) and ms > cheap_bound(cost) * (1.0 + EXACT_GAP):
         # The exact model, warm-started from the best plan so far: a better plan, or a proof of
-        # how close this one is.
-        res = solve_exact(cost, best, work=EXACT_WORK)
+        # how close this one is. Not when the analytic bounds already show the plan within
+        # EXACT_GAP of optimal.
+        res = solve_exact(cost, best, work=EXACT_WORK, interleave=True)
         bound = res.bound
         if res.schedule is not None and res.schedule.makespan < best.makespan:
             name, best = "exact", res.schedule

@@ -43,9 +43,12 @@ solver may hold a task back on an idle device to save memory; a plan cannot) is 
 
 Determinism
 -----------
-One search worker, a fixed seed, and a work budget in CP-SAT's *deterministic time*
-(``max_deterministic_time``, roughly seconds of work on a reference machine), never wall time: the
-same inputs give the same plan on any machine and under any load.
+One worker, or on request (``auto``) CP-SAT's interleaved search (``interleave_search``: :data:`WORKERS` subsolvers, among them
+large-neighbourhood search, run in batches that synchronise in a fixed order, which the solver
+documents as independent of the number of threads and of their timing), a fixed seed, and a work
+budget in CP-SAT's *deterministic time* (``max_deterministic_time``, roughly seconds of work on a
+reference machine), never wall time: the same inputs give the same plan on any machine and under
+any load.
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ __all__ = ["ExactResult", "available", "model_size", "solve_exact", "MAX_TICKS",
 MAX_TICKS = 2**31
 #: Largest finite capacity in byte units (the unit grows by powers of two to stay below it).
 MAX_BYTE_UNITS = 2**20
+#: CP-SAT's search workers, interleaved deterministically (``interleave_search``).
+WORKERS = 4
 
 
 def available() -> bool:
@@ -142,7 +147,8 @@ def memory_devices(cost: CostModel) -> np.ndarray:
     return total > cost.capacity * (1.0 + MEM_RTOL)
 
 
-def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0) -> ExactResult:
+def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
+                interleave: bool = False) -> ExactResult:
     """Solve the model of the module docstring, warm-started from ``hint``.
 
     Parameters
@@ -155,6 +161,10 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0) 
         CP-SAT's ``max_deterministic_time``, in deterministic seconds.
     seed : int
         CP-SAT's ``random_seed``.
+    interleave : bool
+        Use the deterministic interleaved search (:data:`WORKERS` subsolvers, large-neighbourhood
+        search among them: short plans far sooner, for ``auto``'s short budget) instead of one
+        worker's tree search (which stops as soon as it proves optimality).
 
     Returns
     -------
@@ -263,7 +273,18 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0) 
 
     solver = cp_model.CpSolver()
     prm = solver.parameters
-    prm.num_workers = 1
+    # Deterministic parallel search: the subsolvers (the complete search and the large-neighbourhood
+    # ones, which find short plans far sooner than one worker's tree search) run in batches
+    # synchronised in a fixed order, so the result does not depend on the number of threads nor on
+    # their timing.
+    # (Only on request: on a model it proves optimal early, the interleaved search still spends its
+    # whole budget, so the ``optimal`` mapper's long budget keeps the single-worker search, which stops
+    # at the proof.)
+    if interleave:
+        prm.num_workers = WORKERS
+        prm.interleave_search = True
+    else:
+        prm.num_workers = 1
     prm.random_seed = int(seed)
     prm.max_deterministic_time = float(work)
     # Full linear relaxation: on these models it proves optimality several times sooner.

@@ -46,6 +46,7 @@ import numpy as np
 
 from streammap.cost.model import CostModel
 from streammap.errors import MappingError
+from streammap.mappers.heft import heft
 from streammap.mappers.schedule import Schedule
 
 #: What a mapper given to :func:`colocate_stateful` returns (a schedule, or a result holding one).
@@ -147,6 +148,20 @@ def colocate_stateful(cost: CostModel, map_fn: Callable[[CostModel], R],
         result, view = best
         schedule = schedule_of(result)
     return result
+
+
+def whole_device_heft(cost: CostModel) -> Schedule:
+    """The reference every plan is compared with (the plan's ``mapper.heft_makespan``): memory-aware
+    HEFT on whole devices (``share`` clauses ignored: one task per device at a time) under the same
+    constraints as the plan, device clauses and this module's rule included (every call of a
+    stateful kernel on one device). A plan and its reference then solve the same problem.
+
+    Raises
+    ------
+    MappingError
+        When HEFT finds no memory-valid placement under those constraints.
+    """
+    return colocate_stateful(cost, heft)
 
 
 def _itself(schedule: Schedule) -> Schedule:

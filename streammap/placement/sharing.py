@@ -41,8 +41,9 @@ start instant is enough for the share and the count. The device is then chosen b
     scheduler *when*, so that co-located tasks are estimated to run at once as the runtime runs
     them (a whole-device schedule would have them one after another and overestimate).
 
-``auto`` takes the shortest of the three and of whole-device HEFT's placement, re-timed the same
-way.
+``auto`` takes the shortest of the three on the whole cluster and on each device subset and node
+it maps on without shares, and of whole-device HEFT's and ``auto``'s placements re-timed the same
+way (:func:`auto_shared`).
 
 :func:`simulate_shared` replays an assignment and per-device order under the same rule (the
 runtime's admission), so a schedule can be re-scored and spill costs added
@@ -67,6 +68,7 @@ import numpy as np
 
 from streammap.cost.model import CostModel, area_bound, critical_path_bound
 from streammap.errors import MappingError
+from streammap.mappers.auto import auto, device_subsets, lift, work_tier
 from streammap.mappers.heft import MemoryProfile, check_placeable, heft, place_in_order, priority_order, release_inputs
 from streammap.mappers.schedule import MEM_RTOL, Schedule
 from streammap.plan import SHARE_EPS, share_profile  # noqa: F401 (share_profile: re-exported for the views)
@@ -113,16 +115,64 @@ def map_shared(cost: CostModel, mapper: str, map_fn=None) -> Schedule | None:
         return retime_shared(cost, map_fn(cost)) if map_fn is not None else None
     if mapper != "auto":
         return share_schedule(cost, policy=policy, mapper=f"{mapper}+share")
-    # auto: the shortest of the three device policies and whole-device HEFT (ties: that order).
-    best = None
-    for p in ("eft", "binpack", "spread"):
-        s = share_schedule(cost, policy=p, mapper="auto+share")
-        if best is None or s.makespan < best.makespan:
-            best = s
-    whole = retime_shared(cost, heft(cost))
-    if whole.makespan < best.makespan:
-        whole.mapper = "auto(heft)"
-        best = whole
+    return auto_shared(cost)
+
+
+def auto_shared(cost: CostModel) -> Schedule:
+    """``auto`` under ``share`` clauses: the shortest of its share-aware candidates.
+
+    Candidates, in order (ties: the earlier one):
+
+    1. the share-aware scheduler with each device policy (``eft``, ``binpack``, ``spread``) on the
+       whole cluster, then on each restriction ``auto`` maps on without shares
+       (:func:`streammap.mappers.auto.device_subsets`: the fastest 1, 2, 4, ... devices, the two
+       fastest nodes), lifted back onto the cluster. A restriction is skipped when the
+       share-weighted lower bound of it (:func:`shared_lower_bound`) cannot beat the best plan so
+       far. Restricting wins when transfers dominate: 32 quarter-GPU kernels feeding one fan-in
+       run four at a time on each GPU of one fast node, and the fan-in's inputs stay in the node;
+       the whole-cluster list scheduler spreads them to slower devices one task at a time;
+    2. whole-device plans timed with co-location (:func:`retime_shared`, their devices kept): HEFT's
+       and ``auto``'s best whole-device plan (its candidates and local search, no exact step).
+
+    Every candidate is built memory-aware by the share-aware scheduler; one that finds no valid
+    plan is dropped. The winner is named ``auto(<candidate>)+share``.
+
+    Raises
+    ------
+    MappingError
+        When no candidate finds a valid plan (the first candidate's error).
+    """
+    found: list[tuple[float, int, str, Schedule]] = []
+    errors: list[MappingError] = []
+
+    def keep(name, build):
+        try:
+            s = build()
+        except MappingError as exc:
+            errors.append(exc)
+            return
+        found.append((s.makespan, len(found), name, s))
+
+    restrictions = [("", None), *device_subsets(cost, work_tier(cost))]
+    for label, devs in restrictions:
+        sub = cost if devs is None else cost.restrict(devs)
+        if devs is not None:
+            if not np.isfinite(sub.time).any(axis=1).all():
+                continue                       # some task cannot run on the subset
+            if found and shared_lower_bound(sub) >= min(f[0] for f in found):
+                continue
+        for policy in ("eft", "binpack", "spread"):
+            name = policy if devs is None else f"{policy}-{label}"
+            if devs is None:
+                keep(name, lambda p=policy: share_schedule(cost, policy=p))
+            else:
+                keep(name, lambda p=policy, sub=sub, devs=devs: lift(cost, devs, share_schedule(sub, policy=p)))
+    for name, whole in (("heft", heft), ("auto", auto)):
+        keep(name, lambda whole=whole: share_schedule(cost, policy="fixed", assign=whole(cost).device))
+    if not found:
+        raise errors[0]
+    ms, _, name, best = min(found, key=lambda f: (f[0], f[1]))
+    best.mapper = f"auto({name})+share"
     return best
 
 

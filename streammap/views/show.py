@@ -140,28 +140,31 @@ def colocation_note(tasks) -> str:
 
 
 def plan_verdict(plan: Plan) -> str:
-    """One sentence: the gain over HEFT and the gap to the lower bound, in words."""
+    """One sentence: the gain over whole-device HEFT under the same constraints (no shares, every
+    stateful kernel's calls on one device: ``mapper.heft_makespan``), and the gap to the lower bound,
+    in words: "within X% of optimal (proven)" when the bound is the exact solver's, "at most X% from
+    optimal" when it is an analytic bound only."""
     m = plan.mapper
     parts = []
     if m.heft_makespan:
         gain = 1 - m.estimated_makespan / m.heft_makespan
+        heft = f"whole-device HEFT under the same constraints ({format_time(m.heft_makespan)})"
         if abs(gain) < 5e-4:
-            parts.append("as long as HEFT's plan")
+            parts.append(f"as long as {heft}")
         elif gain > 0:
-            parts.append(f"{gain:.1%} shorter than HEFT's plan ({format_time(m.heft_makespan)})")
+            parts.append(f"{gain:.1%} shorter than {heft}")
         else:
-            parts.append(f"{-gain:.1%} longer than HEFT's plan ({format_time(m.heft_makespan)})")
+            parts.append(f"{-gain:.1%} longer than {heft}")
     if m.lower_bound > 0:
         gap = m.estimated_makespan / m.lower_bound - 1
         proven = getattr(m, "solver_bound", None) is not None and m.solver_bound >= m.lower_bound
         if gap < 5e-4:
-            parts.append("optimal (proven by the exact solver)" if proven else "optimal: it reaches the lower bound")
+            parts.append("optimal (proven)" if proven else "optimal: it reaches the lower bound")
         elif proven:
-            parts.append(f"within {gap:.1%} of optimal (proven by the exact solver: no plan can finish "
+            parts.append(f"within {gap:.1%} of optimal (proven: the exact solver shows no plan can finish "
                          f"before {format_time(m.lower_bound)})")
         else:
-            parts.append(f"at most {gap:.1%} longer than the best possible plan "
-                         f"(no plan can finish before {format_time(m.lower_bound)})")
+            parts.append(f"at most {gap:.1%} from optimal (no plan can finish before {format_time(m.lower_bound)})")
     if not parts:
         return f"The {m.name} plan has no HEFT or bound figures to compare with."
     return f"The {m.name} plan is " + ", and ".join(parts) + "."

@@ -19,7 +19,7 @@ from streammap.cost.model import CostModel
 from streammap.errors import MappingError
 from streammap.ir import add_task, new_graph
 from streammap.mappers import get_mapper
-from streammap.mappers.auto import EXACT_MAX_TASKS, auto
+from streammap.mappers.auto import EXACT_GAP, EXACT_MAX_TASKS, auto, cheap_bound
 from streammap.mappers.heft import heft
 from streammap.mappers.optimal import optimal
 from streammap.mappers.schedule import evaluate, fits, peak_memory, simulate
@@ -160,7 +160,11 @@ def test_auto_is_never_worse_than_heft_on_random_dags_of_the_shared_clusters(ccr
         cost = CostModel(g, cl)
         s = auto(cost, exact=True)
         assert check(cost, s) <= heft(cost).makespan
-        assert s.bound is not None and s.bound <= s.makespan * (1 + 1e-12)
+        # the solver ran, or the analytic bound already shows the plan within EXACT_GAP of optimal
+        if s.bound is None:
+            assert s.makespan <= cheap_bound(cost) * (1 + EXACT_GAP)
+        else:
+            assert s.bound <= s.makespan * (1 + 1e-12)
 
 
 def test_auto_skips_the_exact_model_on_large_graphs():
@@ -192,7 +196,7 @@ def test_a_compiled_plan_records_the_solvers_bound_and_show_says_it_is_proven(tm
     assert m.solver_bound is not None
     assert m.lower_bound == pytest.approx(max(m.lower_bound, m.solver_bound))
     assert m.estimated_makespan <= m.heft_makespan
-    assert "proven by the exact solver" in plan_verdict(plan)
+    assert "optimal (proven)" in plan_verdict(plan)
     write_plan(plan, tmp_path / "a.yaml")
     write_plan(streammap.compile(src, cluster, mapper="optimal"), tmp_path / "b.yaml")
     assert (tmp_path / "a.yaml").read_bytes() == (tmp_path / "b.yaml").read_bytes()

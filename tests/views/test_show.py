@@ -188,9 +188,21 @@ def test_plan_verdict_states_the_gain_over_heft_and_the_gap_to_the_bound_in_word
     plan.mapper.name = "auto"
     plan.mapper.heft_makespan = plan.mapper.estimated_makespan / 0.8
     plan.mapper.lower_bound = plan.mapper.estimated_makespan / 1.25
+    plan.mapper.solver_bound = None
     verdict = show.plan_verdict(plan)
-    assert verdict.startswith("The auto plan is 20.0% shorter than HEFT's plan")
-    assert "at most 25.0% longer than the best possible plan" in verdict
+    assert verdict.startswith("The auto plan is 20.0% shorter than whole-device HEFT under the same constraints")
+    assert "at most 25.0% from optimal" in verdict and "proven" not in verdict
     assert verdict in show.plan_summary(plan)
     plan.mapper.lower_bound = plan.mapper.estimated_makespan
-    assert "optimal" in show.plan_verdict(plan)
+    assert "optimal: it reaches the lower bound" in show.plan_verdict(plan)
+
+
+def test_plan_verdict_says_proven_only_when_the_bound_is_the_exact_solvers():
+    plan = fm_radio_plan()
+    plan.mapper.lower_bound = plan.mapper.solver_bound = plan.mapper.estimated_makespan / 1.02
+    assert "within 2.0% of optimal (proven" in show.plan_verdict(plan)
+    plan.mapper.lower_bound = plan.mapper.solver_bound = plan.mapper.estimated_makespan
+    assert "optimal (proven)" in show.plan_verdict(plan)
+    plan.mapper.solver_bound = plan.mapper.estimated_makespan / 2      # weaker than the analytic bound
+    plan.mapper.lower_bound = plan.mapper.estimated_makespan / 1.02
+    assert "at most 2.0% from optimal" in show.plan_verdict(plan)
