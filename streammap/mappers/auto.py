@@ -4,14 +4,18 @@ Policy
 ------
 ``auto`` builds a set of *candidate* schedules, each a complete, memory-valid plan, and returns
 the one with the smallest makespan (ties: the earlier candidate in the list below). Memory-aware
-HEFT is always the first candidate, so the result is never worse than HEFT's plan; every
+HEFT is always the first candidate and plain HEFT's plan the second whenever it is within
+capacity, so the result is never worse than either HEFT plan that is memory-valid; every
 candidate is built by the same insertion list scheduler
 (:func:`streammap.mappers.heft.list_schedule`), so memory is respected by construction, and
 whatever the local search changes is re-checked against every capacity.
 
 Candidates, in order:
 
-1. **HEFT** (:func:`~streammap.mappers.heft.heft`).
+1. **HEFT** (:func:`~streammap.mappers.heft.heft`), and, where memory can bind, **plain HEFT**
+   (``memory_aware=False``) when its plan turns out within capacity. Memory-aware HEFT counts an
+   output as resident until its last consumer is placed, so it may refuse a device that plain
+   HEFT uses without ever breaking a capacity, and end longer than plain HEFT's valid plan.
 2. **PEFT** (:func:`~streammap.mappers.peft.peft`): optimistic-cost-table ranking and device choice
    (a lookahead to where the successors can run fast).
 2b. **HEFT in other priority orders** (small graphs): upward rank with each task's fastest time,
@@ -123,7 +127,8 @@ def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
     Returns
     -------
     Schedule
-        Never a longer makespan than :func:`~streammap.mappers.heft.heft` gives, memory-valid;
+        Never a longer makespan than :func:`~streammap.mappers.heft.heft` gives, nor than
+        ``heft(cost, memory_aware=False)`` when that plan is memory-valid; memory-valid;
         ``mapper`` is ``"auto(<winner>)"``; ``bound`` is the exact model's proven lower bound
         when it ran.
 
@@ -181,6 +186,11 @@ def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
         results.append((h.makespan, 0, "heft", h))
     except MappingError as exc:
         errors.append(exc)
+    if binds:
+        # The guard covers plain HEFT's plan too when it happens to fit (see candidate 1).
+        p = heft(cost, memory_aware=False)
+        if fits(peak_memory(cost, p.device, p.start, p.finish), cap).all():
+            results.append((p.makespan, len(results), "heft-plain", p))
     attempt("peft", lambda mem: peft(cost, memory_aware=mem))
     if tier == 0:
         # HEFT in other priority orders: upward ranks from the fastest and from the harmonic-mean
