@@ -487,7 +487,10 @@ def print_report(result: BenchResult, console=None, target_mapper: str = TARGET_
         return
     for ch in checks:
         v = ch["value"]
-        shown = _t(v) if "map " in ch["target"] else (_f(v, "{:.1%}") if "valid" in ch["target"] else _f(v))
+        if "cases above" in ch["target"]:
+            shown = str(v)
+        else:
+            shown = _t(v) if "map " in ch["target"] else (_f(v, "{:.1%}") if "valid" in ch["target"] else _f(v))
         tab.add_row(ch["target"], shown, "-" if ch["ok"] is None else ("PASS" if ch["ok"] else "FAIL"))
     con.print(tab)
     base = [r for r in result.rows if r["mapper"] == result.baseline and r["status"] == "ok"]

@@ -4,18 +4,20 @@ Policy
 ------
 ``auto`` builds a set of *candidate* schedules, each a complete, memory-valid plan, and returns
 the one with the smallest makespan (ties: the earlier candidate in the list below). Memory-aware
-HEFT is always the first candidate and plain HEFT's plan the second whenever it is within
-capacity, so the result is never worse than either HEFT plan that is memory-valid; every
+HEFT is always the first candidate, and plain HEFT's plan, whenever it is within capacity, is
+compared last, so the result is never worse than either HEFT plan that is memory-valid; every
 candidate is built by the same insertion list scheduler
 (:func:`streammap.mappers.heft.list_schedule`), so memory is respected by construction, and
 whatever the local search changes is re-checked against every capacity.
 
 Candidates, in order:
 
-1. **HEFT** (:func:`~streammap.mappers.heft.heft`), and, where memory can bind, **plain HEFT**
-   (``memory_aware=False``) when its plan turns out within capacity. Memory-aware HEFT counts an
-   output as resident until its last consumer is placed, so it may refuse a device that plain
-   HEFT uses without ever breaking a capacity, and end longer than plain HEFT's valid plan.
+1. **HEFT** (:func:`~streammap.mappers.heft.heft`). Where memory can bind, **plain HEFT**
+   (``memory_aware=False``) is also built, and its plan, when within capacity, replaces the
+   winner at the end if shorter (the guard; it takes no part in the search). Memory-aware HEFT
+   counts an output as resident until its last consumer is placed, so it may refuse a device
+   that plain HEFT uses without ever breaking a capacity: it can end longer than plain HEFT's
+   valid plan, or find none.
 2. **PEFT** (:func:`~streammap.mappers.peft.peft`): optimistic-cost-table ranking and device choice
    (a lookahead to where the successors can run fast).
 2b. **HEFT in other priority orders** (small graphs): upward rank with each task's fastest time,
@@ -186,11 +188,11 @@ def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
         results.append((h.makespan, 0, "heft", h))
     except MappingError as exc:
         errors.append(exc)
-    if binds:
-        # The guard covers plain HEFT's plan too when it happens to fit (see candidate 1).
-        p = heft(cost, memory_aware=False)
-        if fits(peak_memory(cost, p.device, p.start, p.finish), cap).all():
-            results.append((p.makespan, len(results), "heft-plain", p))
+    # The final guard also covers plain HEFT's plan when it happens to fit (see candidate 1). It
+    # stays out of the candidate list so that the search starts and seeds do not move.
+    plain = heft(cost, memory_aware=False) if binds else None
+    if plain is not None and not fits(peak_memory(cost, plain.device, plain.start, plain.finish), cap).all():
+        plain = None
     attempt("peft", lambda mem: peft(cost, memory_aware=mem))
     if tier == 0:
         # HEFT in other priority orders: upward ranks from the fastest and from the harmonic-mean
@@ -258,7 +260,9 @@ def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
                                                                    mapper="part"))
 
     if not results:
-        raise errors[0]
+        if plain is None:
+            raise errors[0]
+        results.append((plain.makespan, 0, "heft-plain", plain))
     results.sort(key=lambda r: (r[0], r[1]))
 
     # Local search from the best distinct candidates.
@@ -281,6 +285,8 @@ def auto(cost: CostModel, *, exact: bool = False) -> Schedule:
         results.sort(key=lambda r: (r[0], r[1]))
 
     ms, _, name, best = results[0]
+    if plain is not None and plain.makespan < ms:
+        ms, name, best = plain.makespan, "heft-plain", plain
     bound = None
     if exact and exact_fits(cost):
         # The exact model, warm-started from the best plan so far: a better plan, or a proof of
