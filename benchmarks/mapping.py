@@ -12,10 +12,13 @@ Usage::
     python benchmarks/mapping.py                         # full random suite (up to 5,000 tasks)
     python benchmarks/mapping.py --scale                 # also 10k x 64 and 100k x 512 mapping times
     python benchmarks/mapping.py --mappers heft,peft,least-loaded --out /tmp/bench
+    python benchmarks/mapping.py --generated --quick     # seeded WfCommons suite (pip install 'streammap[bench]')
+    python benchmarks/mapping.py --generated --seeds tune
 
 Targets (issue 3, for ``auto``): geomean makespan / HEFT <= 0.85 and no case above 1.0; at CCR 0.1
 geomean makespan / lower bound <= 1.10; memory-valid wherever a valid plan exists; 10,000 tasks x 64
-devices mapped in <= 5 s and 100,000 x 512 in <= 60 s.
+devices mapped in <= 5 s and 100,000 x 512 in <= 60 s. Generated suite (issue 17), report seeds:
+geomean makespan / HEFT <= 0.62 at CCR 1 and 10, and no case above a memory-valid HEFT plan.
 """
 
 import sys

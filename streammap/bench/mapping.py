@@ -22,7 +22,11 @@ A mapper that raises :class:`~streammap.errors.MappingError` has *no plan* for t
 where some mapper found a memory-valid plan is one where *a valid plan exists*, and the valid
 share of each mapper is counted over those cases. Aggregates (geometric mean and worst case) are
 taken per group and CCR: the 102 shared cases (workflows on three clusters, Cholesky on
-``cholesky-node``, each at CCR 0.1, 1 and 10), the classic example, and the random suite.
+``cholesky-node``, each at CCR 0.1, 1 and 10), the classic example, and the random suite; or,
+with ``--generated``, the seeded WfCommons suite alone (:mod:`streammap.bench.generated`, group
+``generated-tune`` or ``generated-report``), which adds a table of ``auto`` per recipe and CCR.
+A case counts as **above a memory-valid HEFT** when the mapper's makespan exceeds the baseline's
+and the baseline's plan is memory-valid: the one comparison no capacity argument can excuse.
 
 Outputs: a table per group on the console with the targets beside the figures, ``mapping.csv``
 (one row per case and mapper, columns :data:`CSV_COLUMNS`), ``mapping-summary.csv`` (one row per
@@ -30,7 +34,7 @@ group and mapper) and ``mapping.png`` (makespan / HEFT and makespan / lower boun
 mapper, log scale, grouped by set and CCR) in the output folder (default ``bench-out/``).
 
 Run it as ``streammap bench mapping [--quick] [--out DIR] [--mappers a,b,c] [--shared PATH]
-[--scale]`` or ``python benchmarks/mapping.py`` with the same options.
+[--scale] [--generated [--seeds tune|report]]`` or ``python benchmarks/mapping.py`` with the same options.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import argparse
 import csv
 import io
 import math
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -57,6 +62,7 @@ from streammap.bench.cases import (
     scale_cluster_for_ccr,
     shared_cases,
 )
+from streammap.bench.generated import SEED_SETS, generated_cases, require_wfcommons
 from streammap.cost.model import CostModel, area_bound, fork_join_bound, lower_bound
 from streammap.errors import MappingError, StreamMapError
 from streammap.io.files import atomic_write_text
@@ -64,7 +70,7 @@ from streammap.mappers import get_mapper
 from streammap.mappers.schedule import evaluate
 
 __all__ = ["DEFAULT_MAPPERS", "CSV_COLUMNS", "SUMMARY_COLUMNS", "TARGETS", "BenchResult", "resolve_mappers",
-           "run_benchmark", "summarize", "check_targets", "print_report", "write_csv", "write_summary_csv",
+           "run_benchmark", "summarize", "by_recipe", "check_targets", "print_report", "write_csv", "write_summary_csv",
            "plot", "scale_benchmark", "add_mapping_arguments", "run_mapping", "main"]
 
 #: Mappers of a default run: the candidate, the baselines and the trivial one.
@@ -82,17 +88,19 @@ TARGETS = {
     "valid_share": 1.0,       # memory-valid wherever a valid plan exists
     "time_10k_64": 5.0,       # seconds to map 10,000 tasks on 64 devices
     "time_100k_512": 60.0,    # seconds to map 100,000 tasks on 512 devices
+    "gm_heft_generated": 0.62,  # geomean makespan / HEFT, generated report seeds at CCR 1 and 10 (issue 17)
 }
 
 CSV_COLUMNS = ["case", "group", "graph", "cluster", "ccr_target", "ccr", "tasks", "edges", "devices", "mapper",
                "status", "makespan", "estimated_makespan", "lower_bound", "makespan_lb", "fork_join_bound",
                "makespan_fj", "solver_bound", "best_bound", "makespan_best", "baseline",
-               "baseline_makespan", "makespan_heft", "memory_valid", "valid_plan_exists", "map_time_s", "message"]
+               "baseline_makespan", "makespan_heft", "memory_valid", "valid_plan_exists", "map_time_s", "message",
+               "baseline_valid"]
 SUMMARY_COLUMNS = ["group", "ccr", "mapper", "cases", "plans", "gm_lb", "worst_lb", "gm_fj", "gm_best", "worst_best",
-                   "floor_lb", "gm_heft", "worst_heft",
+                   "floor_lb", "gm_heft", "worst_heft", "above_valid_heft",
                    "valid", "valid_exists", "valid_share", "capacity_breaks", "mean_time_s", "max_time_s"]
 
-_GROUP_ORDER = {"shared": 0, "classic": 1, "random": 2}
+_GROUP_ORDER = {"shared": 0, "classic": 1, "random": 2, "generated-tune": 3, "generated-report": 4, "generated": 5}
 _TOL = 1e-9
 
 
@@ -192,6 +200,7 @@ def _case_rows(case: Case, mappers: dict, baseline: str) -> list[dict]:
             r["makespan_best"] = r["makespan"] / best if best > 0 else (1.0 if r["makespan"] == 0 else math.inf)
         if b is not None:
             r["baseline_makespan"] = b["makespan"]
+            r["baseline_valid"] = b["memory_valid"]
             if r.get("status") == "ok":
                 bm = b["makespan"]
                 r["makespan_heft"] = r["makespan"] / bm if bm > 0 else (1.0 if r["makespan"] == 0 else math.inf)
@@ -264,6 +273,12 @@ def _groups(rows) -> list[tuple[str, float | None, list]]:
     return out
 
 
+def _above_valid_heft(row) -> bool:
+    """Whether ``row``'s plan is longer than the baseline's and the baseline's is memory-valid."""
+    return bool(row.get("baseline_valid")) and row.get("makespan_heft") is not None \
+        and row["makespan_heft"] > 1.0 + _TOL
+
+
 def _aggregate(rows, mapper) -> dict:
     mine = [r for r in rows if r["mapper"] == mapper]
     ok = [r for r in mine if r["status"] == "ok"]
@@ -276,6 +291,7 @@ def _aggregate(rows, mapper) -> dict:
                 worst_best=_worst(r["makespan_best"] for r in ok), floor_lb=_gm(r["fork_join_bound"] / r["lower_bound"]
                                                                      for r in ok if r["lower_bound"] > 0),
                 gm_heft=_gm(r["makespan_heft"] for r in ok), worst_heft=_worst(r["makespan_heft"] for r in ok),
+                above_valid_heft=sum(1 for r in ok if _above_valid_heft(r)),
                 valid=valid, valid_exists=len(exists), valid_share=valid / len(exists) if exists else math.nan,
                 capacity_breaks=sum(1 for r in ok if not r["memory_valid"]),
                 mean_time_s=float(np.mean(times)) if times else math.nan,
@@ -317,6 +333,16 @@ def check_targets(result: BenchResult, mapper: str = TARGET_MAPPER) -> list[dict
         a = _aggregate(low, mapper)
         add(f"shared CCR 0.1: geomean makespan/LB <= {TARGETS['gm_lb_ccr0.1']:g}", TARGETS["gm_lb_ccr0.1"],
             a["gm_lb"], None if math.isnan(a["gm_lb"]) else a["gm_lb"] <= TARGETS["gm_lb_ccr0.1"])
+    for g in sorted({r["group"] for r in rows if r["group"].startswith("generated")}):
+        sub = [r for r in rows if r["group"] == g]
+        high = [r for r in sub if r["ccr_target"] is not None and r["ccr_target"] >= 1.0 - 1e-12]
+        lim = TARGETS["gm_heft_generated"]
+        if high:
+            a = _aggregate(high, mapper)
+            add(f"{g} CCR 1 and 10: geomean makespan/HEFT <= {lim:g}", lim, a["gm_heft"],
+                None if math.isnan(a["gm_heft"]) else a["gm_heft"] <= lim)
+        a = _aggregate(sub, mapper)
+        add(f"{g}: cases above a memory-valid HEFT plan = 0", 0, a["above_valid_heft"], a["above_valid_heft"] == 0)
     if rows:
         a = _aggregate(rows, mapper)
         add("memory-valid wherever a valid plan exists (all cases)", 1.0, a["valid_share"],
@@ -353,9 +379,51 @@ def _group_title(g, c, rows) -> str:
     cases = len({r["case"] for r in rows})
     exists = len({r["case"] for r in rows if r["valid_plan_exists"]})
     what = {"shared": "shared set", "classic": "classic example (Topcuoglu et al. 2002)",
-            "random": "random DAGs"}.get(g, g)
+            "random": "random DAGs", "generated-tune": "generated WfCommons instances (tune seeds)",
+            "generated-report": "generated WfCommons instances (report seeds)",
+            "generated": "generated WfCommons instances"}.get(g, g)
     ccr_s = f", CCR {c:g}" if c is not None else (", all CCRs" if g != "classic" else "")
     return f"{what}{ccr_s}: {cases} case{'s' if cases != 1 else ''}, a valid plan exists in {exists}"
+
+
+_INSTANCE = re.compile(r"^(?P<app>.+)-n\d+-s\d+$")
+
+
+def by_recipe(rows, mapper: str = TARGET_MAPPER) -> list[dict]:
+    """Generated cases of ``mapper`` per recipe and CCR: ``{"group", "recipe", "ccr", "cases",
+    "gm_heft", "worst_heft", "above_valid_heft", "gm_best"}``."""
+    out = []
+    mine = [r for r in rows if r["mapper"] == mapper and r["group"].startswith("generated")]
+    keys = sorted({(r["group"], m.group("app"), r["ccr_target"]) for r in mine
+                   if (m := _INSTANCE.match(r["graph"] or ""))})
+    for g, app, c in keys:
+        sub = [r for r in mine if r["group"] == g and r["ccr_target"] == c and r["graph"].startswith(app + "-n")]
+        a = _aggregate(sub, mapper)
+        out.append(dict(group=g, recipe=app, ccr=c, cases=a["cases"], gm_heft=a["gm_heft"], worst_heft=a["worst_heft"],
+                        above_valid_heft=a["above_valid_heft"], gm_best=a["gm_best"]))
+    return out
+
+
+def _print_recipes(result: BenchResult, con, mapper: str) -> None:
+    """One table per generated group: ``mapper`` per recipe (rows) and CCR (columns)."""
+    from rich.table import Table  # noqa: PLC0415
+    rec = by_recipe(result.rows, mapper)
+    for g in sorted({r["group"] for r in rec}):
+        mine = [r for r in rec if r["group"] == g]
+        ccrs = sorted({r["ccr"] for r in mine})
+        tab = Table(title=f"{mapper} per recipe, {g}: mk/HEFT gm (worst) · mk/best gm", title_justify="left",
+                    show_edge=False, pad_edge=False)
+        tab.add_column("recipe")
+        for c in ccrs:
+            tab.add_column(f"CCR {c:g}", justify="right")
+        for app in sorted({r["recipe"] for r in mine}):
+            cells = []
+            for c in ccrs:
+                r = next((x for x in mine if x["recipe"] == app and x["ccr"] == c), None)
+                cells.append("-" if r is None else f"{_f(r['gm_heft'])} ({_f(r['worst_heft'])}) · {_f(r['gm_best'])}")
+            tab.add_row(app, *cells)
+        con.print(tab)
+        con.print()
 
 
 def print_report(result: BenchResult, console=None, target_mapper: str = TARGET_MAPPER) -> None:
@@ -369,7 +437,8 @@ def print_report(result: BenchResult, console=None, target_mapper: str = TARGET_
         tab = Table(title=_group_title(g, c, gr), title_justify="left", show_edge=False, pad_edge=False)
         for col, just in (("mapper", "left"), ("plans", "right"), ("mk/LB gm", "right"), ("mk/LB worst", "right"),
                           ("mk/FJ gm", "right"), ("mk/best gm", "right"), ("mk/best worst", "right"),
-                          ("mk/HEFT gm", "right"), ("mk/HEFT worst", "right"), ("valid", "right"),
+                          ("mk/HEFT gm", "right"), ("mk/HEFT worst", "right"), ("> valid HEFT", "right"),
+                          ("valid", "right"),
                           ("breaks cap.", "right"), ("time mean", "right"), ("time max", "right")):
             tab.add_column(col, justify=just)
         for m in result.mappers:
@@ -378,7 +447,7 @@ def print_report(result: BenchResult, console=None, target_mapper: str = TARGET_
             tab.add_row(name, f"{a['plans']}/{a['cases']}", _f(a["gm_lb"]), _f(a["worst_lb"]), _f(a["gm_fj"]),
                         _f(a["gm_best"]), _f(a["worst_best"]),
                         _f(a["gm_heft"]),
-                        _f(a["worst_heft"]), f"{a['valid']}/{a['valid_exists']}", str(a["capacity_breaks"]),
+                        _f(a["worst_heft"]), str(a["above_valid_heft"]), f"{a['valid']}/{a['valid_exists']}", str(a["capacity_breaks"]),
                         _t(a["mean_time_s"]), _t(a["max_time_s"]))
         tgt = []
         if g == "shared":
@@ -387,11 +456,16 @@ def print_report(result: BenchResult, console=None, target_mapper: str = TARGET_
                 fl = _aggregate(gr, result.mappers[0])["floor_lb"]
                 tgt.append(f"mk/LB gm <= {TARGETS['gm_lb_ccr0.1']:g} (no plan can score below FJ/LB gm = {_f(fl)})")
             tgt.append("valid = all where one exists")
+        if g.startswith("generated"):
+            if c is None or c >= 1.0 - 1e-12:
+                tgt.append(f"{target_mapper} mk/HEFT gm <= {TARGETS['gm_heft_generated']:g} at CCR 1 and 10")
+            tgt.append("> valid HEFT = 0")
         if tgt:
             tab.caption = "targets: " + "; ".join(tgt)
             tab.caption_justify = "left"
         con.print(tab)
         con.print()
+    _print_recipes(result, con, target_mapper)
     if result.scale:
         tab = Table(title="mapping time at scale", title_justify="left", show_edge=False, pad_edge=False)
         for col in ("tasks", "devices", "edges", "mapper", "cost model", "map time", "target", "makespan/LB", "status"):
@@ -413,7 +487,10 @@ def print_report(result: BenchResult, console=None, target_mapper: str = TARGET_
         return
     for ch in checks:
         v = ch["value"]
-        shown = _t(v) if "map " in ch["target"] else (_f(v, "{:.1%}") if "valid" in ch["target"] else _f(v))
+        if "cases above" in ch["target"]:
+            shown = str(v)
+        else:
+            shown = _t(v) if "map " in ch["target"] else (_f(v, "{:.1%}") if "valid" in ch["target"] else _f(v))
         tab.add_row(ch["target"], shown, "-" if ch["ok"] is None else ("PASS" if ch["ok"] else "FAIL"))
     con.print(tab)
     base = [r for r in result.rows if r["mapper"] == result.baseline and r["status"] == "ok"]
@@ -558,7 +635,7 @@ def add_mapping_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``streammap bench mapping`` (and ``benchmarks/mapping.py``)."""
     p.add_argument("--quick", action="store_true",
                    help="smaller random suite (36 small graphs and 1,000 tasks x 3 CCRs instead of 135 + 6 up to "
-                        "5,000 tasks); the shared set is always complete")
+                        "5,000 tasks); the shared set is always complete; with --generated: one seed, up to 700 tasks")
     p.add_argument("--out", default="bench-out", metavar="DIR",
                    help="output folder for mapping.csv, mapping-summary.csv and mapping.png (default: bench-out)")
     p.add_argument("--mappers", default=",".join(DEFAULT_MAPPERS), metavar="A,B,C",
@@ -572,6 +649,13 @@ def add_mapping_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-random", action="store_true", help="skip the random suite")
     p.add_argument("--seed", type=int, default=0, help="seed of the random suite (default 0)")
     p.add_argument("--no-plot", action="store_true", help="do not draw mapping.png")
+    p.add_argument("--generated", action="store_true",
+                   help="the seeded WfCommons suite instead of the shared set and the random suite: every recipe "
+                        "of the shared applications (rnaseq excluded), 50-2,000 tasks, on the shared clusters at "
+                        "CCR 0.1, 1 and 10 (needs: pip install 'streammap[bench]')")
+    p.add_argument("--seeds", choices=sorted(SEED_SETS), default="report",
+                   help="seed set of --generated: tune (to look at while tuning) or report (the figures quoted; "
+                        "default)")
 
 
 def run_mapping(args) -> int:
@@ -583,7 +667,15 @@ def run_mapping(args) -> int:
         raise StreamMapError("--mappers is empty", hint=f"for example --mappers {','.join(DEFAULT_MAPPERS)}")
     cases: list[Case] = []
     notes = []
-    if not args.no_shared:
+    generated = getattr(args, "generated", False)
+    if generated:
+        require_wfcommons()                   # before any work: exit 2 with the install hint
+        root = find_shared(args.shared)
+        if root is None:
+            raise StreamMapError("shared benchmarks not found: the generated suite runs on their clusters",
+                                 hint="give --shared PATH (the folder that holds clusters/)")
+        cases += generated_cases(root, seeds=args.seeds, quick=args.quick, cache=Path(args.out) / "generated")
+    if not args.no_shared and not generated:
         root = find_shared(args.shared)
         if root is None:
             if args.shared:
@@ -593,7 +685,7 @@ def run_mapping(args) -> int:
                          "give --shared PATH")
         else:
             cases += shared_cases(root)
-    if not args.no_random:
+    if not args.no_random and not generated:
         cases += random_cases(seed=args.seed, quick=args.quick)
     t0 = time.perf_counter()
     result = run_benchmark(cases, mappers, progress=sys.stderr.isatty())
@@ -603,12 +695,14 @@ def run_mapping(args) -> int:
         result.scale = scale_benchmark(scale_mappers, notes=result.notes)
     elapsed = time.perf_counter() - t0
     out = Path(args.out)
-    write_csv(result, out / "mapping.csv")
-    write_summary_csv(result, out / "mapping-summary.csv")
-    wrote = [out / "mapping.csv", out / "mapping-summary.csv"]
+    # The generated suite writes beside a default run's files, not over them.
+    stem = f"mapping-generated-{args.seeds}" if generated else "mapping"
+    write_csv(result, out / f"{stem}.csv")
+    write_summary_csv(result, out / f"{stem}-summary.csv")
+    wrote = [out / f"{stem}.csv", out / f"{stem}-summary.csv"]
     if not args.no_plot and result.rows:
-        plot(result, out / "mapping.png")
-        wrote.append(out / "mapping.png")
+        plot(result, out / f"{stem}.png")
+        wrote.append(out / f"{stem}.png")
     print_report(result, con)
     n_cases = len({r["case"] for r in result.rows})
     con.print(f"{n_cases} cases x {len(result.mappers)} mappers in {elapsed:.1f} s; wrote "

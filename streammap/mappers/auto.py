@@ -4,14 +4,20 @@ Policy
 ------
 ``auto`` builds a set of *candidate* schedules, each a complete, memory-valid plan, and returns
 the one with the smallest makespan (ties: the earlier candidate in the list below). Memory-aware
-HEFT is always the first candidate, so the result is never worse than HEFT's plan; every
+HEFT is always the first candidate, and plain HEFT's plan, whenever it is within capacity, is
+compared last, so the result is never worse than either HEFT plan that is memory-valid; every
 candidate is built by the same insertion list scheduler
 (:func:`streammap.mappers.heft.list_schedule`), so memory is respected by construction, and
 whatever the local search changes is re-checked against every capacity.
 
 Candidates, in order:
 
-1. **HEFT** (:func:`~streammap.mappers.heft.heft`).
+1. **HEFT** (:func:`~streammap.mappers.heft.heft`). Where memory can bind, **plain HEFT**
+   (``memory_aware=False``) is also built, and its plan, when within capacity, replaces the
+   winner at the end if shorter (the guard; it takes no part in the search). Memory-aware HEFT
+   counts an output as resident until its last consumer is placed, so it may refuse a device
+   that plain HEFT uses without ever breaking a capacity: it can end longer than plain HEFT's
+   valid plan, or find none.
 2. **PEFT** (:func:`~streammap.mappers.peft.peft`): optimistic-cost-table ranking and device choice
    (a lookahead to where the successors can run fast).
 2b. **HEFT in other priority orders** (small graphs): upward rank with each task's fastest time,
@@ -211,7 +217,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     Returns
     -------
     Schedule
-        Never a longer makespan than :func:`~streammap.mappers.heft.heft` gives, memory-valid;
+        Never a longer makespan than :func:`~streammap.mappers.heft.heft` gives, nor than
+        ``heft(cost, memory_aware=False)`` when that plan is memory-valid; memory-valid;
         ``mapper`` is ``"auto(<winner>)"``; ``bound`` is the exact model's proven lower bound
         when it ran.
 
@@ -268,10 +275,17 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         results.append((h.makespan, 0, "heft", h))
     except MappingError as exc:
         errors.append(exc)
+    # The final guard also covers plain HEFT's plan when it happens to fit (see candidate 1). It
+    # stays out of the candidate list so that the search starts and seeds do not move.
+    plain = heft(cost, memory_aware=False) if binds else None
+    if plain is not None and not fits(peak_memory(cost, plain.device, plain.start, plain.finish), cap).all():
+        plain = None
     passes = large_graph_passes(T, D)
     if passes is not None:
         if "peft" in passes:
             attempt("peft", lambda mem: peft(cost, memory_aware=mem))
+        if plain is not None:
+            results.append((plain.makespan, len(results), "heft-plain", plain))
         return _best_of(results, errors, D)
     attempt("peft", lambda mem: peft(cost, memory_aware=mem))
     if tier == 0:
@@ -324,7 +338,9 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                                                                    mapper="part"))
 
     if not results:
-        raise errors[0]
+        if plain is None:
+            raise errors[0]
+        results.append((plain.makespan, 0, "heft-plain", plain))
     results.sort(key=lambda r: (r[0], r[1]))
 
     # Local search from the best distinct candidates.
@@ -347,6 +363,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         results.sort(key=lambda r: (r[0], r[1]))
 
     ms, _, name, best = results[0]
+    if plain is not None and plain.makespan < ms:
+        ms, name, best = plain.makespan, "heft-plain", plain
     bound = None
     if exact and exact_fits(cost) and ms > cheap_bound(cost) * (1.0 + EXACT_GAP):
         # The exact model, warm-started from the best plan so far: a better plan, or a proof of
