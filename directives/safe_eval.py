@@ -89,7 +89,7 @@ _CMPOPS = {
 #: Expression node classes :meth:`Evaluator.check` lets through.
 ALLOWED_NODES = frozenset({
     ast.Constant, ast.Name, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp,
-    ast.Tuple, ast.Call,
+    ast.Tuple, ast.Call, ast.Subscript,
 })
 
 #: Readable names for constructs that are refused.
@@ -246,7 +246,7 @@ class Evaluator:
         self._sizes: dict[int, tuple] = {}       # id(tuple) -> (tuple, its size in items)
         self.hint = hint or (
             "expressions may use constants, params, arithmetic, comparisons, `and`/`or`, "
-            f"`x if c else y`, tuples and the functions {FUNCTION_LIST}")
+            f"`x if c else y`, tuples and their items (`TILE[0]`) and the functions {FUNCTION_LIST}")
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -352,6 +352,25 @@ class Evaluator:
                 raise self.refuse(elt)
             items.append(self.eval(elt))
         return self.limit(node, tuple(items))
+
+    def eval_Subscript(self, node):
+        """An item of a static tuple (``TILE[0]``, ``SHAPE[-1]``): a derived value or param that is
+        a tuple is as usable in a clause as the numbers it holds. Slices are not."""
+        if not isinstance(node.ctx, ast.Load):
+            raise self.refuse(node)
+        base = self.eval(node.value)
+        if not isinstance(base, tuple):
+            raise self.loc.error(node, f"'{ast.unparse(node.value)}' is {type(base).__name__}, "
+                                       f"only tuples can be indexed in {self.context}", self.hint)
+        index = self.eval(node.slice)
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise self.loc.error(node.slice, f"a tuple index must be an integer in {self.context}, "
+                                             f"not {type(index).__name__}", self.hint)
+        if not -len(base) <= index < len(base):
+            raise self.loc.error(node.slice, f"index {index} is out of range for "
+                                             f"'{ast.unparse(node.value)}' (a tuple of {len(base)} "
+                                             f"items) in {self.context}")
+        return base[index]
 
     def eval_BinOp(self, node):
         return self.binop(node, self.eval(node.left), self.eval(node.right))

@@ -170,8 +170,8 @@ def test_a_constant_module_value_is_usable_but_not_overridable(tmp_path):
 @pytest.mark.parametrize("assignment, reason", [
     ("LIMIT = load()", "its value (prog.py:5) is not a compile-time expression: call to 'load' "
                        "is not allowed in the value of 'LIMIT'"),
-    ("LIMIT = CONFIG['n']", "its value (prog.py:5) is not a compile-time expression: "
-                            "subscripting is not allowed"),
+    ("LIMIT = CONFIG['n']", "its value (prog.py:5) uses 'CONFIG', which has none: its value "
+                            "(prog.py:2) is not a compile-time expression: a dict is not allowed"),
     ("LIMIT = N * LATER", "its value (prog.py:5) uses 'LATER', which is not a param or a value "
                           "assigned above it"),
     ("LIMIT = np", "its value (prog.py:5) uses 'np', which has none: it is bound by an import "
@@ -312,3 +312,24 @@ def test_plain_python_and_streammap_run_compute_the_same_result(tmp_path):
     plan = compile_plan(path, cluster="local", params={"H": 32, "TILES": 4})
     result = run_plan(plan, outputs=None)["result"]
     assert result.shape == (32,) and float(result[8]) == 1 * 16      # tile 1: 8 rows of 16 ones
+
+
+def test_a_clause_may_use_the_items_of_a_derived_tuple(tmp_path):
+    prog = write(tmp_path, TILED.replace("# @stream kernel(bytes=8*AREA,", "# @stream kernel(bytes=8*TILE[0]*TILE[-1],"))
+    g = parse_program(prog, {"H": "128"})
+    cut = g.nodes[f"cut[0]@prog.py:{line_of(prog, 'parts = [cut')}"]
+    assert cut["bytes"] == 8 * 32 * 64          # TILE follows H: (128 // 4, 2 * 32)
+
+
+@pytest.mark.parametrize("index, message", [
+    ("TILE[2]", "index 2 is out of range for 'TILE' (a tuple of 2 items)"),
+    ("TILE[0:1]", "a slice is not allowed"),
+    ("ROWS[0]", "'ROWS' is int, only tuples can be indexed"),
+    ("TILE[HALF]", "a tuple index must be an integer"),
+])
+def test_a_bad_index_in_a_clause_names_the_clause_and_what_is_wrong(tmp_path, index, message):
+    prog = write(tmp_path, TILED.replace("# @stream kernel(bytes=8*AREA,", f"# @stream kernel(bytes=8*{index},"))
+    with pytest.raises(DirectiveError) as err:
+        parse_program(prog)
+    assert message in str(err.value)
+    assert f"{prog.name}:{line_of(prog, index)}:" in str(err.value)
