@@ -610,36 +610,76 @@ def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], pa
             texts = decode_strings(columns[f"{key}_utf8"], columns[f"{key}_off"], PlanError, path, key)
             if len(texts) != T:
                 raise bad(f"column {key!r} has {len(texts)} values for {T} tasks")
-            values = []
-            for i, text in enumerate(texts):
-                try:
-                    v = json.loads(text) if text else kind()
-                except ValueError:
-                    raise bad(f"task #{i}: {key} is not JSON") from None
-                if not isinstance(v, kind):
-                    raise bad(f"task #{i}: {key} is not a {kind.__name__}")
-                values.append(v)
-            optional[key] = values
+            optional[key] = _json_values(texts, kind, key, bad)
 
     dep_list = idx.tolist()
     bounds = ptr.tolist()
     starts, finishes = start.tolist(), finish.tolist()
     kernel_of, device_of = kernel.tolist(), device.tolist()
-    extra = list(optional.items())           # only the fields some task has off its default
-    validate = PlanTask.model_validate       # pydantic-core: as fast as model_construct, and checked
+    columns_of = {key: optional.get(key) for key, _ in _TASK_DEFAULTS}
+    defaults = dict(_TASK_DEFAULTS)
+    # Every value was checked above, column by column, as PlanTask's fields would check it: the
+    # tasks are built without a second, per-object validation (half the time of reading a plan).
     tasks = []
+    new_task = _task_builder()
     for i in range(T):
         fields = {"id": ids[i], "kernel": kernels[kernel_of[i]], "device": device_ids[device_of[i]],
                   "deps": [ids[j] for j in dep_list[bounds[i]:bounds[i + 1]]],
                   "start": starts[i], "finish": finishes[i]}
-        for key, col in extra:
-            fields[key] = col[i]
-        try:
-            tasks.append(validate(fields))
-        except pydantic.ValidationError as exc:
-            err = exc.errors()[0]
-            raise bad(f"task #{i} ({ids[i]}): {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        for key, col in columns_of.items():
+            fields[key] = col[i] if col is not None else _fresh(defaults[key])
+        tasks.append(new_task(fields))
     return tasks
+
+
+def _fresh(default):
+    """A task field's default, a new object where it is mutable (as pydantic gives one per task)."""
+    return list(default) if isinstance(default, list) else dict(default) if isinstance(default, dict) else default
+
+
+def _json_values(texts: list[str], kind: type, key: str, bad) -> list:
+    """The JSON values of ``texts`` (``""``: an empty ``kind``), each a ``kind``.
+
+    Parsed as one JSON array (one call of the C parser, not one per task); when that fails or
+    does not give one value per text (a text holding ``1], [2``), text by text, to name the
+    first bad one.
+    """
+    empty = "[]" if kind is list else "{}"
+    try:
+        values = json.loads("[" + ",".join([t or empty for t in texts]) + "]")
+    except ValueError:
+        values = None
+    if values is None or len(values) != len(texts) or not all(type(v) is kind for v in values):
+        values = []
+        for i, text in enumerate(texts):
+            try:
+                v = json.loads(text) if text else kind()
+            except ValueError:
+                raise bad(f"task #{i}: {key} is not JSON") from None
+            if not isinstance(v, kind):
+                raise bad(f"task #{i}: {key} is not a {kind.__name__}")
+            values.append(v)
+    return values
+
+
+def _task_builder():
+    """``build(fields)``: a :class:`PlanTask` of ``fields`` (every field, in the model's order,
+    values already checked), made as ``model_construct`` makes one, without its per-call work.
+
+    All tasks share one set of "fields set" (every field: a plan task is written whole); adding
+    a name already in it (an assignment) changes nothing.
+    """
+    new, setattr_ = object.__new__, object.__setattr__
+    fields_set = set(PlanTask.model_fields)
+
+    def build(fields: dict) -> PlanTask:
+        task = new(PlanTask)
+        setattr_(task, "__dict__", fields)
+        setattr_(task, "__pydantic_fields_set__", fields_set)
+        setattr_(task, "__pydantic_extra__", None)
+        setattr_(task, "__pydantic_private__", None)
+        return task
+    return build
 
 
 def check_source_confined(plan: Plan) -> None:
