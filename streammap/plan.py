@@ -50,6 +50,7 @@ output names are identifiers (they become ``.npz`` member names); device indices
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -612,29 +613,23 @@ def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], pa
                 raise bad(f"column {key!r} has {len(texts)} values for {T} tasks")
             optional[key] = _json_values(texts, kind, key, bad)
 
-    dep_list = idx.tolist()
-    bounds = ptr.tolist()
-    starts, finishes = start.tolist(), finish.tolist()
-    kernel_of, device_of = kernel.tolist(), device.tolist()
-    columns_of = {key: optional.get(key) for key, _ in _TASK_DEFAULTS}
-    defaults = dict(_TASK_DEFAULTS)
     # Every value was checked above, column by column, as PlanTask's fields would check it: the
-    # tasks are built without a second, per-object validation (half the time of reading a plan).
-    tasks = []
+    # tasks are built without a second, per-object validation (half the time of reading a plan),
+    # a row of the columns at a time, in the model's field order.
+    bounds = ptr.tolist()
+    dep_ids = list(map(ids.__getitem__, idx.tolist()))
+    fields = [ids, list(map(kernels.__getitem__, kernel.tolist())), list(map(device_ids.__getitem__, device.tolist())),
+              [dep_ids[a:b] for a, b in zip(bounds, bounds[1:])], start.tolist(), finish.tolist()]
+    for key, default in _TASK_DEFAULTS:
+        if key in optional:
+            fields.append(optional[key])
+        elif isinstance(default, (list, dict)):         # mutable: a new one per task, as pydantic gives
+            fields.append([type(default)() for _ in range(T)])
+        else:
+            fields.append(itertools.repeat(default, T))
+    names = tuple(PlanTask.model_fields)
     new_task = _task_builder()
-    for i in range(T):
-        fields = {"id": ids[i], "kernel": kernels[kernel_of[i]], "device": device_ids[device_of[i]],
-                  "deps": [ids[j] for j in dep_list[bounds[i]:bounds[i + 1]]],
-                  "start": starts[i], "finish": finishes[i]}
-        for key, col in columns_of.items():
-            fields[key] = col[i] if col is not None else _fresh(defaults[key])
-        tasks.append(new_task(fields))
-    return tasks
-
-
-def _fresh(default):
-    """A task field's default, a new object where it is mutable (as pydantic gives one per task)."""
-    return list(default) if isinstance(default, list) else dict(default) if isinstance(default, dict) else default
+    return [new_task(dict(zip(names, row))) for row in zip(*fields)]
 
 
 def _json_values(texts: list[str], kind: type, key: str, bad) -> list:
@@ -730,23 +725,29 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
         raise PlanError("a device id appears twice in 'devices'", path=path, line=lines.get(("devices",)))
     seen: set[str] = set()
     for i, t in enumerate(plan.tasks):
-        where = dict(path=path, line=lines.get(("tasks", i)))
+        # the checks one task at a time, cheapest first; the error's line only once one fails
         if t.id in seen:
-            raise PlanError(f"task id {t.id!r} appears twice", **where)
+            raise PlanError(f"task id {t.id!r} appears twice", path=path, line=lines.get(("tasks", i)))
         if t.device not in device_ids:
-            raise PlanError(f"task {t.id!r} is placed on unknown device {t.device!r}", **where,
-                            hint=f"devices of this plan: {', '.join(sorted(device_ids))}")
-        for dep in t.deps:
+            raise PlanError(f"task {t.id!r} is placed on unknown device {t.device!r}", path=path,
+                            line=lines.get(("tasks", i)), hint=f"devices of this plan: {', '.join(sorted(device_ids))}")
+        deps = t.deps
+        for dep in deps:
             if dep not in seen:
                 known = dep in {u.id for u in plan.tasks}
                 why = "comes later in the task list (tasks must follow their deps; a cycle?)" if known else "is not a task of this plan"
-                raise PlanError(f"task {t.id!r} depends on {dep!r}, which {why}", **where)
-        deps = set(t.deps) if len(t.deps) > 8 else t.deps      # a fan-in of 100,000 deps: not a list scan per ref
-        missing = [r for spec in (*t.args, *t.kwargs.values()) for r in spec_refs(spec) if r not in deps]
-        if missing:
-            raise PlanError(f"task {t.id!r} uses the result of {missing[0]!r} but does not list it in deps", **where)
+                raise PlanError(f"task {t.id!r} depends on {dep!r}, which {why}", path=path, line=lines.get(("tasks", i)))
+        if len(deps) > 8:
+            deps = set(deps)               # a fan-in of 100,000 deps: not a list scan per ref
+        for spec in (t.args if not t.kwargs else (*t.args, *t.kwargs.values())):
+            if "value" in spec and len(spec) == 1:
+                continue                   # a constant (the common case): no refs to walk
+            missing = [r for r in ((spec["ref"],) if "ref" in spec else spec_refs(spec)) if r not in deps]
+            if missing:
+                raise PlanError(f"task {t.id!r} uses the result of {missing[0]!r} but does not list it in deps",
+                                path=path, line=lines.get(("tasks", i)))
         if t.finish < t.start:
-            raise PlanError(f"task {t.id!r} finishes before it starts", **where)
+            raise PlanError(f"task {t.id!r} finishes before it starts", path=path, line=lines.get(("tasks", i)))
         seen.add(t.id)
     for r in spec_refs(plan.outputs):
         if r not in seen:
