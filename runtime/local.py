@@ -444,8 +444,10 @@ class LocalExecutor:
 
         Arguments that are plain refs to host results, indexed refs and values are baked into a
         call of the argument list's *shape* (:func:`call_factory`): ``fn(r[12], r[7][0], 3)``
-        runs as that expression, without a getter per argument. Anything else (nested specs,
-        results to move from a GPU) goes through the getters of :meth:`_resolver`.
+        runs as that expression, without a getter per argument. A list longer than a shape may be
+        (:data:`MAX_SHAPE`) of plain refs only, a fan-in, is one ``operator.itemgetter`` of all
+        its indices. Anything else (nested specs, results to move from a GPU) goes through the
+        getters of :meth:`_resolver`.
         """
         shape, values = [], []
         index, on_gpu = self.index, self._on_gpu
@@ -472,6 +474,11 @@ class LocalExecutor:
             make = call_factory(tuple(shape))
             if make is not None:
                 return make(fn, *values)
+            if len(shape) > 1 and all(entry == (None, "r") for entry in shape):
+                # A long list of plain refs (a fan-in): one C call gets them all (a tuple, as there
+                # are several), no getter each.
+                get_all = operator.itemgetter(*values)
+                return lambda r: fn(*get_all(r))
         args, kwargs = self._resolver(t, dev, dev_of)
         if not kwargs:
             return lambda r: fn(*[g(r) for g in args])

@@ -21,7 +21,8 @@ from tests.helpers.plans import FAN, gpu_devices, make_plan, ref, task, value
 
 
 def _fan_plan(folder, n_scaled: int = 40):
-    """The FAN program: a source, ``n_scaled`` scaled copies spread over 4 GPUs, their sum."""
+    """The FAN program: a source, ``n_scaled`` scaled copies spread over 4 GPUs, their sum (a fan-in
+    of more refs than a call shape holds: :data:`streammap.runtime.local.MAX_SHAPE`)."""
     devices = gpu_devices(4)
     tasks = [task("src", "source", devices[0]["id"])]
     for k in range(n_scaled):
