@@ -263,11 +263,17 @@ class LocalExecutor:
             d = dev_of[k]
             specs = t.args if not t.kwargs else (*t.args, *t.kwargs.values())
             for spec in specs:
-                refs = (spec["ref"],) if "ref" in spec else spec_refs(spec)
+                if "ref" in spec:
+                    refs = (spec["ref"],)
+                elif "value" in spec:          # a constant: no refs (no walk, no list)
+                    continue
+                else:
+                    refs = spec_refs(spec)
                 for r in refs:
-                    uses = last_use.get(index[r])
+                    i = index[r]
+                    uses = last_use.get(i)
                     if uses is None:
-                        last_use[index[r]] = {d: k}
+                        last_use[i] = {d: k}
                     else:
                         uses[d] = k            # tasks are visited in order: k is the latest
         outputs = {index[r] for r in spec_refs(plan.outputs)}
