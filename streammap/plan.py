@@ -523,9 +523,10 @@ def read_tasks_file(plan_path: Path, tasks_file, device_ids: list[str], line: in
         raise PlanError(f"{sidecar} does not match the plan (sha256 {digest[:12]}… != {tasks_file['sha256'][:12]}…)",
                         path=plan_path, line=line, hint="the plan and its task columns are written together: compile again")
     columns = read_columns(sidecar, PlanError, "plan's task columns")
-    # the tasks live as long as the plan: frozen, so that no later collector pass walks them all
-    # (a sidecar holds more than COLUMNAR_TASKS tasks; see streammap.io.bulk)
-    with gc_paused(freeze=True):
+    # The tasks of a large plan live as long as the plan: frozen, so that no later collector pass
+    # walks them all (see streammap.io.bulk). Not a small one's (a sidecar written with a lower
+    # columnar_above): a process reading many would keep the garbage cycles of the moment alive.
+    with gc_paused(freeze=tasks_file["tasks"] > COLUMNAR_TASKS):
         tasks = tasks_from_columns(columns, device_ids, path=sidecar)
     if len(tasks) != tasks_file["tasks"]:
         raise PlanError(f"the plan says {tasks_file['tasks']} tasks but its task columns hold {len(tasks)}",
