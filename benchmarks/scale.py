@@ -237,27 +237,30 @@ def bench_run_emulate(sizes: list[int], devices: int, tmp: Path, env: dict) -> l
 
     exe = str(Path(sys.executable).with_name("streammap"))
 
-    def measure(n: int, reps: int) -> tuple[float, float]:
-        """The least wall time and peak RSS of ``reps`` runs (a shared machine only ever adds time)."""
+    def measure(n: int, reps: int) -> tuple[float, float, float]:
+        """The least wall time, peak RSS and CPU time of ``reps`` runs (a shared machine only ever adds time)."""
         plan = tmp / f"fan{n}.plan.yaml"
         write_plan(fan_plan(n, devices, tmp), plan)
         runs = [timed_child([exe, "run", str(plan), "--emulate", "-o", str(tmp / f"fan{n}.npz"),
-                             "--no-progress", "--no-history"], env)[:2] for _ in range(reps)]
-        return min(w for w, _ in runs), min(r for _, r in runs)
+                             "--no-progress", "--no-history"], env) for _ in range(reps)]
+        return min(w for w, _, _ in runs), min(r for _, r, _ in runs), min(rec["cpu"] for _, _, rec in runs)
 
-    base_wall, base_rss = measure(3, 5)
-    print(f"  run --emulate on {devices} devices, 3-task plan: {base_wall:6.2f} s {base_rss:7.0f} MiB (the baseline)",
-          flush=True)
+    base_wall, base_rss, base_cpu = measure(3, 5)
+    print(f"  run --emulate on {devices} devices, 3-task plan: {base_wall:6.2f} s (cpu {base_cpu:5.2f} s) "
+          f"{base_rss:7.0f} MiB (the baseline)", flush=True)
     rows = []
     for n in sizes:
-        wall, rss = measure(n, 3 if n <= 10_000 else 1)
+        wall, rss, cpu = measure(n, 3 if n <= 10_000 else 1)
         us = (wall - base_wall) / n * 1e6
+        cpu_us = (cpu - base_cpu) / n * 1e6
         kib = (rss - base_rss) * 1024 / n
-        row = {"run_tasks": n, "devices": devices, "run_emulate_s": wall, "run_rss_mib": rss,
-               "baseline_s": base_wall, "baseline_rss_mib": base_rss, "overhead_us_per_task": us,
-               "rss_kib_per_task": kib}
-        ok = us <= RUN_TARGET_US and kib <= RUN_TARGET_KIB
-        print(f"  run --emulate {n:>8,} tasks: {wall:7.2f} s {rss:7.0f} MiB  per task {us:8.1f} µs {kib:6.2f} KiB  "
+        row = {"run_tasks": n, "devices": devices, "run_emulate_s": wall, "run_cpu_s": cpu, "run_rss_mib": rss,
+               "baseline_s": base_wall, "baseline_cpu_s": base_cpu, "baseline_rss_mib": base_rss,
+               "overhead_us_per_task": us, "cpu_us_per_task": cpu_us, "rss_kib_per_task": kib}
+        # On a shared machine the wall time measures the neighbours too: the target is judged by CPU.
+        ok = cpu_us <= RUN_TARGET_US and kib <= RUN_TARGET_KIB
+        print(f"  run --emulate {n:>8,} tasks: {wall:7.2f} s (cpu {cpu:6.2f} s) {rss:7.0f} MiB  per task "
+              f"{us:8.1f} µs wall, {cpu_us:8.1f} µs cpu, {kib:6.2f} KiB  "
               f"target {RUN_TARGET_US:g} µs, {RUN_TARGET_KIB:g} KiB: {'met' if ok else 'MISSED'}", flush=True)
         rows.append(row)
     return rows

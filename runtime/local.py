@@ -79,6 +79,12 @@ Policy
 - **Garbage**: compiling the steps of a large plan allocates many small objects and no reference
   cycles, so the cyclic garbage collector is paused while it runs (it would otherwise walk the
   whole heap, plan included, several times: about half of the compile time at 10,000 tasks).
+  For a plan of more than :data:`FREEZE_TASKS` tasks what is alive when the steps are compiled
+  is then frozen (:func:`streammap.io.bulk.gc_paused` with ``freeze``): the collector's next pass
+  would otherwise walk all of it at once, young and found to be no garbage (0.1 s at 100,000
+  tasks), and every older pass again. It is still freed by reference counting when the run ends.
+  Smaller plans are not frozen: a process running many (a test suite, ``streammap serve``) would
+  keep the garbage cycles alive at that moment out of every later pass.
 - **Draining**: :meth:`LocalExecutor.request_drain` makes every worker stop before its next task
   (running tasks finish, retries go on); ``run`` then returns an outcome with ``drained=True``
   and the results it holds, and a new executor can continue from them: ``carry`` gives, per
@@ -88,7 +94,6 @@ Policy
 
 from __future__ import annotations
 
-import gc
 import itertools
 import keyword
 import operator
@@ -97,13 +102,13 @@ import queue
 import threading
 import time
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy
 
 from streammap.errors import KernelError, PlanError
+from streammap.io.bulk import gc_paused
 from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan
 from streammap.runtime.context import set_current_device
@@ -120,6 +125,8 @@ from streammap.runtime.guard import (
 )
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+#: Plans of more tasks than this have what is alive after compiling their steps frozen (see *Garbage*).
+FREEZE_TASKS = 50_000
 
 
 class _Stop(Exception):
@@ -208,7 +215,7 @@ class LocalExecutor:
         self.carry = carry or {}
         self.draining = False
         self.t0 = time.perf_counter()
-        with paused_gc():
+        with gc_paused(freeze=len(plan.tasks) > FREEZE_TASKS):
             self._compile()
 
     # -- preparation ---------------------------------------------------------------------
@@ -256,11 +263,17 @@ class LocalExecutor:
             d = dev_of[k]
             specs = t.args if not t.kwargs else (*t.args, *t.kwargs.values())
             for spec in specs:
-                refs = (spec["ref"],) if "ref" in spec else spec_refs(spec)
+                if "ref" in spec:
+                    refs = (spec["ref"],)
+                elif "value" in spec:          # a constant: no refs (no walk, no list)
+                    continue
+                else:
+                    refs = spec_refs(spec)
                 for r in refs:
-                    uses = last_use.get(index[r])
+                    i = index[r]
+                    uses = last_use.get(i)
                     if uses is None:
-                        last_use[index[r]] = {d: k}
+                        last_use[i] = {d: k}
                     else:
                         uses[d] = k            # tasks are visited in order: k is the latest
         outputs = {index[r] for r in spec_refs(plan.outputs)}
@@ -437,8 +450,10 @@ class LocalExecutor:
 
         Arguments that are plain refs to host results, indexed refs and values are baked into a
         call of the argument list's *shape* (:func:`call_factory`): ``fn(r[12], r[7][0], 3)``
-        runs as that expression, without a getter per argument. Anything else (nested specs,
-        results to move from a GPU) goes through the getters of :meth:`_resolver`.
+        runs as that expression, without a getter per argument. A list longer than a shape may be
+        (:data:`MAX_SHAPE`) of plain refs only, a fan-in, is one ``operator.itemgetter`` of all
+        its indices. Anything else (nested specs, results to move from a GPU) goes through the
+        getters of :meth:`_resolver`.
         """
         shape, values = [], []
         index, on_gpu = self.index, self._on_gpu
@@ -465,6 +480,11 @@ class LocalExecutor:
             make = call_factory(tuple(shape))
             if make is not None:
                 return make(fn, *values)
+            if len(shape) > 1 and all(entry == (None, "r") for entry in shape):
+                # A long list of plain refs (a fan-in): one C call gets them all (a tuple, as there
+                # are several), no getter each.
+                get_all = operator.itemgetter(*values)
+                return lambda r: fn(*get_all(r))
         args, kwargs = self._resolver(t, dev, dev_of)
         if not kwargs:
             return lambda r: fn(*[g(r) for g in args])
@@ -837,18 +857,6 @@ def call_factory(shape: tuple) -> Optional[Callable]:
     exec(source, namespace)           # noqa: S102 -- our own text, from kinds and identifiers only
     make = _FACTORIES[shape] = namespace["make"]
     return make
-
-
-@contextmanager
-def paused_gc():
-    """Pause the cyclic garbage collector (if it runs) for a block that makes no reference cycles."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def task_error(plan, k: Optional[int], exc: BaseException) -> BaseException:

@@ -50,6 +50,7 @@ output names are identifiers (they become ``.npz`` member names); device indices
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -522,7 +523,10 @@ def read_tasks_file(plan_path: Path, tasks_file, device_ids: list[str], line: in
         raise PlanError(f"{sidecar} does not match the plan (sha256 {digest[:12]}… != {tasks_file['sha256'][:12]}…)",
                         path=plan_path, line=line, hint="the plan and its task columns are written together: compile again")
     columns = read_columns(sidecar, PlanError, "plan's task columns")
-    with gc_paused():
+    # The tasks of a large plan live as long as the plan: frozen, so that no later collector pass
+    # walks them all (see streammap.io.bulk). Not a small one's (a sidecar written with a lower
+    # columnar_above): a process reading many would keep the garbage cycles of the moment alive.
+    with gc_paused(freeze=tasks_file["tasks"] > COLUMNAR_TASKS):
         tasks = tasks_from_columns(columns, device_ids, path=sidecar)
     if len(tasks) != tasks_file["tasks"]:
         raise PlanError(f"the plan says {tasks_file['tasks']} tasks but its task columns hold {len(tasks)}",
@@ -610,36 +614,70 @@ def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], pa
             texts = decode_strings(columns[f"{key}_utf8"], columns[f"{key}_off"], PlanError, path, key)
             if len(texts) != T:
                 raise bad(f"column {key!r} has {len(texts)} values for {T} tasks")
-            values = []
-            for i, text in enumerate(texts):
-                try:
-                    v = json.loads(text) if text else kind()
-                except ValueError:
-                    raise bad(f"task #{i}: {key} is not JSON") from None
-                if not isinstance(v, kind):
-                    raise bad(f"task #{i}: {key} is not a {kind.__name__}")
-                values.append(v)
-            optional[key] = values
+            optional[key] = _json_values(texts, kind, key, bad)
 
-    dep_list = idx.tolist()
+    # Every value was checked above, column by column, as PlanTask's fields would check it: the
+    # tasks are built without a second, per-object validation (half the time of reading a plan),
+    # a row of the columns at a time, in the model's field order.
     bounds = ptr.tolist()
-    starts, finishes = start.tolist(), finish.tolist()
-    kernel_of, device_of = kernel.tolist(), device.tolist()
-    extra = list(optional.items())           # only the fields some task has off its default
-    validate = PlanTask.model_validate       # pydantic-core: as fast as model_construct, and checked
-    tasks = []
-    for i in range(T):
-        fields = {"id": ids[i], "kernel": kernels[kernel_of[i]], "device": device_ids[device_of[i]],
-                  "deps": [ids[j] for j in dep_list[bounds[i]:bounds[i + 1]]],
-                  "start": starts[i], "finish": finishes[i]}
-        for key, col in extra:
-            fields[key] = col[i]
-        try:
-            tasks.append(validate(fields))
-        except pydantic.ValidationError as exc:
-            err = exc.errors()[0]
-            raise bad(f"task #{i} ({ids[i]}): {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-    return tasks
+    dep_ids = list(map(ids.__getitem__, idx.tolist()))
+    fields = [ids, list(map(kernels.__getitem__, kernel.tolist())), list(map(device_ids.__getitem__, device.tolist())),
+              [dep_ids[a:b] for a, b in zip(bounds, bounds[1:])], start.tolist(), finish.tolist()]
+    for key, default in _TASK_DEFAULTS:
+        if key in optional:
+            fields.append(optional[key])
+        elif isinstance(default, (list, dict)):         # mutable: a new one per task, as pydantic gives
+            fields.append([type(default)() for _ in range(T)])
+        else:
+            fields.append(itertools.repeat(default, T))
+    names = tuple(PlanTask.model_fields)
+    new_task = _task_builder()
+    return [new_task(dict(zip(names, row))) for row in zip(*fields)]
+
+
+def _json_values(texts: list[str], kind: type, key: str, bad) -> list:
+    """The JSON values of ``texts`` (``""``: an empty ``kind``), each a ``kind``.
+
+    Parsed as one JSON array (one call of the C parser, not one per task); when that fails or
+    does not give one value per text (a text holding ``1], [2``), text by text, to name the
+    first bad one.
+    """
+    empty = "[]" if kind is list else "{}"
+    try:
+        values = json.loads("[" + ",".join([t or empty for t in texts]) + "]")
+    except ValueError:
+        values = None
+    if values is None or len(values) != len(texts) or not all(type(v) is kind for v in values):
+        values = []
+        for i, text in enumerate(texts):
+            try:
+                v = json.loads(text) if text else kind()
+            except ValueError:
+                raise bad(f"task #{i}: {key} is not JSON") from None
+            if not isinstance(v, kind):
+                raise bad(f"task #{i}: {key} is not a {kind.__name__}")
+            values.append(v)
+    return values
+
+
+def _task_builder():
+    """``build(fields)``: a :class:`PlanTask` of ``fields`` (every field, in the model's order,
+    values already checked), made as ``model_construct`` makes one, without its per-call work.
+
+    All tasks share one set of "fields set" (every field: a plan task is written whole); adding
+    a name already in it (an assignment) changes nothing.
+    """
+    new, setattr_ = object.__new__, object.__setattr__
+    fields_set = set(PlanTask.model_fields)
+
+    def build(fields: dict) -> PlanTask:
+        task = new(PlanTask)
+        setattr_(task, "__dict__", fields)
+        setattr_(task, "__pydantic_fields_set__", fields_set)
+        setattr_(task, "__pydantic_extra__", None)
+        setattr_(task, "__pydantic_private__", None)
+        return task
+    return build
 
 
 def check_source_confined(plan: Plan) -> None:
@@ -690,23 +728,29 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
         raise PlanError("a device id appears twice in 'devices'", path=path, line=lines.get(("devices",)))
     seen: set[str] = set()
     for i, t in enumerate(plan.tasks):
-        where = dict(path=path, line=lines.get(("tasks", i)))
+        # the checks one task at a time, cheapest first; the error's line only once one fails
         if t.id in seen:
-            raise PlanError(f"task id {t.id!r} appears twice", **where)
+            raise PlanError(f"task id {t.id!r} appears twice", path=path, line=lines.get(("tasks", i)))
         if t.device not in device_ids:
-            raise PlanError(f"task {t.id!r} is placed on unknown device {t.device!r}", **where,
-                            hint=f"devices of this plan: {', '.join(sorted(device_ids))}")
-        for dep in t.deps:
+            raise PlanError(f"task {t.id!r} is placed on unknown device {t.device!r}", path=path,
+                            line=lines.get(("tasks", i)), hint=f"devices of this plan: {', '.join(sorted(device_ids))}")
+        deps = t.deps
+        for dep in deps:
             if dep not in seen:
                 known = dep in {u.id for u in plan.tasks}
                 why = "comes later in the task list (tasks must follow their deps; a cycle?)" if known else "is not a task of this plan"
-                raise PlanError(f"task {t.id!r} depends on {dep!r}, which {why}", **where)
-        deps = set(t.deps) if len(t.deps) > 8 else t.deps      # a fan-in of 100,000 deps: not a list scan per ref
-        missing = [r for spec in (*t.args, *t.kwargs.values()) for r in spec_refs(spec) if r not in deps]
-        if missing:
-            raise PlanError(f"task {t.id!r} uses the result of {missing[0]!r} but does not list it in deps", **where)
+                raise PlanError(f"task {t.id!r} depends on {dep!r}, which {why}", path=path, line=lines.get(("tasks", i)))
+        if len(deps) > 8:
+            deps = set(deps)               # a fan-in of 100,000 deps: not a list scan per ref
+        for spec in (t.args if not t.kwargs else (*t.args, *t.kwargs.values())):
+            if "value" in spec and len(spec) == 1:
+                continue                   # a constant (the common case): no refs to walk
+            missing = [r for r in ((spec["ref"],) if "ref" in spec else spec_refs(spec)) if r not in deps]
+            if missing:
+                raise PlanError(f"task {t.id!r} uses the result of {missing[0]!r} but does not list it in deps",
+                                path=path, line=lines.get(("tasks", i)))
         if t.finish < t.start:
-            raise PlanError(f"task {t.id!r} finishes before it starts", **where)
+            raise PlanError(f"task {t.id!r} finishes before it starts", path=path, line=lines.get(("tasks", i)))
         seen.add(t.id)
     for r in spec_refs(plan.outputs):
         if r not in seen:

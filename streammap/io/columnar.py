@@ -101,6 +101,10 @@ def decode_strings(utf8: np.ndarray, offsets: np.ndarray, error_cls=StreamMapErr
                         hint="compile the plan again")
     data = utf8.tobytes()
     bounds = offsets.tolist()
+    if data.isascii():
+        # one character per byte: cut the decoded text, not a bytes object per string to decode
+        text = data.decode("ascii")
+        return [text[a:b] for a, b in zip(bounds, bounds[1:])]
     try:
         return [data[a:b].decode("utf-8") for a, b in zip(bounds, bounds[1:])]
     except UnicodeDecodeError:
