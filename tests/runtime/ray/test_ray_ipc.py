@@ -7,11 +7,11 @@ with its node (recovery), not a crash.
 """
 
 import pickle
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from streammap.runtime.loader import ProgramFiles
 from streammap.runtime.ray import ipc
 from tests.helpers.fake_cupy import cuda_device_count
 from tests.helpers.plans import FAN, cpu_devices, gpu_devices, make_plan, ref, task
@@ -85,7 +85,7 @@ def test_device_actors_hand_a_result_gpu_to_gpu_and_free_it_after_its_consumer(c
     plan = _fan_plan(tmp_path)
     ordinals = iter([0, 1])
     monkeypatch.setattr(ray_executor, "_own_cuda_ordinal", lambda: next(ordinals))
-    source = Path(plan.source.path).read_bytes()
+    source = ProgramFiles.of(plan)            # the program and its local modules, as the executor ships them
     producer = ray_executor.DeviceActor(plan, source, "node0/gpu0", "cupy", False)
     consumer = ray_executor.DeviceActor(plan, source, "node0/gpu1", "cupy", False)
     step = {0: Step("src", "source", [], {}, (), (), True, 0, "prog.py:src")}

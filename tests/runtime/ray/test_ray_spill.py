@@ -7,11 +7,11 @@ for the producer's own later task, and the actor reports the run record's spill 
 (The same on the 2-node Ray test cluster: tests/runtime/ray/test_ray.py.)
 """
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from streammap.runtime.loader import ProgramFiles
 from tests.helpers.plans import FAN, make_plan, ref, task
 
 ROW = 64 * 8                      # one result of FAN: N = 64 doubles
@@ -36,7 +36,7 @@ def test_a_gpu_actor_spills_around_an_ipc_copy_and_every_consumer_gets_the_right
     plan.cluster.spec = {"name": "test", "memory_oversubscription": 3.0}
     ordinals = iter([0, 1])
     monkeypatch.setattr(ray_executor, "_own_cuda_ordinal", lambda: next(ordinals))
-    source = Path(plan.source.path).read_bytes()
+    source = ProgramFiles.of(plan)            # the program and its local modules, as the executor ships them
     producer = ray_executor.DeviceActor(plan, source, "node0/gpu0", "cupy", False)
     consumer = ray_executor.DeviceActor(plan, source, "node0/gpu1", "cupy", False)
     t = plan.tasks
