@@ -351,6 +351,12 @@ _RESOLVED_WORDS = frozenset("yes Yes YES no No NO true True TRUE false False FAL
 _SIMPLE_KEY_MAX = 128
 
 
+#: Keys already found bare (field names, remembered up to a bound: a long-lived process writes
+#: other lists too).
+_GOOD_KEYS: set[str] = set()
+_GOOD_KEYS_MAX = 256
+
+
 class _Giveup(Exception):
     """Data :func:`block_sequence_text` does not write itself."""
 
@@ -445,6 +451,10 @@ class _BlockWriter:
     def key(self, k) -> str:
         if type(k) is not str or len(k) >= _SIMPLE_KEY_MAX:
             raise _Giveup
+        if k in _GOOD_KEYS:                # a plan repeats a handful of keys on every task
+            return k
+        if len(_GOOD_KEYS) < _GOOD_KEYS_MAX:
+            _GOOD_KEYS.add(_scalar_text(k))
         return _scalar_text(k)
 
     def visit(self, container) -> None:
@@ -488,20 +498,28 @@ class _BlockWriter:
         """``[a, b]`` or ``{k: v}`` after a key or dash; items past the width go on a new line."""
         self.visit(data)
         is_map = type(data) is dict
-        self.write(" {" if is_map else " [")
-        items = data.items() if is_map else data
-        for n, item in enumerate(items):
+        texts = ([self.key(k) + ": " + _scalar_text(v) for k, v in data.items()] if is_map
+                 else [_scalar_text(x) for x in data])
+        # The emitter's rule, on a local column: a comma after each item but the last; the next
+        # item on a new line at ``indent`` when the column is already past the width, else after
+        # a space (the first item too may move to a new line).
+        pieces = [" {" if is_map else " ["]
+        column, width = self.column + 2, self.width
+        for n, text in enumerate(texts):
             if n:
-                self.write(",")
-            if self.column > self.width:
-                self.newline(indent)
+                pieces.append(",")
+                column += 1
+            if column > width:
+                pieces.append("\n" + " " * indent)
+                column = indent
             elif n:
-                self.write(" ")
-            if is_map:
-                self.write(self.key(item[0]) + ": " + _scalar_text(item[1]))
-            else:
-                self.write(_scalar_text(item))
-        self.write("}" if is_map else "]")
+                pieces.append(" ")
+                column += 1
+            pieces.append(text)
+            column += len(text)
+        pieces.append("}" if is_map else "]")
+        self.out.append("".join(pieces))
+        self.column = column + 1
 
 
 def dump_mapping_yaml(data: dict, *, long_key: str, width: int) -> str:
