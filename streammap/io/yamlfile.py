@@ -28,7 +28,9 @@ representer would write as an anchor and alias), takes PyYAML's own path. Either
 are those of ``yaml.dump(data, Dumper=yaml.SafeDumper, ...)`` (``tests/io/test_yamlfile.py``
 checks). The C emitter writes the same bytes as the Python one on every sample plan; where it
 would not (a bare scalar document; strings with control, separator or astral characters) the
-Python emitter writes the nodes.
+Python emitter writes the nodes. A plan's task list skips the nodes altogether when it holds only
+bare identifiers, numbers and small collections: :func:`dump_mapping_yaml` and
+:func:`block_sequence_text` below, the same bytes again.
 """
 
 from __future__ import annotations
