@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import sys
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
-from streammap.directives.scan import MAX_SOURCE_BYTES
+from streammap.directives.scan import MAX_SOURCE_BYTES, import_statements, last_scanned_imports
 from streammap.errors import DirectiveError
 
 #: Most local modules one program may import (a program is a few files, not a source tree).
@@ -79,10 +81,10 @@ def local_modules(program) -> list[LocalModule]:
     folder = program.parent
     root = folder.resolve()
     found: dict[str, _Found] = {}               # path relative to the folder -> module
-    queue = [(program, "", _tree(program, folder, is_program=True))]
+    queue = [(program, "", _program_imports(program, folder))]
     while queue:
-        path, package, tree = queue.pop()
-        for name in _imported_names(tree, package):
+        path, package, statements = queue.pop()
+        for name in _imported_names(statements, package):
             for module in _resolve(name, folder, root):
                 rel = module.file.relative_to(folder).as_posix()
                 if rel in found or module.file.resolve() == program.resolve():
@@ -92,8 +94,21 @@ def local_modules(program) -> list[LocalModule]:
                     raise DirectiveError(f"the program imports more than {MAX_LOCAL_MODULES} local modules",
                                          path=program, hint="a program's folder holds a few modules; install "
                                                             "a larger code base as a package instead")
-                queue.append((module.file, module.package, _tree(module.file, folder)))
+                queue.append((module.file, module.package, import_statements(_tree(module.file, folder))))
     return [LocalModule(rel, hashlib.sha256(found[rel].file.read_bytes()).hexdigest()) for rel in sorted(found)]
+
+
+def _program_imports(program: Path, folder: Path) -> list[ast.stmt]:
+    """The program's import statements: those the front end found when it parsed this very text
+    (:func:`~streammap.directives.scan.last_scanned_imports`), else from a parse of its own."""
+    try:
+        raw = program.read_bytes()
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+        text = io.TextIOWrapper(io.BytesIO(raw), encoding).read()    # as the front end read it
+    except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
+        text = None                  # _tree gives the error
+    found = last_scanned_imports(text) if text is not None else None
+    return found if found is not None else import_statements(_tree(program, folder, is_program=True))
 
 
 def _tree(path: Path, folder: Path, is_program: bool = False) -> ast.Module:
@@ -128,13 +143,13 @@ def _shown(path: Path, folder: Path) -> Path:
         return path
 
 
-def _imported_names(tree: ast.Module, package: str) -> list[str]:
-    """Every absolute dotted name an import of ``tree`` may load, in file order.
+def _imported_names(statements: list[ast.stmt], package: str) -> list[str]:
+    """Every absolute dotted name the import ``statements`` of a module may load, in their order.
 
     ``package`` is the module's package for relative imports ('' in a top-level module, where a
     relative import is Python's error and is skipped)."""
     names: list[str] = []
-    for node in ast.walk(tree):
+    for node in statements:
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):

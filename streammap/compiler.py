@@ -27,7 +27,7 @@ from streammap.io.importers import load_graph
 from streammap.ir import write_graph
 from streammap.mappers import get_mapper
 from streammap.mappers.schedule import Schedule
-from streammap.placement.colocate import whole_device_heft
+from streammap.placement.colocate import stateful_groups, whole_device_heft
 from streammap.placement.sharing import map_shared, shared_lower_bound, uses_sharing
 from streammap.placement.spilling import check_plan_memory, estimate_spills
 from streammap.plan import (
@@ -122,8 +122,13 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     choice = choose_strategy(graph, clus, map_fn=lambda cost: _map(cost, mapper, map_fn), strategy=strategy,
                              history=hook)
     kept = choice.chosen
-    # auto's plan is HEFT's own when HEFT won (its first candidate): no second HEFT pass.
-    if kept.name in ("none", "data") and kept.schedule.mapper in ("heft", "auto(heft)"):
+    # auto ran HEFT on this cost model as its first candidate and says what it gave (or its plan
+    # is HEFT's own): no second HEFT pass. Not with stateful kernels: there the plan may come from
+    # a view pinned for the plan's own mapper, and the reference is HEFT's own pinning.
+    reuse = kept.name in ("none", "data") and not stateful_groups(kept.cost)
+    if reuse and kept.schedule.heft_makespan is not None:
+        heft_makespan = kept.schedule.heft_makespan
+    elif reuse and kept.schedule.mapper in ("heft", "auto(heft)"):
         heft_makespan = kept.schedule.makespan
     else:
         try:
@@ -160,12 +165,19 @@ def _map(cost: CostModel, mapper: str, map_fn) -> Mapped:
     refused when it holds more than F x capacity somewhere, and re-timed with the spill traffic it
     implies under oversubscription; returned with that
     :class:`~streammap.placement.spilling.SpillEstimate`."""
-    schedule = map_shared(cost, mapper, map_fn) if uses_sharing(cost) else map_fn(cost)
+    if uses_sharing(cost):
+        schedule = map_shared(cost, mapper, map_fn)
+        if schedule is not None:           # HEFT on shared devices is not the plan's whole-device HEFT
+            schedule.heft_makespan = None
+    else:
+        schedule = map_fn(cost)
     check_plan_memory(cost, schedule)
     spills = estimate_spills(cost, schedule)
     if spills.schedule is not schedule:
-        # Spill traffic only lengthens a plan: the mapper's proven bound still holds.
+        # Spill traffic only lengthens a plan: the mapper's proven bound still holds, and HEFT's
+        # makespan (the plan's reference) is HEFT's plan without spills, as a second pass gives.
         spills.schedule.bound = schedule.bound
+        spills.schedule.heft_makespan = schedule.heft_makespan
     return Mapped(spills.schedule, spills)
 
 

@@ -164,7 +164,14 @@ def _class_time(times: Mapping, model: str | None, kind: str, runtime) -> float:
 
 
 def concat_ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """``np.concatenate([np.arange(a, b) for a, b in zip(starts, ends)])``, without the loop."""
+    """``np.concatenate([np.arange(a, b) for a, b in zip(starts, ends)])``, without the loop.
+
+    One range alone (a level of one task: a chain's every level) is a single ``arange``: the
+    level-by-level passes call this once per level, so on a 100,000-call chain the general
+    path's five array operations per call were seconds.
+    """
+    if starts.size == 1:
+        return np.arange(starts[0], ends[0], dtype=np.int64)
     lengths = ends - starts
     total = int(lengths.sum())
     if total == 0:
@@ -179,6 +186,8 @@ def segment_max(values: np.ndarray, ptr: np.ndarray, rows: np.ndarray, empty: fl
     ``values`` holds the concatenated segments of ``rows`` (as :func:`concat_ranges` makes them).
     Rows with an empty segment get ``empty``.
     """
+    if rows.size == 1:                  # one segment: all of ``values`` (see concat_ranges)
+        return np.array([values.max()]) if values.size else np.full(1, empty)
     lengths = ptr[rows + 1] - ptr[rows]
     out = np.full(rows.size, empty)
     nz = lengths > 0

@@ -28,7 +28,9 @@ representer would write as an anchor and alias), takes PyYAML's own path. Either
 are those of ``yaml.dump(data, Dumper=yaml.SafeDumper, ...)`` (``tests/io/test_yamlfile.py``
 checks). The C emitter writes the same bytes as the Python one on every sample plan; where it
 would not (a bare scalar document; strings with control, separator or astral characters) the
-Python emitter writes the nodes.
+Python emitter writes the nodes. A plan's task list skips the nodes altogether when it holds only
+bare identifiers, numbers and small collections: :func:`dump_mapping_yaml` and
+:func:`block_sequence_text` below, the same bytes again.
 """
 
 from __future__ import annotations
@@ -327,3 +329,236 @@ def validation_error(exc: pydantic.ValidationError, path, lines: dict, error_cls
     more = len(exc.errors()) - 1
     hint = f"and {more} more problem(s) in this {what}" if more else None
     return error_cls(f"{field_name(loc)}: {msg}", path=path, line=line_of(lines, loc), hint=hint)
+
+
+# ---------------------------------------------------------------------- a long list, written directly
+#
+# A plan's task list is nearly all of a large plan's YAML, and made of a few shapes only: block
+# mappings of identifiers, numbers and flow lists of identifiers (``deps: [t1, t2]``), with the
+# occasional flow mapping (``{ref: t1}``). Building a node per value and handing the tree to the
+# emitter cost 60 % of ``compile``'s time on 10,000 tasks; :func:`block_sequence_text` writes such
+# a list straight to text, following the emitter's layout rules for exactly these shapes (the
+# indentation of nested block collections, the representer's flow style, the line break before a
+# flow item that starts past the line width). Anything else (a string that is not a bare
+# identifier, a block list inside a block list, a non-string key) makes it give up, and the caller
+# writes the list with :func:`dump_yaml`: the fast path never decides how odd text is quoted.
+
+#: Strings written plain without a second thought: an identifier-like word the resolver reads back
+#: as a string (not a number, timestamp, boolean or null: it starts with a letter or ``_`` and is
+#: none of :data:`_RESOLVED_WORDS`), with no indicator, space or character YAML treats specially.
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_./\-]*\Z")
+_RESOLVED_WORDS = frozenset("yes Yes YES no No NO true True TRUE false False FALSE on On ON off Off OFF "
+                            "null Null NULL".split())
+#: PyYAML writes a key plain on the key's line only when it is shorter than this.
+_SIMPLE_KEY_MAX = 128
+
+
+#: Keys already found bare (field names, remembered up to a bound: a long-lived process writes
+#: other lists too).
+_GOOD_KEYS: set[str] = set()
+_GOOD_KEYS_MAX = 256
+
+
+class _Giveup(Exception):
+    """Data :func:`block_sequence_text` does not write itself."""
+
+
+def block_sequence_text(items: list, *, width: int) -> str | None:
+    """The YAML of ``items`` as a block sequence at column 0, or ``None`` if it holds other shapes.
+
+    The text is what :func:`dump_yaml` (``default_flow_style=None``, ``sort_keys=False``, the
+    given ``width``) writes for ``items`` as a top-level list, and for ``items`` as the value of a
+    key of a top-level mapping (``tasks:`` then this text: a block list there is not indented).
+
+    Parameters
+    ----------
+    items : list
+        Dicts, lists and scalars; strings must be bare identifiers (:data:`_BARE`).
+    width : int
+        The emitter's line width: a flow item that would start past it goes on the next line.
+
+    Returns
+    -------
+    str or None
+        ``None`` for an empty list or one with anything else (then use :func:`dump_yaml`).
+    """
+    return _block_sequence_text(items, width, set())
+
+
+def _block_sequence_text(items: list, width: int, seen: set[int]) -> str | None:
+    if type(items) is not list or not items or _is_flow(items):
+        return None
+    writer = _BlockWriter(width, seen)
+    try:
+        writer.block_sequence(items, indent=0)
+    except _Giveup:
+        return None
+    return "".join(writer.out)
+
+
+def _scalar_text(x) -> str:
+    kind = type(x)
+    if kind is str:
+        if _BARE.match(x) is None or x in _RESOLVED_WORDS:
+            raise _Giveup
+        return x
+    if kind is float:
+        return _float_text(x)
+    if kind is bool:
+        return "true" if x else "false"
+    if kind is int:
+        return str(x)
+    if x is None:
+        return "null"
+    if kind is dict or kind is list:
+        raise TypeError("not a scalar")
+    raise _Giveup
+
+
+def _is_scalar(x) -> bool:
+    kind = type(x)
+    return not (kind is dict or kind is list)
+
+
+def _is_flow(x) -> bool:
+    """The representer's flow style: a collection of scalars alone (keys included) is flow."""
+    if type(x) is dict:
+        return all(_is_scalar(v) for v in x.values())   # keys: checked as keys are written
+    return all(_is_scalar(v) for v in x)
+
+
+class _BlockWriter:
+    """Text of block collections, as PyYAML's emitter lays them out for the shapes it accepts.
+
+    State: the pieces written so far and the current column (the emitter's line-width rule
+    depends on it). Indents follow the emitter: a block mapping's keys sit two columns in from its
+    parent (on the ``- `` line for a list item), a block list under a key is not indented, and a
+    flow collection's wrapped items sit two columns in from the block collection holding it.
+    """
+
+    def __init__(self, width: int, seen: set[int]):
+        self.width = width
+        self.seen = seen          # ids of containers written: one met twice is an alias (give up)
+        self.out: list[str] = []
+        self.column = 0
+
+    def write(self, text: str) -> None:
+        self.out.append(text)
+        self.column += len(text)
+
+    def newline(self, indent: int) -> None:
+        self.out.append("\n" + " " * indent)
+        self.column = indent
+
+    def key(self, k) -> str:
+        if type(k) is not str or len(k) >= _SIMPLE_KEY_MAX:
+            raise _Giveup
+        if k in _GOOD_KEYS:                # a plan repeats a handful of keys on every task
+            return k
+        if len(_GOOD_KEYS) < _GOOD_KEYS_MAX:
+            _GOOD_KEYS.add(_scalar_text(k))
+        return _scalar_text(k)
+
+    def visit(self, container) -> None:
+        if id(container) in self.seen:
+            raise _Giveup
+        self.seen.add(id(container))
+
+    def block_sequence(self, items: list, indent: int) -> None:
+        """Items each on a ``- `` line at ``indent``; the cursor is at the end of a line."""
+        self.visit(items)
+        for item in items:
+            if self.out:
+                self.newline(indent)
+            self.write("-")
+            if _is_scalar(item):
+                self.write(" " + _scalar_text(item))
+            elif _is_flow(item):
+                self.flow(item, indent + 2)
+            elif type(item) is dict:
+                self.write(" ")               # the item's first key on the dash's line
+                self.block_mapping(item, indent + 2, first_on_line=True)
+            else:                             # a block list in a block list: not written here
+                raise _Giveup
+
+    def block_mapping(self, data: dict, indent: int, first_on_line: bool = False) -> None:
+        self.visit(data)
+        for n, (k, v) in enumerate(data.items()):
+            if not (first_on_line and n == 0):
+                self.newline(indent)
+            self.write(self.key(k) + ":")
+            if _is_scalar(v):
+                self.write(" " + _scalar_text(v))
+            elif _is_flow(v):
+                self.flow(v, indent + 2)
+            elif type(v) is dict:
+                self.block_mapping(v, indent + 2)
+            else:                             # a block list under a key keeps the key's indent
+                self.block_sequence(v, indent)
+
+    def flow(self, data, indent: int) -> None:
+        """``[a, b]`` or ``{k: v}`` after a key or dash; items past the width go on a new line."""
+        self.visit(data)
+        is_map = type(data) is dict
+        texts = ([self.key(k) + ": " + _scalar_text(v) for k, v in data.items()] if is_map
+                 else [_scalar_text(x) for x in data])
+        # The emitter's rule, on a local column: a comma after each item but the last; the next
+        # item on a new line at ``indent`` when the column is already past the width, else after
+        # a space (the first item too may move to a new line).
+        pieces = [" {" if is_map else " ["]
+        column, width = self.column + 2, self.width
+        for n, text in enumerate(texts):
+            if n:
+                pieces.append(",")
+                column += 1
+            if column > width:
+                pieces.append("\n" + " " * indent)
+                column = indent
+            elif n:
+                pieces.append(" ")
+                column += 1
+            pieces.append(text)
+            column += len(text)
+        pieces.append("}" if is_map else "]")
+        self.out.append("".join(pieces))
+        self.column = column + 1
+
+
+def dump_mapping_yaml(data: dict, *, long_key: str, width: int) -> str:
+    """``dump_yaml(data, sort_keys=False, default_flow_style=None, width=width, allow_unicode=True)``,
+    byte for byte, with ``data[long_key]`` (a plan's task list) written by :func:`block_sequence_text`.
+
+    The keys before and after ``long_key`` are written by :func:`dump_yaml` as mappings of their
+    own: a top-level block mapping's text is the text of its keys one after the other. When that
+    does not hold (either part alone would be a flow mapping, or a container appears twice: an
+    alias) or the list has other shapes, the whole of ``data`` goes to :func:`dump_yaml`.
+    """
+    options = dict(sort_keys=False, default_flow_style=None, width=width, allow_unicode=True)
+    if type(data) is not dict or long_key not in data or type(long_key) is not str or not _BARE.match(long_key):
+        return dump_yaml(data, **options)
+    keys = list(data)
+    at = keys.index(long_key)
+    head = {k: data[k] for k in keys[:at]}
+    tail = {k: data[k] for k in keys[at + 1:]}
+    seen = _container_ids(head, tail)
+    body = None
+    if seen is not None and not any(part and _is_flow(part) for part in (head, tail)):
+        body = _block_sequence_text(data[long_key], width, seen)
+    if body is None:
+        return dump_yaml(data, **options)
+    return "".join((dump_yaml(head, **options) if head else "", f"{long_key}:\n{body}\n",
+                    dump_yaml(tail, **options) if tail else ""))
+
+
+def _container_ids(*parts) -> set[int] | None:
+    """Ids of every dict and list in ``parts`` (not the parts themselves); ``None`` if one repeats."""
+    seen: set[int] = set()
+    stack = [v for part in parts for v in part.values()]
+    while stack:
+        x = stack.pop()
+        if type(x) is dict or type(x) is list:
+            if id(x) in seen:
+                return None
+            seen.add(id(x))
+            stack.extend(x.values() if type(x) is dict else x)
+    return seen

@@ -270,9 +270,11 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         results.append((s.makespan, len(results), name, s))
         return s
 
+    heft_ms = None
     try:
         h = heft(cost)
         results.append((h.makespan, 0, "heft", h))
+        heft_ms = h.makespan
     except MappingError as exc:
         errors.append(exc)
     # The final guard also covers plain HEFT's plan when it happens to fit (see candidate 1). It
@@ -286,7 +288,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
             attempt("peft", lambda mem: peft(cost, memory_aware=mem))
         if plain is not None:
             results.append((plain.makespan, len(results), "heft-plain", plain))
-        return _best_of(results, errors, D)
+        return _best_of(results, errors, D, heft_ms)
     attempt("peft", lambda mem: peft(cost, memory_aware=mem))
     if tier == 0:
         # HEFT in other priority orders: upward ranks from the fastest and from the harmonic-mean
@@ -375,16 +377,16 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         if res.schedule is not None and res.schedule.makespan < best.makespan:
             name, best = "exact", res.schedule
     return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
-                    n_devices=D, seq=best.seq, bound=bound)
+                    n_devices=D, seq=best.seq, bound=bound, heft_makespan=heft_ms)
 
 
-def _best_of(results: list, errors: list, n_devices: int) -> Schedule:
+def _best_of(results: list, errors: list, n_devices: int, heft_ms: float | None) -> Schedule:
     """The shortest of ``results`` (ties: the earlier), as ``auto(<name>)``; the first error if none."""
     if not results:
         raise errors[0]
     _, _, name, best = min(results, key=lambda r: (r[0], r[1]))
     return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
-                    n_devices=n_devices, seq=best.seq)
+                    n_devices=n_devices, seq=best.seq, heft_makespan=heft_ms)
 
 
 def exact_fits(cost: CostModel) -> bool:

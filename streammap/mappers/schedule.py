@@ -63,6 +63,10 @@ class Schedule:
     bound : float, optional
         A lower bound on the makespan of *every* plan of the graph that the mapper proved (the
         exact solver's, :mod:`streammap.mappers.exact`); ``None`` when it proved none.
+    heft_makespan : float, optional
+        The makespan of :func:`~streammap.mappers.heft.heft`'s plan of the same cost model, when
+        the mapper ran HEFT on it (``auto`` does, as its first candidate): the plan's
+        ``heft_makespan`` without a second HEFT pass. ``None`` when it did not (or HEFT failed).
     """
 
     mapper: str
@@ -73,6 +77,7 @@ class Schedule:
     n_devices: int | None = None
     seq: np.ndarray | None = field(default=None, repr=False)
     bound: float | None = None
+    heft_makespan: float | None = None
 
     def order(self) -> list[np.ndarray]:
         """Task positions on each device, in the order the device runs them.

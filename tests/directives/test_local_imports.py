@@ -7,6 +7,7 @@ sha256, so that every place the plan runs can check and ship them.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 
@@ -15,6 +16,7 @@ import pytest
 import streammap
 from streammap.cli import main
 from streammap.directives.imports import local_modules
+from streammap.directives.scan import import_statements, scan
 from streammap.errors import DirectiveError, PlanError
 from streammap.plan import read_plan, write_plan
 from tests.helpers.multifile import ONE_CPU, PACKAGE_FILES, write_files, write_package, write_two_file
@@ -103,3 +105,51 @@ def test_a_plan_naming_a_module_outside_the_program_folder_is_refused_when_read(
     with pytest.raises(PlanError, match="is not a module path under the program's folder") as exc:
         read_plan(tmp_path / "plan.yaml")
     assert exc.value.line is not None
+
+
+NESTED_IMPORTS = '''
+import os, json as j
+from collections import (OrderedDict,
+                         deque)
+try:
+    import helpers
+except ImportError:
+    from pkg import util
+else:
+    import a.b.c
+finally:
+    import zlib
+class K:
+    def f(self):
+        if True:
+            from . import rel
+        for _ in []:
+            import x1
+        while False:
+            import x2
+        with open(__file__):
+            import x3
+        match 1:
+            case 1:
+                import x4
+x = [i for i in range(3)]
+'''
+
+
+def test_the_import_statements_are_those_ast_walk_finds_in_the_same_order():
+    tree = ast.parse(NESTED_IMPORTS)
+    walked = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert import_statements(tree) == walked and len(walked) == 11
+
+
+def test_a_program_edited_after_the_front_end_read_it_has_its_imports_read_again(tmp_path):
+    """The front end's parse is reused only for the very same text: an import added since counts."""
+    prog = tmp_path / "prog.py"
+    prog.write_text("x = 1\n")
+    (tmp_path / "helpers.py").write_text("y = 2\n")
+    scan(prog)
+    assert local_modules(prog) == []
+    prog.write_text("import helpers\nx = 1\n")
+    assert [m.path for m in local_modules(prog)] == ["helpers.py"]
+    scan(prog)
+    assert [m.path for m in local_modules(prog)] == ["helpers.py"]

@@ -1,6 +1,9 @@
 """Every YAML file is read within bounds: no aliases, bounded nesting and size, text only; and
 every field keeps the line it is on, for messages."""
 
+import json
+import random
+
 import pytest
 import yaml
 
@@ -130,8 +133,73 @@ def test_written_yaml_reads_back_as_the_same_data(tmp_path):
 def test_a_compiled_plan_is_written_byte_for_byte_as_the_pure_python_dumper_writes_it(samples, monkeypatch):
     plan = compile_plan(samples / "fm_radio.py", samples / "clusters" / "tiny-gpus.yaml")
     fast = plan.to_yaml()
-    monkeypatch.setattr(plan_module, "dump_yaml", lambda data, **options: _pure(data, **options))
+    monkeypatch.setattr(plan_module, "dump_mapping_yaml",
+                        lambda data, long_key, width: _pure(data, **PLAN_OPTIONS, width=width))
     assert fast == plan.to_yaml()
+
+
+def test_a_workflow_plan_has_its_task_list_written_directly_and_byte_for_byte(samples, tmp_path, monkeypatch):
+    """A workflow's task ids are bare words: the task list takes the direct path, same bytes."""
+    graph = {"graph": {"name": "w"}, "edges": [{"source": f"t{i}", "target": f"t{j}", "bytes": 1e6}
+                                               for i in range(40) for j in (i + 1, i + 7) if j < 40],
+             "nodes": [{"id": f"t{i}", "kernel": f"k{i % 3}", "times": {"gpu": 1e-3 * (1 + i % 5)}}
+                       for i in range(40)]}
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(graph))
+    plan = compile_plan(path, samples / "clusters" / "tiny-gpus.yaml")
+    data = plan._yaml_data()
+    assert yamlfile.block_sequence_text(data["tasks"], width=100) is not None      # the direct path ran
+    fast = plan.to_yaml()
+    monkeypatch.setattr(plan_module, "dump_mapping_yaml",
+                        lambda data, long_key, width: _pure(data, **PLAN_OPTIONS, width=width))
+    assert fast == plan.to_yaml()
+
+
+PLAN_OPTIONS = dict(sort_keys=False, default_flow_style=None, allow_unicode=True)
+WORDS = ["t1", "a_b", "node0/d1", "x.y-z", "K", "_", "long" * 30, "step_12"]
+ODD = ["yes", "a b", "1a", "tile[1,0]@p.py:7", "", "é", "a:b", "Null"]
+
+
+def _random_value(r, depth):
+    c = r.random()
+    if depth > 3 or c < 0.5:
+        return r.choice([r.choice(WORDS), r.random() * 10 ** r.randint(-8, 8), r.randint(-5, 10**6), True, None,
+                         1e-5, float("inf")])
+    if c < 0.75:
+        return [_random_value(r, depth + 1) for _ in range(r.randint(0, 30))]
+    return {r.choice(WORDS + ["args", "deps"]): _random_value(r, depth + 1) for _ in range(r.randint(0, 5))}
+
+
+@pytest.mark.parametrize("odd", [False, True])
+def test_a_list_written_directly_has_the_bytes_pyyaml_writes_or_is_left_to_it(odd):
+    """Random task-like lists (flow lists past the line width, nested block and flow collections):
+    where the direct path writes the list, it writes PyYAML's bytes, as a top-level list and as the
+    value of a key; where it gives up (odd strings), the caller writes it with PyYAML."""
+    written = 0
+    for seed in range(400):
+        r = random.Random(seed)
+        items = [{"id": r.choice(WORDS), "deps": [r.choice(WORDS[:5]) for _ in range(r.randint(0, 40))],
+                  "v": _random_value(r, 0)} for _ in range(r.randint(1, 4))]
+        if odd:
+            items[-1]["deps"].append(r.choice(ODD))
+        for width in (100, 80):
+            text = yamlfile.block_sequence_text(items, width=width)
+            whole = {"head": {"a": 1}, "tasks": items, "tail": {"b": [1]}}
+            assert yamlfile.dump_mapping_yaml(whole, long_key="tasks", width=width) == \
+                _pure(whole, **PLAN_OPTIONS, width=width)
+            if text is None:
+                continue
+            written += 1
+            assert text + "\n" == _pure(items, **PLAN_OPTIONS, width=width)
+    assert (written == 0) if odd else (written > 200)
+
+
+def test_a_list_that_holds_one_container_twice_is_left_to_pyyaml():
+    shared = ["t1", "t2"]
+    items = [{"id": "a", "deps": shared}, {"id": "b", "deps": shared}]
+    assert yamlfile.block_sequence_text(items, width=100) is None
+    data = {"h": {"x": shared}, "tasks": [{"id": "a", "deps": shared}]}
+    assert yamlfile.dump_mapping_yaml(data, long_key="tasks", width=100) == _pure(data, **PLAN_OPTIONS, width=100)
 
 
 # ---------------------------------------------------------------------- reading, as PyYAML reads
