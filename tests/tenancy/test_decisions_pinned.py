@@ -80,4 +80,4 @@ def test_a_fixed_simulation_decides_exactly_as_before(policy, sigma, preemption)
     tenants = tenants_from_dict({**TENANTS, "preemption": preemption})
     result = simulate(pinned_stream(), two_model_cluster(), tenants, policy=policy, estimate_error=sigma, seed=3)
     assert len(result.jobs) == 300
-    assert (decisions_digest(result), promises_digest(result)) == PINNED[(policy, sigma)]
+    assert (decisions_digest(result), promises_digest(result)) == PINNED[(policy, sigma, preemption)]
