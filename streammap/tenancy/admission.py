@@ -466,6 +466,8 @@ class Scheduler:
     def quota_allows(self, tenant: str, option: Option, *, ever: bool = False) -> bool:
         """Whether ``tenant`` may start ``option`` now (or ``ever``: holding nothing else)."""
         q = self.tenants.quota(tenant)
+        if q.gpus is None and q.gpu_memory is None and not q.models:
+            return True                          # no quota: the common case, asked for every job looked at
         u = Usage() if ever else self.usage[tenant]
         if q.gpus is not None and u.gpus + option.gpus > q.gpus:
             return False

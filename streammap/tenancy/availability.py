@@ -70,7 +70,7 @@ class Profile:
             return False
         if self._prefix_min is None:
             self._prefix_min = np.minimum.accumulate(self.free)
-        j = int(np.searchsorted(self.times, self.now + duration, side="left"))   # segments begun before the end
+        j = int(self.times.searchsorted(self.now + duration))   # segments begun before the end
         return bool(self._prefix_min[max(j, 1) - 1] >= k)
 
     def earliest_fit(self, k: int, duration: float) -> float:
@@ -87,17 +87,15 @@ class Profile:
         free, times = self.free, self.times
         if free[-1] < k:
             return math.inf
-        ok = free >= k
-        # Runs of segments with k free: where each begins, and the first segment after it without.
-        edge = ok[1:] != ok[:-1]
-        begins = np.flatnonzero(edge & ok[1:]) + 1
-        stops = np.flatnonzero(edge & ~ok[1:]) + 1
-        if ok[0]:
-            begins = np.concatenate(([0], begins))
-        stop_at = np.full(begins.size, math.inf)
-        stop_at[:stops.size] = times[stops]                 # the last run lasts for ever
-        long_enough = np.flatnonzero(stop_at - times[begins] >= duration)
-        return float(times[begins[long_enough[0]]])
+        # The segments short of k split the profile into runs with k free; a run can only begin
+        # just after one of them (or at 0), and a fit begins where its run begins. The last short
+        # segment is followed by the last run, which lasts for ever.
+        short = (free < k).nonzero()[0]
+        if short[0] > 0 and times[short[0]] - times[0] >= duration:
+            return float(times[0])              # as decided by subtraction, like every other run
+        begin, stop = short[:-1] + 1, short[1:]
+        fit = ((begin < stop) & (times[stop] - times[begin] >= duration)).nonzero()[0]
+        return float(times[begin[fit[0]]] if fit.size else times[short[-1] + 1])
 
     def add(self, t0: float, t1: float, delta: int) -> None:
         """Add ``delta`` free devices over ``[t0, t1)`` (negative: a reservation takes them)."""
@@ -115,7 +113,7 @@ class Profile:
 
     def _split(self, t: float) -> int:
         """The index of the segment that begins at ``t``, splitting the one ``t`` falls in."""
-        i = int(np.searchsorted(self.times, t, side="left"))
+        i = int(self.times.searchsorted(t))
         if i < len(self.times) and self.times[i] == t:
             return i
         self.times = np.concatenate((self.times[:i], [t], self.times[i:]))
