@@ -343,6 +343,10 @@ class Scheduler:
         self._waits: deque = deque(maxlen=1000)         # the last grants' waits (now - arrival)
         self._wait_sum = 0.0
         self._seq = 0
+        # Queued jobs per option set ("shape"): a pass past its reservation depth ends once every
+        # shape in the queue is refused (a thousand-job queue holds a few dozen shapes).
+        self._shapes: dict[tuple, int] = {}
+        self._no_quotas = all(self._unlimited(t.name) for t in tenants)
 
     # -- the queue ----------------------------------------------------------------------
     def _key(self, job: Job) -> tuple:
@@ -390,6 +394,7 @@ class Scheduler:
                 self._learn_duration(job.demand.best.duration)
         self.queued_gpus += job.demand.gpus
         self._queued_gpus[job.tenant] += job.demand.gpus
+        self._shapes[job.demand.options] = self._shapes.get(job.demand.options, 0) + 1
         bisect.insort(self._queues[job.tenant], (self._key(job), job.id))
         bisect.insort(self._fifo, ((job.arrival, job.seq), job.id))
         bisect.insort(self._arrivals[job.tenant], ((job.arrival, job.seq), job.id))
@@ -398,6 +403,11 @@ class Scheduler:
         del self.jobs[job.id]
         self.queued_gpus -= job.demand.gpus
         self._queued_gpus[job.tenant] -= job.demand.gpus
+        left = self._shapes[job.demand.options] - 1
+        if left:
+            self._shapes[job.demand.options] = left
+        else:
+            del self._shapes[job.demand.options]
         q = self._queues[job.tenant]
         q.pop(bisect.bisect_left(q, (self._key(job), job.id)))
         self._fifo.pop(bisect.bisect_left(self._fifo, ((job.arrival, job.seq), job.id)))
@@ -465,9 +475,9 @@ class Scheduler:
 
     def quota_allows(self, tenant: str, option: Option, *, ever: bool = False) -> bool:
         """Whether ``tenant`` may start ``option`` now (or ``ever``: holding nothing else)."""
-        q = self.tenants.quota(tenant)
-        if q.gpus is None and q.gpu_memory is None and not q.models:
+        if self._unlimited(tenant):
             return True                          # no quota: the common case, asked for every job looked at
+        q = self.tenants.quota(tenant)
         u = Usage() if ever else self.usage[tenant]
         if q.gpus is not None and u.gpus + option.gpus > q.gpus:
             return False
@@ -477,6 +487,10 @@ class Scheduler:
                 return False
         cap = q.models.get(option.model)
         return cap is None or u.models.get(option.model, 0) + option.gpus <= cap
+
+    def _unlimited(self, tenant: str) -> bool:
+        q = self.tenants.quota(tenant)
+        return q.gpus is None and q.gpu_memory is None and not q.models
 
     def _model_memory(self, model: str) -> float:
         # Devices of one model may differ in memory; quota checks use the largest (never exceeded).
@@ -546,6 +560,8 @@ class Scheduler:
             if (not any(self.pool.free_count.values()) and not (smart and self.tenants.preemption)
                     and not (smart and plan.depth_left > 0)):
                 break                            # nothing can start, and nothing more is planned
+            if smart and plan.recheck and self._settled(plan):
+                break                            # every job left is of a shape that cannot start now
             tenant = heapq.heappop(heap)[-1]
             q = self._queues[tenant]
             # The next job after the last one looked at (the queue may have changed since).
@@ -620,9 +636,11 @@ class Scheduler:
             return None, []                      # its own tenant's running jobs hold it back
         deep = plan.depth_left > 0
         if not deep and not any(self.pool.free_count[o.model] >= o.gpus for o in allowed):
+            plan.recheck = True
             return None, []                      # cannot start now, and gets no reservation
         shape = tuple(allowed)
         if not deep and shape in plan.refused and not self.tenants.preemption:
+            plan.recheck = True
             return None, []                      # a job of this very shape could not start; nothing changed since
         best, at = plan.placement(allowed)
         if at == now and best.model not in plan.blocked:
@@ -646,6 +664,18 @@ class Scheduler:
             self.estimated_starts[job.id] = (at, best.model)
             self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
         return None, []
+
+    def _settled(self, plan: "_Plan") -> bool:
+        """Whether no queued job can start in the rest of this pass (streammap policy, past the
+        reservation depth, no quotas, no preemption): every shape in the queue was refused since the
+        pass last changed, or has no model with enough free devices. Such a job returns at once from
+        :meth:`_place_smart` without changing anything, so stopping here decides exactly the same."""
+        plan.recheck = False
+        if plan.depth_left > 0 or self.tenants.preemption or not self._no_quotas:
+            return False
+        free = self.pool.free_count
+        return all(shape in plan.refused or not any(free[o.model] >= o.gpus for o in shape)
+                   for shape in self._shapes)
 
     def _victims(self, job: Job, o: Option) -> list[str] | None:
         """Running jobs to preempt so that ``job`` starts on ``o.model`` now, or None."""
@@ -674,6 +704,7 @@ class _Plan:
         self.depth_left = sched.depth
         self.blocked: set[str] = set()          # models closed to later jobs (backfill off)
         self.refused: set[tuple] = set()        # option sets that could not start now, since the last change
+        self.recheck = False                    # a refusal since the last check whether the pass is settled
 
     def profile(self, model: str) -> Profile:
         p = self.profiles.get(model)
