@@ -343,9 +343,14 @@ class Scheduler:
         self._waits: deque = deque(maxlen=1000)         # the last grants' waits (now - arrival)
         self._wait_sum = 0.0
         self._seq = 0
-        # Queued jobs per option set ("shape"): a pass past its reservation depth ends once every
-        # shape in the queue is refused (a thousand-job queue holds a few dozen shapes).
-        self._shapes: dict[tuple, int] = {}
+        # Job shapes: each distinct option set gets a number once, at submission (hashing the
+        # options themselves on every job looked at was a tenth of a pass). A pass past its
+        # reservation depth ends once every shape in the queue is refused (a thousand-job queue
+        # holds a few dozen shapes): queued jobs per shape.
+        self._shape_ids: dict[tuple, int] = {}
+        self._shape_options: list[tuple] = []
+        self._shape_of: dict[str, int] = {}
+        self._shapes: dict[int, int] = {}
         self._no_quotas = all(self._unlimited(t.name) for t in tenants)
 
     # -- the queue ----------------------------------------------------------------------
@@ -394,7 +399,12 @@ class Scheduler:
                 self._learn_duration(job.demand.best.duration)
         self.queued_gpus += job.demand.gpus
         self._queued_gpus[job.tenant] += job.demand.gpus
-        self._shapes[job.demand.options] = self._shapes.get(job.demand.options, 0) + 1
+        sid = self._shape_ids.get(job.demand.options)
+        if sid is None:
+            sid = self._shape_ids[job.demand.options] = len(self._shape_options)
+            self._shape_options.append(job.demand.options)
+        self._shape_of[job.id] = sid
+        self._shapes[sid] = self._shapes.get(sid, 0) + 1
         bisect.insort(self._queues[job.tenant], (self._key(job), job.id))
         bisect.insort(self._fifo, ((job.arrival, job.seq), job.id))
         bisect.insort(self._arrivals[job.tenant], ((job.arrival, job.seq), job.id))
@@ -403,11 +413,12 @@ class Scheduler:
         del self.jobs[job.id]
         self.queued_gpus -= job.demand.gpus
         self._queued_gpus[job.tenant] -= job.demand.gpus
-        left = self._shapes[job.demand.options] - 1
+        sid = self._shape_of.pop(job.id)
+        left = self._shapes[sid] - 1
         if left:
-            self._shapes[job.demand.options] = left
+            self._shapes[sid] = left
         else:
-            del self._shapes[job.demand.options]
+            del self._shapes[sid]
         q = self._queues[job.tenant]
         q.pop(bisect.bisect_left(q, (self._key(job), job.id)))
         self._fifo.pop(bisect.bisect_left(self._fifo, ((job.arrival, job.seq), job.id)))
@@ -631,14 +642,17 @@ class Scheduler:
         where it is estimated to *finish* first, given the running jobs and the reservations of
         every job looked at before it in this pass; it starts if that is now, else preempts where
         allowed, else reserves that time (within the reservation depth)."""
-        allowed = [o for o in job.demand.options if self.quota_allows(job.tenant, o)]
+        allowed = (job.demand.options if self._no_quotas
+                   else [o for o in job.demand.options if self.quota_allows(job.tenant, o)])
         if not allowed:
             return None, []                      # its own tenant's running jobs hold it back
         deep = plan.depth_left > 0
         if not deep and not any(self.pool.free_count[o.model] >= o.gpus for o in allowed):
             plan.recheck = True
             return None, []                      # cannot start now, and gets no reservation
-        shape = tuple(allowed)
+        # The option set, as a number (with quotas: and which of its models the quotas allow).
+        sid = self._shape_of[job.id]
+        shape = sid if len(allowed) == len(job.demand.options) else (sid, tuple(o.model for o in allowed))
         if not deep and shape in plan.refused and not self.tenants.preemption:
             plan.recheck = True
             return None, []                      # a job of this very shape could not start; nothing changed since
@@ -673,9 +687,14 @@ class Scheduler:
         plan.recheck = False
         if plan.depth_left > 0 or self.tenants.preemption or not self._no_quotas:
             return False
-        free = self.pool.free_count
-        return all(shape in plan.refused or not any(free[o.model] >= o.gpus for o in shape)
-                   for shape in self._shapes)
+        # Settled-ness changes only when a shape is refused or the plan changes (a start).
+        state = (len(plan.refused), plan.changes)
+        if state == plan.checked:
+            return False
+        plan.checked = state
+        free, refused = self.pool.free_count, plan.refused
+        return all(sid in refused or not any(free[o.model] >= o.gpus for o in self._shape_options[sid])
+                   for sid in self._shapes)
 
     def _victims(self, job: Job, o: Option) -> list[str] | None:
         """Running jobs to preempt so that ``job`` starts on ``o.model`` now, or None."""
@@ -705,6 +724,8 @@ class _Plan:
         self.blocked: set[str] = set()          # models closed to later jobs (backfill off)
         self.refused: set[tuple] = set()        # option sets that could not start now, since the last change
         self.recheck = False                    # a refusal since the last check whether the pass is settled
+        self.changes = 0                        # reservations, starts and preemptions so far
+        self.checked: tuple | None = None       # (refusals, changes) at the last check
 
     def profile(self, model: str) -> Profile:
         p = self.profiles.get(model)
@@ -735,12 +756,14 @@ class _Plan:
     def take(self, o: Option, start: float) -> None:
         self.profile(o.model).reserve(start, o.gpus, o.duration)
         self.refused.clear()
+        self.changes += 1
 
     def give_back(self, r: Running) -> None:
         """A running job is preempted: its devices are free from now to its estimated end."""
         self.profile(r.option.model).add(self.now, max(r.est_finish, math.nextafter(self.now, math.inf)),
                                          r.option.gpus)
         self.refused.clear()
+        self.changes += 1
 
 
 class _RunningEnds:
