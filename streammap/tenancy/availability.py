@@ -105,7 +105,10 @@ class Profile:
         i1 = self._split(t1) if math.isfinite(t1) else len(self.times)
         self.free[i0:i1] += delta
         self._prefix_min = None
-        self._fits.clear()
+        if delta < 0 and self._fits:
+            self._fits = {key: at for key, at in self._fits.items() if _still_fits(at, key[1], t0, t1, self.now)}
+        else:
+            self._fits.clear()
 
     def reserve(self, start: float, k: int, duration: float) -> None:
         """Take ``k`` devices for ``[start, start + duration)``."""
@@ -119,3 +122,19 @@ class Profile:
         self.times = np.concatenate((self.times[:i], [t], self.times[i:]))
         self.free = np.concatenate((self.free[:i], self.free[i - 1:]))      # the split segment, twice
         return i
+
+
+def _still_fits(at: float, duration: float, t0: float, t1: float, now: float) -> bool:
+    """Whether an earliest fit at ``at`` for ``duration`` survives taking devices over ``[t0, t1)``.
+
+    Taking devices never makes an earlier time fit, so the answer stands when the window
+    ``[at, at + duration)`` is untouched: the taking ends at or before ``at`` (with ``at`` past
+    ``now``; at ``now`` the window is the only one looked at), or begins at or after its end, by both
+    the sum and the difference (the two ways the profile compares times), so that recomputing would
+    give the same answer to the last bit. Never fitting stays never fitting.
+    """
+    if not math.isfinite(at):
+        return True
+    if t1 <= at and at > now:
+        return True
+    return duration > 0 and t0 >= at + duration and t0 - at >= duration    # a 0 s job still needs its start
