@@ -79,7 +79,9 @@ Policies
       estimated starts); jobs after them may still start where they fit around those, but get
       none themselves (with 10,000 jobs on 1,000 GPUs the queue can hold thousands, and planning
       them all on every event would cost many minutes; the jobs past the depth are the latest
-      deadlines, or those of tenants above their share). Each reservation is shown with an
+      deadlines, or those of tenants above their share; a pass past the depth stops as soon as
+      every job shape left in the queue has been refused since the plan last changed, or has no
+      model with room, since each such job would return unchanged). Each reservation is shown with an
       interval calibrated on how real starts compared with earlier promises (:mod:`.forecast`).
       "Earlier" is the pass's order: fair share across tenants, priority and the slowdown
       deadline within one; a newly arrived job that this order puts
@@ -343,6 +345,15 @@ class Scheduler:
         self._waits: deque = deque(maxlen=1000)         # the last grants' waits (now - arrival)
         self._wait_sum = 0.0
         self._seq = 0
+        # Job shapes: each distinct option set gets a number once, at submission (hashing the
+        # options themselves on every job looked at was a tenth of a pass). A pass past its
+        # reservation depth ends once every shape in the queue is refused (a thousand-job queue
+        # holds a few dozen shapes): queued jobs per shape.
+        self._shape_ids: dict[tuple, int] = {}
+        self._shape_options: list[tuple] = []
+        self._shape_of: dict[str, int] = {}
+        self._shapes: dict[int, int] = {}
+        self._no_quotas = all(self._unlimited(t.name) for t in tenants)
 
     # -- the queue ----------------------------------------------------------------------
     def _key(self, job: Job) -> tuple:
@@ -390,6 +401,12 @@ class Scheduler:
                 self._learn_duration(job.demand.best.duration)
         self.queued_gpus += job.demand.gpus
         self._queued_gpus[job.tenant] += job.demand.gpus
+        sid = self._shape_ids.get(job.demand.options)
+        if sid is None:
+            sid = self._shape_ids[job.demand.options] = len(self._shape_options)
+            self._shape_options.append(job.demand.options)
+        self._shape_of[job.id] = sid
+        self._shapes[sid] = self._shapes.get(sid, 0) + 1
         bisect.insort(self._queues[job.tenant], (self._key(job), job.id))
         bisect.insort(self._fifo, ((job.arrival, job.seq), job.id))
         bisect.insort(self._arrivals[job.tenant], ((job.arrival, job.seq), job.id))
@@ -398,6 +415,12 @@ class Scheduler:
         del self.jobs[job.id]
         self.queued_gpus -= job.demand.gpus
         self._queued_gpus[job.tenant] -= job.demand.gpus
+        sid = self._shape_of.pop(job.id)
+        left = self._shapes[sid] - 1
+        if left:
+            self._shapes[sid] = left
+        else:
+            del self._shapes[sid]
         q = self._queues[job.tenant]
         q.pop(bisect.bisect_left(q, (self._key(job), job.id)))
         self._fifo.pop(bisect.bisect_left(self._fifo, ((job.arrival, job.seq), job.id)))
@@ -465,6 +488,8 @@ class Scheduler:
 
     def quota_allows(self, tenant: str, option: Option, *, ever: bool = False) -> bool:
         """Whether ``tenant`` may start ``option`` now (or ``ever``: holding nothing else)."""
+        if self._unlimited(tenant):
+            return True                          # no quota: the common case, asked for every job looked at
         q = self.tenants.quota(tenant)
         u = Usage() if ever else self.usage[tenant]
         if q.gpus is not None and u.gpus + option.gpus > q.gpus:
@@ -475,6 +500,10 @@ class Scheduler:
                 return False
         cap = q.models.get(option.model)
         return cap is None or u.models.get(option.model, 0) + option.gpus <= cap
+
+    def _unlimited(self, tenant: str) -> bool:
+        q = self.tenants.quota(tenant)
+        return q.gpus is None and q.gpu_memory is None and not q.models
 
     def _model_memory(self, model: str) -> float:
         # Devices of one model may differ in memory; quota checks use the largest (never exceeded).
@@ -544,6 +573,8 @@ class Scheduler:
             if (not any(self.pool.free_count.values()) and not (smart and self.tenants.preemption)
                     and not (smart and plan.depth_left > 0)):
                 break                            # nothing can start, and nothing more is planned
+            if smart and plan.recheck and self._settled(plan):
+                break                            # every job left is of a shape that cannot start now
             tenant = heapq.heappop(heap)[-1]
             q = self._queues[tenant]
             # The next job after the last one looked at (the queue may have changed since).
@@ -613,14 +644,19 @@ class Scheduler:
         where it is estimated to *finish* first, given the running jobs and the reservations of
         every job looked at before it in this pass; it starts if that is now, else preempts where
         allowed, else reserves that time (within the reservation depth)."""
-        allowed = [o for o in job.demand.options if self.quota_allows(job.tenant, o)]
+        allowed = (job.demand.options if self._no_quotas
+                   else [o for o in job.demand.options if self.quota_allows(job.tenant, o)])
         if not allowed:
             return None, []                      # its own tenant's running jobs hold it back
         deep = plan.depth_left > 0
         if not deep and not any(self.pool.free_count[o.model] >= o.gpus for o in allowed):
+            plan.recheck = True
             return None, []                      # cannot start now, and gets no reservation
-        shape = tuple(allowed)
+        # The option set, as a number (with quotas: and which of its models the quotas allow).
+        sid = self._shape_of[job.id]
+        shape = sid if len(allowed) == len(job.demand.options) else (sid, tuple(o.model for o in allowed))
         if not deep and shape in plan.refused and not self.tenants.preemption:
+            plan.recheck = True
             return None, []                      # a job of this very shape could not start; nothing changed since
         best, at = plan.placement(allowed)
         if at == now and best.model not in plan.blocked:
@@ -644,6 +680,23 @@ class Scheduler:
             self.estimated_starts[job.id] = (at, best.model)
             self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
         return None, []
+
+    def _settled(self, plan: "_Plan") -> bool:
+        """Whether no queued job can start in the rest of this pass (streammap policy, past the
+        reservation depth, no quotas, no preemption): every shape in the queue was refused since the
+        pass last changed, or has no model with enough free devices. Such a job returns at once from
+        :meth:`_place_smart` without changing anything, so stopping here decides exactly the same."""
+        plan.recheck = False
+        if plan.depth_left > 0 or self.tenants.preemption or not self._no_quotas:
+            return False
+        # Settled-ness changes only when a shape is refused or the plan changes (a start).
+        state = (len(plan.refused), plan.changes)
+        if state == plan.checked:
+            return False
+        plan.checked = state
+        free, refused = self.pool.free_count, plan.refused
+        return all(sid in refused or not any(free[o.model] >= o.gpus for o in self._shape_options[sid])
+                   for sid in self._shapes)
 
     def _victims(self, job: Job, o: Option) -> list[str] | None:
         """Running jobs to preempt so that ``job`` starts on ``o.model`` now, or None."""
@@ -672,6 +725,9 @@ class _Plan:
         self.depth_left = sched.depth
         self.blocked: set[str] = set()          # models closed to later jobs (backfill off)
         self.refused: set[tuple] = set()        # option sets that could not start now, since the last change
+        self.recheck = False                    # a refusal since the last check whether the pass is settled
+        self.changes = 0                        # reservations, starts and preemptions so far
+        self.checked: tuple | None = None       # (refusals, changes) at the last check
 
     def profile(self, model: str) -> Profile:
         p = self.profiles.get(model)
@@ -702,12 +758,14 @@ class _Plan:
     def take(self, o: Option, start: float) -> None:
         self.profile(o.model).reserve(start, o.gpus, o.duration)
         self.refused.clear()
+        self.changes += 1
 
     def give_back(self, r: Running) -> None:
         """A running job is preempted: its devices are free from now to its estimated end."""
         self.profile(r.option.model).add(self.now, max(r.est_finish, math.nextafter(self.now, math.inf)),
                                          r.option.gpus)
         self.refused.clear()
+        self.changes += 1
 
 
 class _RunningEnds:

@@ -70,7 +70,7 @@ class Profile:
             return False
         if self._prefix_min is None:
             self._prefix_min = np.minimum.accumulate(self.free)
-        j = int(np.searchsorted(self.times, self.now + duration, side="left"))   # segments begun before the end
+        j = int(self.times.searchsorted(self.now + duration))   # segments begun before the end
         return bool(self._prefix_min[max(j, 1) - 1] >= k)
 
     def earliest_fit(self, k: int, duration: float) -> float:
@@ -87,17 +87,15 @@ class Profile:
         free, times = self.free, self.times
         if free[-1] < k:
             return math.inf
-        ok = free >= k
-        # Runs of segments with k free: where each begins, and the first segment after it without.
-        edge = ok[1:] != ok[:-1]
-        begins = np.flatnonzero(edge & ok[1:]) + 1
-        stops = np.flatnonzero(edge & ~ok[1:]) + 1
-        if ok[0]:
-            begins = np.concatenate(([0], begins))
-        stop_at = np.full(begins.size, math.inf)
-        stop_at[:stops.size] = times[stops]                 # the last run lasts for ever
-        long_enough = np.flatnonzero(stop_at - times[begins] >= duration)
-        return float(times[begins[long_enough[0]]])
+        # The segments short of k split the profile into runs with k free; a run can only begin
+        # just after one of them (or at 0), and a fit begins where its run begins. The last short
+        # segment is followed by the last run, which lasts for ever.
+        short = (free < k).nonzero()[0]
+        if short[0] > 0 and times[short[0]] - times[0] >= duration:
+            return float(times[0])              # as decided by subtraction, like every other run
+        begin, stop = short[:-1] + 1, short[1:]
+        fit = ((begin < stop) & (times[stop] - times[begin] >= duration)).nonzero()[0]
+        return float(times[begin[fit[0]]] if fit.size else times[short[-1] + 1])
 
     def add(self, t0: float, t1: float, delta: int) -> None:
         """Add ``delta`` free devices over ``[t0, t1)`` (negative: a reservation takes them)."""
@@ -107,7 +105,10 @@ class Profile:
         i1 = self._split(t1) if math.isfinite(t1) else len(self.times)
         self.free[i0:i1] += delta
         self._prefix_min = None
-        self._fits.clear()
+        if delta < 0 and self._fits:
+            self._fits = {key: at for key, at in self._fits.items() if _still_fits(at, key[1], t0, t1, self.now)}
+        else:
+            self._fits.clear()
 
     def reserve(self, start: float, k: int, duration: float) -> None:
         """Take ``k`` devices for ``[start, start + duration)``."""
@@ -115,9 +116,25 @@ class Profile:
 
     def _split(self, t: float) -> int:
         """The index of the segment that begins at ``t``, splitting the one ``t`` falls in."""
-        i = int(np.searchsorted(self.times, t, side="left"))
+        i = int(self.times.searchsorted(t))
         if i < len(self.times) and self.times[i] == t:
             return i
         self.times = np.concatenate((self.times[:i], [t], self.times[i:]))
         self.free = np.concatenate((self.free[:i], self.free[i - 1:]))      # the split segment, twice
         return i
+
+
+def _still_fits(at: float, duration: float, t0: float, t1: float, now: float) -> bool:
+    """Whether an earliest fit at ``at`` for ``duration`` survives taking devices over ``[t0, t1)``.
+
+    Taking devices never makes an earlier time fit, so the answer stands when the window
+    ``[at, at + duration)`` is untouched: the taking ends at or before ``at`` (with ``at`` past
+    ``now``; at ``now`` the window is the only one looked at), or begins at or after its end, by both
+    the sum and the difference (the two ways the profile compares times), so that recomputing would
+    give the same answer to the last bit. Never fitting stays never fitting.
+    """
+    if not math.isfinite(at):
+        return True
+    if t1 <= at and at > now:
+        return True
+    return duration > 0 and t0 >= at + duration and t0 - at >= duration    # a 0 s job still needs its start

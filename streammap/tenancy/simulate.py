@@ -270,7 +270,8 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
                                          r.option.model, preempts.get(job.id, 0)))
         starts, preempted = sched.schedule(now)
         for jid in preempted:
-            job = sched.jobs[jid]
+            # A job preempted early in a pass may have started again later in the same pass.
+            job = sched.jobs[jid] if jid in sched.jobs else sched.running[jid].job
             generation[jid] = generation.get(jid, 0) + 1        # its pending end event is void
             preempts[jid] = preempts.get(jid, 0) + 1
             g = job.demand.gpus
