@@ -15,6 +15,12 @@ per kernel, from the source alone (nothing is run):
     ``scipy.linalg.lu``), or a factorisation or solver by its usual name (``cholesky``,
     ``solve``, ``solve_triangular``, ``lstsq``, ``inv``, ``qr``, ``svd``, ``eigh``, ...) however it
     was imported.
+``"fft"``
+    Not a matrix product, but the body calls an FFT: anything under an ``fft`` namespace
+    (``xp.fft.rfft``, ``scipy.fft.fft``) or a function by an FFT's usual name (``fft``, ``ifft``,
+    ``rfft``, ``irfft``, ``fft2``, ``fftn``, ...). An FFT runs at its own rate, between the two
+    others (~3-5 GFLOP/s on that VM, counted ``5 n log2 n``), and a kernel that calls one usually
+    spends its time there; discovery measures it (``achieved_fft_flops``).
 ``"other"``
     Everything else.
 
@@ -30,7 +36,7 @@ from __future__ import annotations
 import ast
 
 #: The classes, as the task graph's ``compute_class`` attribute carries them.
-BLAS, OTHER = "blas", "other"
+BLAS, FFT, OTHER = "blas", "fft", "other"
 
 #: Names of calls that are matrix products or dense linear algebra (BLAS/LAPACK underneath),
 #: whatever module or object they are reached through.
@@ -40,13 +46,18 @@ MATRIX_CALLS = frozenset({
     "qr", "svd", "eig", "eigh", "eigvals", "eigvalsh", "lu", "lu_factor", "lu_solve", "det",
     "slogdet",
 })
+#: Names of calls that are FFTs, whatever module they are reached through.
+FFT_CALLS = frozenset({"fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2",
+                       "irfft2", "fftn", "ifftn", "rfftn", "irfftn"})
+
 #: A namespace whose every function counts as dense linear algebra (``np.linalg.norm`` too: it is
 #: rare in kernels, and a simple rule is easier to predict than an exact one).
 LINALG_NAMESPACE = "linalg"
 
 
 def compute_class(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
-    """``"blas"`` when the body of ``fn`` calls a matrix product, else ``"other"`` (module docstring).
+    """``"blas"`` when the body of ``fn`` calls a matrix product, else ``"fft"`` when it calls an
+    FFT, else ``"other"`` (module docstring).
 
     Examples
     --------
@@ -55,14 +66,31 @@ def compute_class(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     >>> compute_class(ast.parse("def f(a, b):\\n    return a @ b").body[0])
     'blas'
     >>> compute_class(ast.parse("def f(x):\\n    return xp.fft.fft(xp.sin(x))").body[0])
+    'fft'
+    >>> compute_class(ast.parse("def f(x):\\n    return xp.sin(x) * 2").body[0])
     'other'
     """
+    found = OTHER
     for node in ast.walk(fn):
         if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult):
             return BLAS
-        if isinstance(node, ast.Call) and _is_matrix_call(node.func):
-            return BLAS
-    return OTHER
+        if isinstance(node, ast.Call):
+            if _is_matrix_call(node.func):
+                return BLAS
+            if _is_fft_call(node.func):
+                found = FFT
+    return found
+
+
+def _is_fft_call(func: ast.expr) -> bool:
+    """Whether a called expression names an FFT (``xp.fft.rfft``, ``scipy.fft.fft``, ``fft``)."""
+    if isinstance(func, ast.Name):
+        return func.id in FFT_CALLS
+    if isinstance(func, ast.Attribute):
+        return func.attr in FFT_CALLS or any(
+            isinstance(part, ast.Attribute) and part.attr == "fft" or isinstance(part, ast.Name) and part.id == "fft"
+            for part in _chain(func.value))
+    return False
 
 
 def _is_matrix_call(func: ast.expr) -> bool:

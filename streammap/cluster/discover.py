@@ -695,6 +695,8 @@ def _readable(spec: ClusterSpec) -> dict:
                 d["achieved_flops"] = _sig4(d["achieved_flops"], _FLOP_UNITS)
             if "achieved_other_flops" in d:
                 d["achieved_other_flops"] = _sig4(d["achieved_other_flops"], _FLOP_UNITS)
+            if "achieved_fft_flops" in d:
+                d["achieved_fft_flops"] = _sig4(d["achieved_fft_flops"], _FLOP_UNITS)
             if "achieved_bandwidth" in d:
                 d["achieved_bandwidth"] = _sig4(d["achieved_bandwidth"], _RATE_UNITS)
             if "bandwidth_curve" in d:

@@ -6,7 +6,7 @@ datasheet peaks that discovery reads, every estimate is optimistic by however fa
 stay below the peak, and a task of a few microseconds of work is all overhead; so
 ``streammap discover`` (and ``streammap doctor``) run four short measurements per device and
 record what was *achieved* beside the peak figures, in the cluster file's optional
-``achieved_flops``, ``achieved_other_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` and
+``achieved_flops``, ``achieved_other_flops``, ``achieved_fft_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` and
 ``call_overhead`` fields, which the cost model prefers when present.
 
 What is measured
@@ -28,6 +28,10 @@ What is measured
     numbers, with their FLOP counted as the README counts ``flops`` clauses (one per element of
     an elementwise function, transcendental or not, one per random number, ``5 n log2 n`` per
     FFT); the rate is their FLOP over the sum of their best times.
+``achieved_fft_flops``
+    The FFT of that mix alone (``5 n log2 n`` FLOP over its best time): the rate of kernels whose
+    compute class is ``"fft"``. An FFT runs several times faster per counted FLOP than ``sin`` or
+    a random generator, so FFT-heavy kernels at the mix's rate were over-estimated 3-4x.
 ``achieved_bandwidth``, ``bandwidth_curve``
     A streaming copy ``dst[...] = src`` at each size of :data:`COPY_SIZES` (GPU:
     :data:`GPU_COPY_SIZES`); it reads and writes each byte once, so the rate is
@@ -118,6 +122,8 @@ class Measured:
     call_overhead: float | None = None
     #: FLOP/s of the "other" mix (not a matrix product; ``None``: not measured).
     other_flops: float | None = None
+    #: FLOP/s of the mix's FFT alone (``5 n log2 n`` per transform; ``None``: not measured).
+    fft_flops: float | None = None
 
     def describe(self, device: DeviceSpec) -> str:
         """``"cpu: GEMM 41.2 GFLOP/s (50% of the 83.1 peak), copy 23.4 GB/s (117% of the 20 peak) (measured in 0.41 s)"``."""
@@ -126,6 +132,8 @@ class Measured:
         text = f"{device.name}: GEMM {_share(self.flops, device.flops, _FLOP_UNITS)}, "
         if self.other_flops is not None:
             text += f"other {_share(self.other_flops, None, _FLOP_UNITS)} ({self.other_flops / self.flops:.1%} of GEMM), "
+        if self.fft_flops is not None:
+            text += f"FFT {_share(self.fft_flops, None, _FLOP_UNITS)}, "
         text += f"copy {_share(self.bandwidth, device.mem_bandwidth, _RATE_UNITS)}"
         if len(self.curve) > 1:
             text += " (in cache: " + ", ".join(f"{_size(n)} {_share(r, None, _RATE_UNITS)}"
@@ -167,9 +175,9 @@ def measure_device(device: DeviceSpec, *, budget_s: float = BUDGET_S, cupy=None)
     except Exception as exc:          # noqa: BLE001 -- out of memory, a broken driver: a finding, not a crash
         return Measured(note=f"the measurement failed: {type(exc).__name__}: {exc}",
                         seconds=time.perf_counter() - t0)
-    flops, other, curve, overhead = got
+    flops, other, fft, curve, overhead = got
     return Measured(flops=flops, bandwidth=curve[-1][1], seconds=time.perf_counter() - t0, curve=curve,
-                    call_overhead=overhead, other_flops=other)
+                    call_overhead=overhead, other_flops=other, fft_flops=fft)
 
 
 def calibrate_spec(devices: list[DeviceSpec], *, budget_s: float = BUDGET_S, cupy=None,
@@ -213,6 +221,9 @@ def _achieved(ms: list[Measured]) -> dict:
     others = [m.other_flops for m in ms if m.other_flops is not None]
     if others:
         fields["achieved_other_flops"] = _sig3(statistics.median(others))
+    ffts = [m.fft_flops for m in ms if m.fft_flops is not None]
+    if ffts:
+        fields["achieved_fft_flops"] = _sig3(statistics.median(ffts))
     return fields
 
 
@@ -224,7 +235,7 @@ def _board(d: DeviceSpec) -> tuple:
 
 def _measure(xp: Any, sync: Callable[[], Any], side: int, sizes: tuple[int, ...], dtype, budget_s: float,
              other_n: int):
-    """``(GEMM FLOP/s, other FLOP/s, ((working set, bytes/s), ...), call seconds)``: the timed runs of
+    """``(GEMM FLOP/s, other FLOP/s, FFT FLOP/s, ((working set, bytes/s), ...), call seconds)``: the timed runs of
     every measurement interleaved within ``budget_s`` (:func:`_best_of_rounds`), then the call
     overhead (a few milliseconds, outside the budget)."""
     runs = {"gemm": _gemm(xp, side, dtype)}
@@ -234,8 +245,9 @@ def _measure(xp: Any, sync: Callable[[], Any], side: int, sizes: tuple[int, ...]
     best = _best_of_rounds(runs, sync, budget_s, rewarm=rewarm)
     flops = 2.0 * side ** 3 / best["gemm"]
     other = sum(_OTHER_FLOPS[k](other_n) for k in _OTHER_FLOPS) / sum(best[k] for k in _OTHER_FLOPS)
+    fft = _OTHER_FLOPS["fft"](other_n) / best["fft"]
     curve = tuple((2.0 * n, 2.0 * n / best["copy", n]) for n in sizes)
-    return flops, other, curve, _call_overhead(xp, sync)
+    return flops, other, fft, curve, _call_overhead(xp, sync)
 
 
 def _gemm(xp, side, dtype):

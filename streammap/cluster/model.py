@@ -50,6 +50,7 @@ REFERENCE_MEM_BANDWIDTH = 100e9
 OTHER_FLOPS_FRACTION = 0.05
 #: ``compute_class`` values whose ``flops`` run at the "other" rate (see :meth:`Device.rate_for`).
 OTHER_CLASS = "other"
+FFT_CLASS = "fft"
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
 
@@ -85,6 +86,9 @@ class DeviceSpec(BaseModel):
     # FLOP/s of work that is not a matrix product (a transcendental ufunc, an FFT, random numbers),
     # the rate of tasks whose compute_class is "other"; absent: OTHER_FLOPS_FRACTION of the GEMM's.
     achieved_other_flops: Optional[Flops] = Field(default=None, gt=0)
+    # FLOP/s of FFTs (counted 5 n log2 n), the rate of tasks whose compute_class is "fft"; absent:
+    # achieved_other_flops (the mix the FFT is part of).
+    achieved_fft_flops: Optional[Flops] = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check_curve(self):
@@ -175,6 +179,7 @@ class Device:
     bandwidth_curve: tuple[tuple[float, float], ...] = ()   # (working-set bytes, copy bytes/s), smallest first
     call_overhead: float | None = None        # seconds of a minimal kernel call; None: not measured
     achieved_other_flops: float | None = None  # FLOP/s of non-matrix-product work (discovery)
+    achieved_fft_flops: float | None = None    # FLOP/s of FFTs (discovery)
 
     @property
     def compute_rate(self) -> float:
@@ -189,10 +194,20 @@ class Device:
             return self.achieved_other_flops
         return OTHER_FLOPS_FRACTION * self.compute_rate
 
+    @property
+    def fft_compute_rate(self) -> float:
+        """FLOP/s of FFTs: the measured figure, else :attr:`other_compute_rate`."""
+        if self.achieved_fft_flops is not None:
+            return self.achieved_fft_flops
+        return self.other_compute_rate
+
     def rate_for(self, compute_class: str | None) -> float:
         """FLOP/s the cost model divides a task's ``flops`` by, by the task's ``compute_class``:
-        :attr:`other_compute_rate` for ``"other"``; :attr:`compute_rate` for ``"blas"`` and for
-        tasks of no class (imported workflows), as before the classes existed."""
+        :attr:`other_compute_rate` for ``"other"``, :attr:`fft_compute_rate` for ``"fft"``;
+        :attr:`compute_rate` for ``"blas"`` and for tasks of no class (imported workflows), as
+        before the classes existed."""
+        if compute_class == FFT_CLASS:
+            return self.fft_compute_rate
         return self.other_compute_rate if compute_class == OTHER_CLASS else self.compute_rate
 
     @property
@@ -259,7 +274,8 @@ class Cluster:
                     speed=d.speed, index=d.index,
                     achieved_flops=d.achieved_flops, achieved_bandwidth=d.achieved_bandwidth,
                     bandwidth_curve=tuple(tuple(p) for p in d.bandwidth_curve or ()),
-                    call_overhead=d.call_overhead, achieved_other_flops=d.achieved_other_flops))
+                    call_overhead=d.call_overhead, achieved_other_flops=d.achieved_other_flops,
+                    achieved_fft_flops=d.achieved_fft_flops))
         self.devices: list[Device] = devices
         self.index = {d.id: i for i, d in enumerate(devices)}
 

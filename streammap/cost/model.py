@@ -54,8 +54,9 @@ In this order of preference (``design.md``, section *The cost model*):
    a streaming copy; :mod:`streammap.cluster.microbench`) when the cluster file records them, else
    its peak ``flops`` and ``mem_bandwidth`` (``Device.compute_rate``, ``Device.memory_rate``).
    F depends on the task's ``compute_class`` (:mod:`streammap.directives.kernel_class`): a kernel
-   that multiplies matrices (``"blas"``) gets the GEMM's rate, any other (``"other"``: FFTs,
-   elementwise and random work, which NumPy runs at a few percent of it) the device's
+   that multiplies matrices (``"blas"``) gets the GEMM's rate, a kernel that calls an FFT
+   (``"fft"``) the device's ``achieved_fft_flops`` (else its other rate), any other (``"other"``:
+   elementwise and random work, which NumPy runs at a few percent of the GEMM's rate) the device's
    ``achieved_other_flops``, else a fixed fraction of the GEMM rate (``Device.rate_for``); a task
    of no class (imported workflows) the GEMM's, as before the classes existed.
    B depends on the task's working set m (``mem`` below) when the file records the copy's
@@ -120,7 +121,7 @@ from typing import Callable, Mapping, Optional
 import networkx as nx
 import numpy as np
 
-from streammap.cluster.model import OTHER_CLASS, Cluster, Device
+from streammap.cluster.model import FFT_CLASS, OTHER_CLASS, Cluster, Device
 from streammap.errors import StreamMapError
 from streammap.io.bulk import gc_paused
 
@@ -331,13 +332,15 @@ class CostModel:
         # Devices that look alike to every estimate share a column ("class").
         keys, cls_of = {}, np.empty(D, dtype=np.int64)
         for j, d in enumerate(devs):
-            key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.other_compute_rate, d.memory_rate,
+            key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.other_compute_rate, d.fft_compute_rate,
+                   d.memory_rate,
                    d.bandwidth_curve, launch_overhead(d))
             cls_of[j] = keys.setdefault(key, len(keys))
         reps = [devs[int(np.flatnonzero(cls_of == c)[0])] for c in range(len(keys))]
         C = len(reps)
         c_flops = np.array([d.compute_rate for d in reps])
         c_other = np.array([d.other_compute_rate for d in reps])
+        c_fft = np.array([d.fft_compute_rate for d in reps])
         c_speed = np.array([d.speed for d in reps])
         c_launch = np.array([launch_overhead(d) for d in reps])
         c_model = [d.model if d.model else d.kind for d in reps]
@@ -348,6 +351,7 @@ class CostModel:
         nbytes = np.zeros(T)
         roof = np.zeros(T, dtype=bool)
         other = np.zeros(T, dtype=bool)        # compute_class "other": flops at the non-GEMM rate
+        fft = np.zeros(T, dtype=bool)          # compute_class "fft": flops at the FFT rate
         runtime = np.full(T, np.nan)
         allowed_cache: dict[str, np.ndarray] = {}
         allowed_rows: list[tuple[int, np.ndarray]] = []
@@ -382,6 +386,7 @@ class CostModel:
                 nbytes[i] = _num0(b)
                 roof[i] = True
                 other[i] = a.get("compute_class") == OTHER_CLASS
+                fft[i] = a.get("compute_class") == FFT_CLASS
                 src[i] = min(src[i], 1)
                 continue
             times = a.get("times")
@@ -406,6 +411,7 @@ class CostModel:
             r = np.flatnonzero(roof)
             mbw = np.stack([d.memory_rate_at(self.mem[r]) for d in reps], axis=1)    # (tasks, classes)
             rate = np.where(other[r, None], c_other[None, :], c_flops[None, :])        # (tasks, classes)
+            rate = np.where(fft[r, None], c_fft[None, :], rate)
             est = np.maximum(flops[r, None] / rate, nbytes[r, None] / mbw) + c_launch[None, :]
             blk = ct[r]
             ct[r] = np.where(np.isnan(blk), est, blk)

@@ -160,6 +160,18 @@ def test_the_other_rate_round_trips_through_the_cluster_file_readably(tmp_path):
     assert cpu.achieved_other_flops == pytest.approx(2.5e9) and cpu.other_compute_rate == pytest.approx(2.5e9)
 
 
+def test_the_cpu_measurement_gives_an_fft_rate_that_round_trips_through_the_cluster_file(tmp_path):
+    got = microbench.measure_device(DeviceSpec(name="cpu", kind="cpu"), budget_s=0.05)
+    assert got.fft_flops > 0
+    measured = microbench.Measured(50e9, 25e9, 0.2, other_flops=2.5e9, fft_flops=4e9)
+    found = calibrate(_node(DeviceSpec(name="cpu", kind="cpu")), measure=_fake({"cpu": measured}))
+    out = tmp_path / "cluster.yaml"
+    write_cluster(found.spec, out, found.notes)
+    assert "achieved_fft_flops: 4 GFLOP/s" in out.read_text()
+    cpu = load_cluster(out).devices[0]
+    assert cpu.fft_compute_rate == pytest.approx(4e9) and cpu.rate_for("fft") == pytest.approx(4e9)
+
+
 def test_boards_of_one_model_record_the_median_other_rate():
     gpus = [DeviceSpec(name=f"gpu{i}", kind="gpu", model="H100", index=i) for i in range(3)]
     results = {f"gpu{i}": microbench.Measured(40e12, 2e12, other_flops=o) for i, o in enumerate([1e12, 3e12, 2e12])}

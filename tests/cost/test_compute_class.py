@@ -28,6 +28,13 @@ def test_blas_tasks_run_at_the_gemm_rate_and_other_tasks_at_the_other_rate():
     assert cost.time[:, 0].tolist() == pytest.approx([1e9 / 50e9, 1e9 / 2e9])
 
 
+def test_fft_tasks_run_at_the_fft_rate_and_else_at_the_other_rate():
+    measured = CostModel(_graph("fft"), _cpu(achieved_other_flops=2e9, achieved_fft_flops="5 GFLOP/s"))
+    assert measured.time[0, 0] == pytest.approx(1e9 / 5e9)
+    older_file = CostModel(_graph("fft"), _cpu(achieved_other_flops=2e9))     # calibrated before the field
+    assert older_file.time[0, 0] == pytest.approx(1e9 / 2e9)
+
+
 def test_a_task_of_no_class_runs_at_the_gemm_rate_as_before_classes_existed():
     cost = CostModel(_graph(None), _cpu(achieved_flops=50e9, achieved_other_flops=2e9))
     assert cost.time[0, 0] == pytest.approx(1e9 / 50e9)

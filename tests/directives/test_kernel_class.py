@@ -1,5 +1,5 @@
-"""The front end tells matrix-product kernels ("blas") from the rest ("other") by reading their
-bodies, and every task of a kernel carries its class in the graph (``compute_class``)."""
+"""The front end tells matrix-product kernels ("blas") and FFT kernels ("fft") from the rest
+("other") by reading their bodies, and every task of a kernel carries its class in the graph (``compute_class``)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,19 @@ def test_a_body_that_calls_a_matrix_product_is_blas(body):
 
 @pytest.mark.parametrize("body", [
     "def k(x):\n    xp = xp_of(x)\n    return xp.fft.ifft(xp.fft.fft(x) * 2)",
+    "def k(y):\n    spectrum = np.fft.rfft(y)\n    return np.fft.irfft(spectrum * 0.5)",
+    "def k(x):\n    return scipy.fft.fftn(x)",
+    "def k(x):\n    return rfft(x).real",                              # imported by name
+])
+def test_a_body_that_calls_an_fft_and_no_matrix_product_is_fft(body):
+    assert _class_of(body) == "fft"
+
+
+def test_a_matrix_product_outweighs_an_fft_in_one_body():
+    assert _class_of("def k(a, b):\n    return np.fft.fft(a @ b)") == "blas"
+
+
+@pytest.mark.parametrize("body", [
     "def k(n):\n    return np.sin(np.arange(n)) ** 2 + np.exp(-np.arange(n))",
     "def k(b):\n    return np.random.default_rng(b).standard_normal((64, 64))",
     "def k(x):\n    return x.sum(axis=1) / x.max()",
