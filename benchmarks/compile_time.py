@@ -16,14 +16,13 @@ target: the history adds at most 0.5 s.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import libcst
 
+from streammap.bench.timing import timed
 from streammap.cluster.model import cluster_from_dict
 from streammap.compiler import build_plan, load_source_graph, resolve_cluster
 from streammap.cost.history import History, append_records, make_record
@@ -82,15 +81,6 @@ def loop():
         x = step(x, k)
     return x
 '''
-
-
-def timed(fn, repeat=5):
-    times, result = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
 
 
 def main() -> int:

@@ -32,15 +32,13 @@ import cProfile
 import json
 import os
 import pstats
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import libcst
 
+from streammap.bench.timing import timed, timed_child
 from streammap.directives import gc_paused, parse_program, read_program
 from streammap.directives.build import build_graph
 from streammap.directives.scan import scan
@@ -90,15 +88,6 @@ def unrolled_program(n: int) -> str:
     return "".join(lines)
 
 
-def timed(fn, repeat: int):
-    times, result = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
-
-
 def stages(path: Path, repeat: int) -> dict:
     """Seconds of each front-end stage on ``path`` (median of ``repeat``), and the task count."""
     text = path.read_text()
@@ -119,18 +108,8 @@ def command(path: Path, tmp: Path, env: dict) -> dict:
     """Wall seconds and peak RSS (MiB) of ``streammap compile path --cluster local`` in a child."""
     exe = str(Path(sys.executable).with_name("streammap"))
     argv = [exe, "compile", str(path), "--cluster", "local", "-o", str(tmp / "plan.yaml"), "--no-history"]
-    probe = ("import json, resource, subprocess, sys, time\n"
-             "t0 = time.perf_counter()\n"
-             "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)\n"
-             "wall = time.perf_counter() - t0\n"
-             "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-             "print(json.dumps({'wall': wall, 'rss_kib': rss, 'rc': r.returncode, 'err': r.stderr[-2000:]}))\n")
-    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, env=env,
-                         check=True)
-    rec = json.loads(out.stdout)
-    if rec["rc"] != 0:
-        raise SystemExit(f"{' '.join(argv)} failed (exit {rec['rc']}):\n{rec['err']}")
-    return {"command_s": rec["wall"], "command_rss_mib": rec["rss_kib"] / 1024.0}
+    wall, rss, _ = timed_child(argv, env)
+    return {"command_s": wall, "command_rss_mib": rss}
 
 
 def profile(path: Path, out: Path, top: int = 25) -> None:

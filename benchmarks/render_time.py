@@ -11,28 +11,18 @@ matplotlib takes to save an empty figure as a PNG, the floor of any picture.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # the repository root, for tests.helpers
 
+from streammap.bench.timing import timed  # noqa: E402
 from streammap.plan import validate_plan  # noqa: E402
 from streammap.views import show  # noqa: E402
 from tests.helpers.plans import big_plan  # noqa: E402
 
 TARGET = 30.0
-
-
-def timed(fn, repeat: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def empty_png(path: Path) -> None:
@@ -52,9 +42,9 @@ def main(argv=None) -> int:
     validate_plan(plan)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        floor = timed(lambda: empty_png(folder / "empty.png"))
-        gantt = timed(lambda: show.gantt(plan, folder / "gantt.png"))
-        graph = timed(lambda: show.graph_picture(plan, folder / "graph.png"))
+        floor, _ = timed(lambda: empty_png(folder / "empty.png"), 3)
+        gantt, _ = timed(lambda: show.gantt(plan, folder / "gantt.png"), 3)
+        graph, _ = timed(lambda: show.graph_picture(plan, folder / "graph.png"), 3)
     both = gantt + graph
     print(f"{'picture':<24}{'seconds':>9}  (median of 3; {args.tasks:,} tasks on 8 GPUs)")
     print(f"{'empty figure (baseline)':<24}{floor:>8.3f}s")

@@ -50,6 +50,7 @@ from pathlib import Path
 import networkx as nx
 
 from streammap.bench.cases import random_cluster, random_dag
+from streammap.bench.timing import timed_child
 from streammap.cluster.model import dump_cluster_spec
 from streammap.directives import MAX_TASKS
 from streammap.plan import tasks_file_name
@@ -109,27 +110,6 @@ def write_graph(n: int, path: Path) -> int:
 
 def write_cluster(devices: int, path: Path) -> None:
     path.write_text(dump_cluster_spec(random_cluster(devices, n_models=8).spec))
-
-
-def timed_child(argv: list[str], env: dict) -> tuple[float, float, subprocess.CompletedProcess]:
-    """Run ``argv`` in a child; return (wall seconds, the child's peak RSS in MiB, the result).
-
-    ``ru_maxrss`` of ``RUSAGE_CHILDREN`` is the largest of all the children a process has waited
-    for, so each measured command is started by a fresh small ``python -c`` process that waits for
-    it alone and reports its wall time and that figure: the command's own peak.
-    """
-    probe = ("import resource, subprocess, sys, time, json\n"
-             "t0 = time.perf_counter()\n"
-             "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)\n"
-             "wall = time.perf_counter() - t0\n"
-             "ru = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-             "print(json.dumps({'wall': wall, 'rss_kib': ru.ru_maxrss, 'cpu': ru.ru_utime + ru.ru_stime, "
-             "'rc': r.returncode, 'err': r.stderr[-2000:]}))\n")
-    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, env=env, check=True)
-    rec = json.loads(out.stdout)
-    if rec["rc"] != 0:
-        raise SystemExit(f"{' '.join(argv)} failed (exit {rec['rc']}):\n{rec['err']}")
-    return rec["wall"], rec["rss_kib"] / 1024.0, rec
 
 
 def plan_mib(plan: Path) -> float:
