@@ -658,6 +658,10 @@ def _sig4(x: float, units) -> str:
 
 _RATE_UNITS = [("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("B/s", 1.0)]
 _FLOP_UNITS = [("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6), ("FLOP/s", 1.0)]
+#: A device's rate fields, written in readable units (the peaks, then what discovery measured).
+_RATE_FIELDS = (("flops", _FLOP_UNITS), ("mem_bandwidth", _RATE_UNITS), ("achieved_flops", _FLOP_UNITS),
+                ("achieved_other_flops", _FLOP_UNITS), ("achieved_fft_flops", _FLOP_UNITS),
+                ("achieved_bandwidth", _RATE_UNITS))
 
 
 def _time_text(t: float):
@@ -687,18 +691,9 @@ def _readable(spec: ClusterSpec) -> dict:
         for d in node["devices"]:
             if "memory" in d:
                 d["memory"] = _readable_size(d["memory"])
-            if "flops" in d:
-                d["flops"] = _sig4(d["flops"], _FLOP_UNITS)
-            if "mem_bandwidth" in d:
-                d["mem_bandwidth"] = _sig4(d["mem_bandwidth"], _RATE_UNITS)
-            if "achieved_flops" in d:
-                d["achieved_flops"] = _sig4(d["achieved_flops"], _FLOP_UNITS)
-            if "achieved_other_flops" in d:
-                d["achieved_other_flops"] = _sig4(d["achieved_other_flops"], _FLOP_UNITS)
-            if "achieved_fft_flops" in d:
-                d["achieved_fft_flops"] = _sig4(d["achieved_fft_flops"], _FLOP_UNITS)
-            if "achieved_bandwidth" in d:
-                d["achieved_bandwidth"] = _sig4(d["achieved_bandwidth"], _RATE_UNITS)
+            for key, units in _RATE_FIELDS:
+                if key in d:
+                    d[key] = _sig4(d[key], units)
             if "bandwidth_curve" in d:
                 d["bandwidth_curve"] = [[_readable_size(n), _sig4(r, _RATE_UNITS)] for n, r in d["bandwidth_curve"]]
             if "call_overhead" in d:
