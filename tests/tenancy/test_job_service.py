@@ -104,14 +104,6 @@ class Service:
             self.proc.wait(timeout=self.STOP_TIMEOUT)
 
 
-@pytest.fixture
-def service(tmp_path):
-    write_setup(tmp_path)
-    svc = Service(tmp_path)
-    yield svc
-    svc.stop()
-
-
 def wait_for(client, job, states=("done",), timeout=60):
     deadline = time.time() + timeout
     while True:

@@ -10,15 +10,7 @@ import pytest
 from streammap.cli import main
 from streammap.tenancy.client import ServiceError
 from tests.helpers.multifile import HELPERS, plain_python, write_package, write_two_file
-from tests.tenancy.test_job_service import VISION, Service, wait_for, write_setup
-
-
-@pytest.fixture
-def service(tmp_path):
-    write_setup(tmp_path)
-    svc = Service(tmp_path)
-    yield svc
-    svc.stop()
+from tests.tenancy.test_job_service import VISION, wait_for
 
 
 def test_submitted_multi_file_programs_run_with_their_own_modules(service, tmp_path, capsys, monkeypatch):
