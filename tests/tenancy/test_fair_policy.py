@@ -197,9 +197,10 @@ def test_the_interval_keeps_its_coverage_when_waits_drift():
 
 # -- the tail deadline -----------------------------------------------------------------------------
 
-def first_to_start(tail):
+def first_to_start(tail, more=()):
     """One GPU. 36 jobs of 50 s ran one after another without waiting (what the 95th percentile of
-    durations is learnt from); then, behind a 10-s job, a 20-s job and a 500-s job queue."""
+    durations is learnt from); then, behind a 10-s job, a 20-s job, the jobs ``more`` and a 500-s
+    job queue."""
     s = Scheduler(one_model_cluster(1), tenants_from_dict(["a"]), tail=tail)
     for i in range(36):
         s.submit(job(f"m{i}", 100.0 * i, 50.0))
@@ -208,6 +209,8 @@ def first_to_start(tail):
     s.submit(job("busy", 4000.0, 10.0))
     s.schedule(4000.0)
     s.submit(job("medium", 4001.0, 20.0))
+    for extra in more:
+        s.submit(extra)
     s.submit(job("long", 4002.0, 500.0))
     s.finish("busy")
     return s.schedule(4010.0)[0][0].job_id
@@ -226,15 +229,4 @@ def test_the_longest_jobs_are_not_the_ones_left_to_wait():
 def test_under_overload_the_tail_deadline_gives_way_to_short_jobs():
     # The same, but the queue already asks for more GPUs than the cluster has when the long job
     # arrives: no order keeps the tail short then, and the short job keeps its lead.
-    s = Scheduler(one_model_cluster(1), tenants_from_dict(["a"]), tail=1.0)
-    for i in range(36):
-        s.submit(job(f"m{i}", 100.0 * i, 50.0))
-        s.schedule(100.0 * i)
-        s.finish(f"m{i}")
-    s.submit(job("busy", 4000.0, 10.0))
-    s.schedule(4000.0)
-    s.submit(job("medium", 4001.0, 20.0))
-    s.submit(job("other", 4001.5, 20.0))
-    s.submit(job("long", 4002.0, 500.0))
-    s.finish("busy")
-    assert s.schedule(4010.0)[0][0].job_id == "medium"
+    assert first_to_start(tail=1.0, more=[job("other", 4001.5, 20.0)]) == "medium"
