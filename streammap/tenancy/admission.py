@@ -119,6 +119,7 @@ from streammap.errors import StreamMapError
 from streammap.tenancy.availability import Profile
 from streammap.tenancy.estimate import Demand, Option, accelerator_pools
 from streammap.tenancy.forecast import StartForecast
+from streammap.tenancy.packing import SharedDevices, expected_end, free_over
 from streammap.tenancy.tenants import Tenants
 
 POLICIES = ("fifo", "drf", "streammap")
@@ -294,17 +295,25 @@ class Scheduler:
         The fair-share floor of the ``streammap`` policy (see :data:`FLOOR`; 0 to 1).
     tail, tail_wait : float
         The tail deadline of the ``streammap`` policy (see :data:`TAIL`; ``tail`` 0 turns it off).
+    joint : bool
+        Joint placement (:mod:`.packing`): jobs with fractional demands share devices. Off, each
+        such job runs on a whole device, as a job without ``share`` does. Nothing changes for
+        jobs without fractional demands either way.
     """
 
     def __init__(self, cluster, tenants: Tenants, policy: str = "streammap", backfill: bool = True,
                  depth: int = DEPTH, slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR,
-                 tail: float = TAIL, tail_wait: float = TAIL_WAIT):
+                 tail: float = TAIL, tail_wait: float = TAIL_WAIT, joint: bool = True):
         if policy not in POLICIES:
             raise StreamMapError(f"unknown policy {policy!r}", hint=f"policies: {', '.join(POLICIES)}")
         self.policy = policy
         self.backfill = backfill
         self.tenants = tenants
         self.pool = Pool(cluster)
+        # -- joint placement (packing): fractional jobs share open devices -------------------
+        self.joint = joint
+        self.packing = SharedDevices(self.pool)
+        self._fractions_queued = 0                      # queued jobs with fractional options
         self.running: dict[str, Running] = {}
         self.usage = {t.name: Usage() for t in tenants}
         self.jobs: dict[str, Job] = {}                 # queued jobs by id
@@ -389,6 +398,11 @@ class Scheduler:
         """Queue a job (its tenant must be known; its demand must fit some pool)."""
         if job.tenant not in self.usage:
             raise StreamMapError(f"unknown tenant {job.tenant!r}", hint=f"tenants: {', '.join(self.usage)}")
+        if job.demand.whole is not None:                 # joint placement (packing)
+            if not self.joint:
+                job.demand = job.demand.whole            # without it: a whole device
+            else:
+                self._fractions_queued += 1
         if not job.seq:
             self._seq += 1
             job.seq = self._seq
@@ -399,8 +413,8 @@ class Scheduler:
             if job.id not in self._deadline:       # a preempted job keeps its place
                 self._deadline[job.id] = self._deadline_of(job)
                 self._learn_duration(job.demand.best.duration)
-        self.queued_gpus += job.demand.gpus
-        self._queued_gpus[job.tenant] += job.demand.gpus
+        self.queued_gpus += job.demand.held             # its fraction, for a fractional job
+        self._queued_gpus[job.tenant] += job.demand.held
         sid = self._shape_ids.get(job.demand.options)
         if sid is None:
             sid = self._shape_ids[job.demand.options] = len(self._shape_options)
@@ -413,8 +427,10 @@ class Scheduler:
 
     def _unqueue(self, job: Job) -> None:
         del self.jobs[job.id]
-        self.queued_gpus -= job.demand.gpus
-        self._queued_gpus[job.tenant] -= job.demand.gpus
+        self.queued_gpus -= job.demand.held
+        self._queued_gpus[job.tenant] -= job.demand.held
+        if job.demand.whole is not None:
+            self._fractions_queued -= 1
         sid = self._shape_of.pop(job.id)
         left = self._shapes[sid] - 1
         if left:
@@ -445,18 +461,25 @@ class Scheduler:
     # -- grants -------------------------------------------------------------------------
     def restore(self, job: Job, option: Option, devices, start: float) -> None:
         """Record a job that already holds ``devices`` (the service, after a restart)."""
-        self.pool.take_exact(devices)
+        if option.share < 1.0:                   # joint placement: its fraction of an open device
+            self.packing.restore(job.id, devices[0], option.share, option.memory, start, option.duration)
+        else:
+            self.pool.take_exact(devices)
         self._grant(job, option, tuple(devices), start)
 
     def _grant(self, job: Job, option: Option, devices: tuple, now: float) -> Start:
-        mem = sum(self.pool.memory_of[d] for d in devices)
+        fraction = option.share < 1.0
+        mem = option.memory if fraction else sum(self.pool.memory_of[d] for d in devices)
         self.running[job.id] = r = Running(job, option, devices, now, mem)
         self._by_model[option.model][job.id] = r
-        self._ends[option.model].add(job.id, now, option.duration, option.gpus)
+        if fraction:
+            self._shared_end(option.model, devices[0])
+        else:
+            self._ends[option.model].add(job.id, now, option.duration, option.gpus)
         u = self.usage[job.tenant]
-        u.gpus += option.gpus
+        u.gpus += option.held
         u.memory += mem
-        u.models[option.model] = u.models.get(option.model, 0) + option.gpus
+        u.models[option.model] = u.models.get(option.model, 0) + option.held
         self.forecast.started(job.id, now)
         if len(self._waits) == self._waits.maxlen:
             self._wait_sum -= self._waits[0]
@@ -469,13 +492,27 @@ class Scheduler:
         r = self.running.pop(job_id)
         self._deadline.pop(job_id, None)
         del self._by_model[r.option.model][job_id]
-        self._ends[r.option.model].remove(job_id)
-        self.pool.give(r.devices)
+        if r.option.share < 1.0:                 # joint placement: only its fraction is freed
+            self.packing.give(job_id, r.devices[0])
+            self._shared_end(r.option.model, r.devices[0])
+        else:
+            self._ends[r.option.model].remove(job_id)
+            self.pool.give(r.devices)
         u = self.usage[r.job.tenant]
-        u.gpus -= r.option.gpus
+        u.gpus -= r.option.held
         u.memory -= r.memory
-        u.models[r.option.model] -= r.option.gpus
+        u.models[r.option.model] -= r.option.held
         return r
+
+    def _shared_end(self, model: str, device: str) -> None:
+        """Joint placement: the availability profiles see an open device as one device held until
+        its last holder's expected end (an entry of its own among the running jobs' ends)."""
+        key, ends = "\0" + device, self._ends[model]
+        if key in ends.slot:
+            ends.remove(key)
+        last = self.packing.last_holder(device)
+        if last is not None:
+            ends.add(key, last[0], last[1], 1)
 
     def preempt(self, job_id: str, now: float) -> Job:
         """Stop a running job and queue it again (it restarts from the beginning)."""
@@ -492,14 +529,15 @@ class Scheduler:
             return True                          # no quota: the common case, asked for every job looked at
         q = self.tenants.quota(tenant)
         u = Usage() if ever else self.usage[tenant]
-        if q.gpus is not None and u.gpus + option.gpus > q.gpus:
+        held = option.held                       # a fractional job counts its fraction and its memory
+        if q.gpus is not None and u.gpus + held > q.gpus + 1e-9:
             return False
         if q.gpu_memory is not None:
-            per = self._model_memory(option.model)
-            if u.memory + per * option.gpus > q.gpu_memory * (1 + 1e-12):
+            need = option.memory if option.share < 1.0 else self._model_memory(option.model) * option.gpus
+            if u.memory + need > q.gpu_memory * (1 + 1e-12):
                 return False
         cap = q.models.get(option.model)
-        return cap is None or u.models.get(option.model, 0) + option.gpus <= cap
+        return cap is None or u.models.get(option.model, 0) + held <= cap + 1e-9
 
     def _unlimited(self, tenant: str) -> bool:
         q = self.tenants.quota(tenant)
@@ -534,14 +572,21 @@ class Scheduler:
             return self._fifo_pass(now), []
         return self._fair_pass(now, max_scan)
 
-    def _start_now(self, job: Job, option: Option, now: float) -> Start:
-        devices = self.pool.take(option.model, option.gpus)
+    def _start_now(self, job: Job, option: Option, now: float, device: str | None = None,
+                   fresh: bool = False) -> Start:
+        if option.share < 1.0:                   # joint placement: a fraction of an open or fresh device
+            devices = (self.packing.take(job.id, option.model, option.share, option.memory, now,
+                                         option.duration, device, fresh),)
+        else:
+            devices = self.pool.take(option.model, option.gpus)
         self._unqueue(job)
         return self._grant(job, option, devices, now)
 
     def _fastest_free(self, job: Job) -> Option | None:
         for o in job.demand.options:
-            if self.pool.free_count[o.model] >= o.gpus and self.quota_allows(job.tenant, o):
+            room = (self.packing.can_start(o.model, o.share, o.memory) if o.share < 1.0
+                    else self.pool.free_count[o.model] >= o.gpus)
+            if room and self.quota_allows(job.tenant, o):
                 return o
         return None
 
@@ -571,7 +616,8 @@ class Scheduler:
         heapq.heapify(heap)
         while heap:
             if (not any(self.pool.free_count.values()) and not (smart and self.tenants.preemption)
-                    and not (smart and plan.depth_left > 0)):
+                    and not (smart and plan.depth_left > 0)
+                    and not (self._fractions_queued and self.packing.used)):   # joint placement: open devices
                 break                            # nothing can start, and nothing more is planned
             if smart and plan.recheck and self._settled(plan):
                 break                            # every job left is of a shape that cannot start now
@@ -648,6 +694,8 @@ class Scheduler:
                    else [o for o in job.demand.options if self.quota_allows(job.tenant, o)])
         if not allowed:
             return None, []                      # its own tenant's running jobs hold it back
+        if allowed[0].share < 1.0:
+            return self._place_fraction(job, now, plan, allowed), []    # joint placement (packing)
         deep = plan.depth_left > 0
         if not deep and not any(self.pool.free_count[o.model] >= o.gpus for o in allowed):
             plan.recheck = True
@@ -687,8 +735,8 @@ class Scheduler:
         pass last changed, or has no model with enough free devices. Such a job returns at once from
         :meth:`_place_smart` without changing anything, so stopping here decides exactly the same."""
         plan.recheck = False
-        if plan.depth_left > 0 or self.tenants.preemption or not self._no_quotas:
-            return False
+        if plan.depth_left > 0 or self.tenants.preemption or not self._no_quotas or self._fractions_queued:
+            return False                         # (fractional jobs: joint placement may still fit them)
         # Settled-ness changes only when a shape is refused or the plan changes (a start).
         state = (len(plan.refused), plan.changes)
         if state == plan.checked:
@@ -698,11 +746,52 @@ class Scheduler:
         return all(sid in refused or not any(free[o.model] >= o.gpus for o in self._shape_options[sid])
                    for sid in self._shapes)
 
+    def _place_fraction(self, job: Job, now: float, plan: "_Plan", allowed: list[Option]) -> Start | None:
+        """Joint placement (:mod:`.packing`) of a fractional job, around the pass's plan: it starts
+        now on the option that ends first among those with room, on the best-fitting open device
+        when one fits (extending that device's hold only where the plan has a device free for the
+        extension), else on a free whole device that the plan leaves free for its duration. Else
+        it reserves a whole device, as a one-device job (within the reservation depth). It never
+        preempts, nor is it preempted (a fraction frees no whole device)."""
+        best = None
+        for o in allowed:
+            if o.model in plan.blocked:
+                continue
+            end, profile = now + o.duration, plan.profile(o.model)
+            dev = self.packing.best_open(o.model, o.share, o.memory)
+            until = expected_end(*self.packing.last_holder(dev), now) if dev is not None else now
+            if dev is not None and (end <= until or free_over(profile, until, end) >= 1):
+                cand = (end, 0, o, dev, until)
+            elif profile.fits_now(1, o.duration):
+                cand = (end, 1, o, None, now)
+            else:
+                continue
+            if best is None or cand[:2] < best[:2]:
+                best = cand
+        if best is not None:
+            end, _, o, dev, until = best
+            if dev is None:
+                plan.take(o, now)                # a fresh device, held for its whole run
+            elif end > until:
+                plan.profile(o.model).add(until, end, -1)     # the open device is held longer
+                plan.refused.clear()
+                plan.changes += 1
+            return self._start_now(job, o, now, device=dev, fresh=dev is None)
+        if plan.depth_left > 0:
+            o, at = plan.placement(allowed)
+            if at > now and math.isfinite(at):
+                plan.take(o, at)
+                plan.depth_left -= 1
+                self.estimated_starts[job.id] = (at, o.model)
+                self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
+        return None
+
     def _victims(self, job: Job, o: Option) -> list[str] | None:
         """Running jobs to preempt so that ``job`` starts on ``o.model`` now, or None."""
         need = o.gpus - self.pool.free_count[o.model]
         my_share = self.share(job.tenant)
         cands = [r for r in self.running.values() if r.option.model == o.model and r.job.priority < job.priority
+                 and r.option.share >= 1.0     # joint placement: a fraction frees no whole device
                  and (r.job.tenant == job.tenant or self.share(r.job.tenant) > my_share)]
         cands.sort(key=lambda r: (r.job.priority, -r.start, r.job.id))
         chosen, got = [], 0

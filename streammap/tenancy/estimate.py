@@ -26,11 +26,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from streammap.cluster.model import Cluster, cluster_from_dict
 from streammap.cost.model import CostModel
 from streammap.errors import MappingError, StreamMapError
 from streammap.mappers import get_mapper
 from streammap.mappers.schedule import peak_memory
+from streammap.tenancy.packing import fractional_demand, job_share
 
 #: Gang widths considered when a job does not state its own.
 WIDTHS = (1, 2, 4, 8)
@@ -40,12 +43,23 @@ EFFICIENCY = 0.75
 
 @dataclass(frozen=True)
 class Option:
-    """One way to run a job: ``gpus`` devices of ``model`` for ``duration`` seconds."""
+    """One way to run a job: ``gpus`` devices of ``model`` for ``duration`` seconds.
+
+    ``share`` < 1 (only with ``gpus`` 1) is a *fractional* option: the job holds that fraction of
+    one device's compute and ``memory`` bytes of its memory, and ``duration`` is its estimated
+    time when held to that fraction (:mod:`.packing`); other jobs may hold the rest.
+    """
 
     model: str
     gpus: int
     duration: float
     memory: float         # peak bytes on any one device of the gang
+    share: float = 1.0    # fraction of one device held (1: whole devices)
+
+    @property
+    def held(self) -> float:
+        """The GPUs this option holds: ``gpus``, or its fraction of one device."""
+        return self.gpus if self.share >= 1.0 else self.share
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,14 @@ class Demand:
 
     gpus: int
     options: tuple[Option, ...]
+    #: For a fractional job (options with ``share`` < 1): the same job on whole devices, which a
+    #: scheduler without joint placement runs instead (``None`` for a job of whole devices).
+    whole: "Demand | None" = None
+
+    @property
+    def held(self) -> float:
+        """The GPUs the job holds while it runs (its fraction of one device when fractional)."""
+        return self.options[0].held
 
     def option(self, model: str) -> Option | None:
         for o in self.options:
@@ -101,6 +123,7 @@ class Estimator:
                                  path=cluster.path, hint="tenancy grants GPUs (or MLUs, DCUs...); list some in the cluster file")
         self._shapes: dict[tuple, Cluster] = {}
         self._runs: dict[tuple, tuple[float, float] | None] = {}
+        self._busy: dict[tuple, tuple | None] = {}
         self._demands: dict[tuple, Demand] = {}
 
     def shape_cluster(self, model: str, k: int) -> Cluster:
@@ -115,8 +138,18 @@ class Estimator:
         when it cannot run there (a task no such device admits, or memory that does not fit)."""
         ck = (key, model, k)
         if ck not in self._runs:
-            self._runs[ck] = self._estimate(graph, model, k)
+            r = self._estimate(graph, model, k)
+            self._runs[ck] = None if r is None else r[:2]
+            self._busy[ck] = None if r is None else r[2]
         return self._runs[ck]
+
+    def busy_seconds(self, key, graph, model: str, share: float = 1.0) -> float | None:
+        """Share-weighted busy seconds of ``graph``'s schedule on one ``model`` device:
+        ``sum(min(task share, share) x run time)`` over its tasks, the compute it uses when held
+        to ``share`` of the device (None where it cannot run)."""
+        self.run_estimate(key, graph, model, 1)
+        b = self._busy[(key, model, 1)]
+        return None if b is None else float((np.minimum(b[0], share) * b[1]).sum())
 
     def _estimate(self, graph, model, k):
         clus = self.shape_cluster(model, k)
@@ -130,12 +163,20 @@ class Estimator:
         peak = peak_memory(cost, sched.device, sched.start, sched.finish)
         if (peak > cost.capacity * (1 + 1e-9)).any():
             return None
-        return float(sched.makespan), float(peak.max() if peak.size else 0.0)
+        busy = (cost.share, np.asarray(sched.finish) - np.asarray(sched.start))   # shares, run times
+        return float(sched.makespan), float(peak.max() if peak.size else 0.0), busy
 
-    def demand(self, key, graph, gpus: int | None = None, max_gpus: int | None = None) -> Demand:
+    def demand(self, key, graph, gpus: int | None = None, max_gpus: int | None = None,
+               share: float | None = None) -> Demand:
         """The demand of ``graph`` (cached under ``key``, e.g. its path and params).
 
         ``gpus`` states the width; otherwise it is chosen, at most ``max_gpus`` (a tenant's quota).
+        ``share`` (0 < share <= 1, the submit's ``--share``) states the fraction of one device the
+        job needs (its tasks use at most that; a stated share below 1 sizes the job at width 1);
+        without it, a job whose every task has a ``share`` clause below 1 needs the largest of
+        them. A job of width 1 that needs less than a whole device gets *fractional* options
+        (:func:`streammap.tenancy.packing.fractional_demand`); ``share`` 1 asks for whole
+        devices whatever the clauses say.
 
         Raises
         ------
@@ -143,9 +184,17 @@ class Estimator:
             When no device model of the cluster can run it, or ``gpus`` exceeds every pool.
         """
         dk = (key, gpus, max_gpus)
-        if dk in self._demands:
-            return self._demands[dk]
+        if dk + (share,) in self._demands:
+            return self._demands[dk + (share,)]
         sizes = {m: len(ds) for m, ds in self.pools.items()}
+        if share is not None and not 0 < share <= 1:
+            raise StreamMapError(f"a job's share must be in (0, 1], not {share}",
+                                 hint="the fraction of one GPU the job needs, e.g. --share 0.25")
+        if share is not None and share < 1 and gpus is None:
+            gpus = 1                             # a fraction of one device
+        if share is not None and share < 1 and gpus != 1:
+            raise StreamMapError(f"a job with share {share} asks for {gpus} devices; a share is a fraction of one device",
+                                 hint="leave --gpus out (or --gpus 1) with --share, or drop --share for a gang")
         if gpus is not None:
             largest = max(sizes.values())
             if gpus < 1 or gpus > largest:
@@ -180,7 +229,11 @@ class Estimator:
                                  hint="check its kernels' device clauses and memory against the cluster")
         options.sort(key=lambda o: (o.duration, o.model))
         d = Demand(gpus=width, options=tuple(options))
-        self._demands[dk] = d
+        fraction = job_share(graph, share)
+        if width == 1 and fraction < 1.0:
+            d = fractional_demand(d, fraction, {o.model: self.busy_seconds(key, graph, o.model, fraction)
+                                                for o in options})
+        self._demands[dk + (share,)] = d
         return d
 
 

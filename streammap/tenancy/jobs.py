@@ -9,7 +9,9 @@ A jobs file is YAML (or JSON) holding a list, one entry per job::
 ``program`` (a ``.py`` with directives) or ``graph`` (WfCommons or node-link JSON) is a path
 relative to the jobs file; ``arrival`` is in seconds; ``defines`` are ``-D`` params; ``priority``
 (default 0, higher first) orders a tenant's own jobs; ``gpus`` fixes the gang width (default:
-chosen from the mapper's estimates, :mod:`.estimate`). ``id`` is optional (default ``j<N>``).
+chosen from the mapper's estimates, :mod:`.estimate`); ``share`` (0 < share <= 1) says the job
+needs only that fraction of one GPU, so it may share one with other jobs (:mod:`.packing`).
+``id`` is optional (default ``j<N>``).
 
 :func:`poisson_jobs` draws arrivals of a Poisson process (exponential gaps of mean ``1/rate``),
 each job a graph drawn uniformly from a set and a tenant drawn by the tenants' arrival shares,
@@ -48,6 +50,7 @@ class JobSpec(BaseModel):
     defines: dict[str, Any] = Field(default_factory=dict)
     priority: int = 0
     gpus: Optional[int] = Field(default=None, ge=1)
+    share: Optional[float] = Field(default=None, gt=0, le=1)
     entry: Optional[str] = None
     _where: tuple = PrivateAttr(default=(None, None))      # (jobs file, line), for errors
 
@@ -151,8 +154,12 @@ def parse_tenant_shares(text: str) -> dict[str, float]:
     return {k: v / total for k, v in shares.items()}
 
 
+#: Fractions of a GPU drawn for the small shared jobs of a generated stream (``shared`` > 0).
+SHARE_SIZES = (0.25, 0.5)
+
+
 def poisson_jobs(graphs, rate: float, count: int, tenants: dict[str, float], seed: int = 0,
-                 priorities: int = 1) -> list[JobSpec]:
+                 priorities: int = 1, shared: float = 0.0) -> list[JobSpec]:
     """A seeded Poisson stream of ``count`` jobs.
 
     Parameters
@@ -165,6 +172,10 @@ def poisson_jobs(graphs, rate: float, count: int, tenants: dict[str, float], see
         Tenant name -> share of the arrivals.
     priorities : int
         Priorities drawn uniformly from ``0 .. priorities-1``.
+    shared : float
+        Share of the jobs that need only a fraction of one GPU (``share`` drawn uniformly from
+        :data:`SHARE_SIZES`). Drawn from a stream of its own, so the arrivals, tenants and graphs
+        are those of the same seed without shared jobs.
     """
     if rate <= 0 or count < 0:
         raise StreamMapError("--rate must be > 0 and --jobs-count >= 0")
@@ -177,12 +188,18 @@ def poisson_jobs(graphs, rate: float, count: int, tenants: dict[str, float], see
     who = rng.choice(len(names), size=count, p=[tenants[n] for n in names])
     what = rng.integers(0, len(graphs), size=count)
     prio = rng.integers(0, max(1, priorities), size=count)
+    if not 0 <= shared <= 1:
+        raise StreamMapError(f"the share of shared jobs must be in [0, 1], not {shared}")
+    side = np.random.default_rng([seed, 1])
+    small = side.random(count) < shared
+    sizes = side.choice(SHARE_SIZES, size=count)
     out = []
     for i in range(count):
         src = graphs[int(what[i])]
         kind = "program" if src.endswith(".py") else "graph"
+        extra = {"share": float(sizes[i])} if small[i] else {}
         out.append(JobSpec(id=f"j{i + 1}", tenant=names[int(who[i])], arrival=float(arrivals[i]),
-                           priority=int(prio[i]), **{kind: src}))
+                           priority=int(prio[i]), **{kind: src}, **extra))
     return out
 
 

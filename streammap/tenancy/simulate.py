@@ -17,7 +17,10 @@ makespan
     Last finish - first arrival.
 utilisation
     Busy GPU-seconds / (GPUs x makespan); a GPU is busy while a job holds it (including the
-    lost runs of preempted jobs). The makespan ends with the last job, so on a finite stream one
+    lost runs of preempted jobs); a job holding a fraction of a GPU (joint placement,
+    :mod:`.packing`) makes that fraction busy. ``used_gpu_seconds`` counts what the jobs need of
+    what they hold (a fractional job's fraction even where it was given a whole GPU), so
+    ``busy - used`` is GPU time held and left idle inside grants. The makespan ends with the last job, so on a finite stream one
     long job that overran (estimate error) can move it by hours whatever the policy did before;
     ``utilisation_arriving`` is the same ratio over first to last arrival only, where the policy
     packs a queue it keeps being given (both are reported; the targets use the first).
@@ -87,6 +90,7 @@ class JobResult:
     gpus: int
     model: str              # model of the run that finished
     preemptions: int = 0
+    share: float = 1.0      # fraction of its device held (joint placement), 1: whole devices
 
     @property
     def jct(self) -> float:
@@ -112,6 +116,7 @@ class SimResult:
     shown_intervals: int = 0
     starts_inside: int = 0
     busy_arriving: float = 0.0     # busy GPU-seconds between the first and the last arrival
+    used_gpu_seconds: float = 0.0  # of the busy GPU-seconds, those the jobs need (module docstring)
 
     @property
     def utilisation_arriving(self) -> float:
@@ -159,7 +164,8 @@ class SimResult:
                 "utilisation_arriving": self.utilisation_arriving, "jain": self.jain,
                 "contention_seconds": self.contention_seconds,
                 "preemptions": sum(j.preemptions for j in self.jobs), "start_coverage": self.start_coverage,
-                "shown_intervals": self.shown_intervals, "sim_wall_seconds": self.wall_seconds}
+                "shown_intervals": self.shown_intervals, "sim_wall_seconds": self.wall_seconds,
+                "busy_gpu_seconds": self.busy_gpu_seconds, "used_gpu_seconds": self.used_gpu_seconds}
 
 
 def jain_index(x) -> float:
@@ -184,7 +190,7 @@ def prepare_jobs(specs: list[JobSpec], estimator: Estimator) -> list[Job]:
         if key not in graphs:
             graphs[key] = load_source_graph(s.source, s.defines or None, s.entry)
         try:
-            demand = estimator.demand(key, graphs[key], s.gpus)
+            demand = estimator.demand(key, graphs[key], s.gpus, share=s.share)
         except StreamMapError as exc:
             path, line = s._where
             raise StreamMapError(f"job {s.id} ({Path(s.source).name}): {exc.message}", hint=exc.hint,
@@ -196,7 +202,7 @@ def prepare_jobs(specs: list[JobSpec], estimator: Estimator) -> list[Job]:
 def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streammap",
              estimate_error: float = 0.0, seed: int = 0, backfill: bool = True, depth: int = DEPTH,
              slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR, tail: float = TAIL,
-             tail_wait: float = TAIL_WAIT) -> SimResult:
+             tail_wait: float = TAIL_WAIT, joint: bool = True) -> SimResult:
     """Replay ``jobs`` (admission jobs with demands) under ``policy``; see the module docstring.
 
     Parameters
@@ -214,10 +220,12 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
         Conservative backfill, its reservation depth, the placement slack, the slowdown deadline,
         the fair-share floor, the tail deadline (``streammap`` policy; see
         :class:`~.admission.Scheduler`).
+    joint : bool
+        Joint placement of fractional jobs (:mod:`.packing`); off, each runs on a whole device.
     """
     t0 = time.perf_counter()
     sched = Scheduler(cluster, tenants, policy=policy, backfill=backfill, depth=depth, slack=slack,
-                      slowdown=slowdown, floor=floor, tail=tail, tail_wait=tail_wait)
+                      slowdown=slowdown, floor=floor, tail=tail, tail_wait=tail_wait, joint=joint)
     rng = np.random.default_rng(seed)
     factor = {j.id: (float(np.exp(rng.normal(0.0, estimate_error) - estimate_error ** 2 / 2))
                      if estimate_error > 0 else 1.0) for j in jobs}
@@ -232,6 +240,8 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
     results: list[JobResult] = []
     names = [t.name for t in tenants]
     weights = {t.name: t.weight for t in tenants}
+    need = {j.id: j.demand.held for j in jobs}    # what each job needs of a GPU (a fraction: shared)
+    used = 0.0
     held = {t: 0 for t in names}
     waiting = {t: 0 for t in names}          # GPUs asked for by the tenant's queued jobs
     cont_gpu = {t: 0.0 for t in names}
@@ -261,20 +271,21 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
             _, _, _, kind, job, gen = heapq.heappop(events)
             if kind == "arrive":
                 sched.submit(job)
-                waiting[job.tenant] += job.demand.gpus
+                waiting[job.tenant] += job.demand.held
             elif generation.get(job.id) == gen:           # a run that was not preempted
                 r = sched.finish(job.id)
-                held[job.tenant] -= r.option.gpus
-                total_held -= r.option.gpus
+                held[job.tenant] -= r.option.held
+                total_held -= r.option.held
+                used += need[job.id] * (now - r.start)
                 results.append(JobResult(job.id, job.tenant, job.arrival, first_start[job.id], now, r.option.gpus,
-                                         r.option.model, preempts.get(job.id, 0)))
+                                         r.option.model, preempts.get(job.id, 0), r.option.share))
         starts, preempted = sched.schedule(now)
         for jid in preempted:
             # A job preempted early in a pass may have started again later in the same pass.
             job = sched.jobs[jid] if jid in sched.jobs else sched.running[jid].job
             generation[jid] = generation.get(jid, 0) + 1        # its pending end event is void
             preempts[jid] = preempts.get(jid, 0) + 1
-            g = job.demand.gpus
+            g = job.demand.held
             held[job.tenant] -= g
             total_held -= g
             waiting[job.tenant] += g
@@ -283,10 +294,10 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
             gen = generation.get(s.job_id, 0)
             generation[s.job_id] = gen
             first_start.setdefault(s.job_id, now)
-            held[s.tenant] += s.option.gpus
-            total_held += s.option.gpus
+            held[s.tenant] += s.option.held
+            total_held += s.option.held
             max_held[s.tenant] = max(max_held[s.tenant], held[s.tenant])
-            waiting[s.tenant] -= s.option.gpus
+            waiting[s.tenant] -= s.option.held
             seq += 1
             heapq.heappush(events, (now + s.option.duration * factor[s.job_id], 0, seq, "end", job, gen))
     if sched.jobs:
@@ -300,7 +311,7 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
                      contention_seconds=contention, tenant_contention_gpu_seconds=cont_gpu,
                      tenant_fair_gpu_seconds=cont_fair, weights=weights, wall_seconds=time.perf_counter() - t0,
                      max_tenant_gpus=max_held, shown_intervals=len(shown), starts_inside=inside,
-                     busy_arriving=busy_arriving)
+                     busy_arriving=busy_arriving, used_gpu_seconds=used)
 
 
 def compare(specs: list[JobSpec], cluster, tenants=None, policies=POLICIES, mapper: str = "heft",

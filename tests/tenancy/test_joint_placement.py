@@ -1,0 +1,147 @@
+"""Joint placement: small jobs that need a fraction of a GPU share one, each with its own lifetime."""
+
+import networkx as nx
+import pytest
+
+from streammap.cluster.model import cluster_from_dict
+from streammap.compiler import load_source_graph
+from streammap.errors import StreamMapError
+from streammap.tenancy.admission import Job, Scheduler
+from streammap.tenancy.estimate import Demand, Estimator, Option
+from streammap.tenancy.packing import fractional_demand, job_share, shared_duration
+from streammap.tenancy.simulate import simulate
+from streammap.tenancy.tenants import tenants_from_dict
+
+GiB = 2.0 ** 30
+
+
+def gpus(n, memory="16GiB"):
+    return cluster_from_dict({"name": "t", "nodes": [
+        {"name": "n0", "link": {"bandwidth": "300 GB/s", "latency": "3us"},
+         "devices": [{"name": f"g{i}", "kind": "gpu", "model": "A100", "memory": memory} for i in range(n)]}]})
+
+
+def small(jid, share, duration=10.0, memory=1 * GiB, arrival=0.0, tenant="a"):
+    """A job that needs ``share`` of one GPU and ``memory`` of its memory."""
+    whole = Demand(1, (Option("A100", 1, duration, memory),))
+    return Job(jid, tenant, arrival, fractional_demand(whole, share, {"A100": duration * share}))
+
+
+def whole(jid, duration=10.0, n=1, arrival=0.0, tenant="a"):
+    return Job(jid, tenant, arrival, Demand(n, (Option("A100", n, duration, 1 * GiB),)))
+
+
+def started(sched, now):
+    return {s.job_id: s.devices for s in sched.schedule(now)[0]}
+
+
+@pytest.fixture(params=["fifo", "drf", "streammap"])
+def policy(request):
+    return request.param
+
+
+def test_two_half_gpu_jobs_share_one_gpu_and_a_third_waits(policy):
+    s = Scheduler(gpus(1), tenants_from_dict(["a"]), policy=policy)
+    for jid in ("x", "y", "z"):
+        s.submit(small(jid, 0.5))
+    got = started(s, 0.0)
+    assert set(got) == {"x", "y"}
+    assert got["x"] == got["y"] == ("n0/g0",)
+    assert "z" in s.jobs                         # the GPU is full: the third waits
+
+
+def test_one_ending_frees_only_its_half(policy):
+    s = Scheduler(gpus(1), tenants_from_dict(["a"]), policy=policy)
+    s.submit(small("x", 0.5, duration=10))
+    s.submit(small("y", 0.5, duration=100))
+    started(s, 0.0)
+    s.submit(small("z", 0.5))
+    s.submit(whole("big"))
+    s.finish("x")
+    got = started(s, 10.0)
+    assert got == {"z": ("n0/g0",)}              # beside y, which runs on; not the whole-GPU job
+    assert "y" in s.running and "big" in s.jobs
+    assert s.packing.used["n0/g0"] == pytest.approx(1.0)
+    s.finish("y")
+    s.finish("z")
+    assert s.pool.free_count["A100"] == 1        # the last holder gone: the GPU is whole again
+    assert started(s, 100.0) == {"big": ("n0/g0",)}
+
+
+def test_no_job_waits_for_a_neighbour_to_end():
+    # x (10 s) and y (100 s) share; x's end is recorded at 10 s whatever y does.
+    jobs = [small("x", 0.5, duration=10), small("y", 0.5, duration=100)]
+    res = {j.id: j for j in simulate(jobs, gpus(1), tenants_from_dict(["a"])).jobs}
+    assert (res["x"].start, res["x"].finish) == (0.0, 10.0)
+    assert (res["y"].start, res["y"].finish) == (0.0, 100.0)
+    assert res["x"].share == 0.5
+
+
+def test_memory_limits_refuse_a_pair(policy):
+    # Two quarter-GPU jobs of 10 GiB each do not fit together into one 16 GiB GPU.
+    s = Scheduler(gpus(1, memory="16GiB"), tenants_from_dict(["a"]), policy=policy)
+    s.submit(small("x", 0.25, memory=10 * GiB))
+    s.submit(small("y", 0.25, memory=10 * GiB))
+    assert set(started(s, 0.0)) == {"x"}
+    s.finish("x")
+    assert set(started(s, 10.0)) == {"y"}
+
+
+def test_a_job_without_share_is_never_co_placed(policy):
+    s = Scheduler(gpus(2), tenants_from_dict(["a"]), policy=policy)
+    s.submit(small("q", 0.25))
+    s.submit(whole("w"))
+    s.submit(small("r", 0.25))
+    got = started(s, 0.0)
+    assert got["q"] == got["r"] != got["w"]
+    s.submit(whole("w2"))
+    assert started(s, 0.0) == {}                 # 0.5 of q's GPU is free, but w2 needs a whole one
+
+
+def test_without_joint_placement_each_small_job_holds_a_whole_gpu():
+    s = Scheduler(gpus(2), tenants_from_dict(["a"]), joint=False)
+    for jid in ("x", "y", "z"):
+        s.submit(small(jid, 0.5))
+    got = started(s, 0.0)
+    assert len(got) == 2 and len(set(got.values())) == 2
+    assert all(r.option.share == 1.0 for r in s.running.values())
+
+
+def test_quota_counts_a_fraction_and_its_memory():
+    tenants = tenants_from_dict({"tenants": [{"name": "a", "quota": {"gpus": 1}}]})
+    s = Scheduler(gpus(4), tenants, policy="streammap")
+    for jid in ("x", "y", "z"):
+        s.submit(small(jid, 0.5))
+    assert set(started(s, 0.0)) == {"x", "y"}     # 0.5 + 0.5 GPU: the quota of one GPU is held
+    assert s.usage["a"].gpus == pytest.approx(1.0)
+    assert s.usage["a"].memory == pytest.approx(2 * GiB)
+
+
+def test_the_interference_model_slows_a_job_only_past_its_fraction():
+    # A chain of quarter-GPU kernels (busy 0.25 x 8 s of an 8 s run) runs in 8 s at 0.25; four
+    # such kernels side by side (busy 0.25 x 32 s in a 8 s run) take 32 s at 0.25.
+    assert shared_duration(8.0, 0.25 * 8.0, 0.25) == 8.0
+    assert shared_duration(8.0, 0.25 * 32.0, 0.25) == 32.0
+
+
+def test_a_graph_of_quarter_gpu_kernels_declares_a_quarter():
+    g = nx.DiGraph()
+    g.add_node("a", share=0.25)
+    g.add_node("b", share=0.125)
+    assert job_share(g) == 0.25
+    g.add_node("c")                              # a task of the whole device: the job is whole
+    assert job_share(g) == 1.0
+    assert job_share(g, 0.5) == 0.5              # --share says so
+
+
+def test_the_estimator_gives_a_stated_share_fractional_options(shared):
+    graph_file = sorted((shared / "workflows").glob("*.json"))[0]
+    graph = load_source_graph(graph_file)
+    est = Estimator(gpus(2))
+    d = est.demand(("g",), graph, share=0.25)
+    assert d.gpus == 1 and d.options[0].share == 0.25 and d.held == 0.25
+    assert d.whole is not None and d.whole.options[0].share == 1.0
+    # A workflow's tasks run one at a time on one GPU: held to a quarter it is no slower.
+    assert d.options[0].duration == pytest.approx(d.whole.options[0].duration)
+    with pytest.raises(StreamMapError, match="fraction of one device"):
+        est.demand(("g",), graph, gpus=2, share=0.25)
