@@ -163,7 +163,8 @@ def joint_table(rows: list[dict]) -> Table:
     """Joint placement against whole GPUs for the small jobs, per policy, on the same arrivals."""
     t = Table(title="joint placement (small jobs share GPUs) against a whole GPU each, same arrivals")
     for col in ("GPUs", "seed", "load", "sigma", "shared", "policy", "idle in grants (whole)",
-                "recovered", "util used (whole -> joint)", "avg JCT (whole -> joint)", "p95 JCT (whole -> joint)"):
+                "recovered", "util held (whole -> joint)", "makespan (whole -> joint)", "avg JCT (whole -> joint)",
+                "p95 JCT (whole -> joint)"):
         t.add_column(col, justify="right")
     for r in rows:
         for p, on in r["results"].items():
@@ -175,15 +176,11 @@ def joint_table(rows: list[dict]) -> Table:
             t.add_row(str(r["gpus"]), str(r["seed"]), f"{r['load']:g}", f"{r['sigma']:g}", f"{r['shared']:.0%}", p,
                       f"{idle_off / off.busy_gpu_seconds:.1%} of held",
                       f"{(idle_off - idle_on) / off.busy_gpu_seconds:.1%} of held",
-                      f"{_used(off):.1%} -> {_used(on):.1%}",
+                      f"{off.utilisation:.1%} -> {on.utilisation:.1%}",
+                      f"{off.makespan:,.0f} -> {on.makespan:,.0f} s",
                       f"{off.avg_jct:,.0f} -> {on.avg_jct:,.0f} s ({on.avg_jct / off.avg_jct:.2f}x)",
                       f"{off.p95_jct:,.0f} -> {on.p95_jct:,.0f} s ({on.p95_jct / off.p95_jct:.2f}x)")
     return t
-
-
-def _used(s) -> float:
-    """GPU-seconds the jobs needed over the cluster's GPU-seconds (GPUs x makespan)."""
-    return s.used_gpu_seconds / (s.gpus * s.makespan) if s.makespan > 0 else 0.0
 
 
 def write_rows(rows: list[dict], path: Path) -> None:

@@ -31,6 +31,10 @@ Policy
   another device is read from its host copy), and room made for its output; at finish its output is accounted and the device brought back within its capacity
   (:mod:`.spill`). The time a task spends on its spills is part of its measured time, as the
   compiler's estimate charges it.
+- **A job's fraction** (joint placement, :mod:`streammap.tenancy.packing`): when the job service
+  grants a job only a fraction of a GPU it sets ``STREAMMAP_DEVICE_SHARE`` (:data:`DEVICE_SHARE_ENV`);
+  every accelerator then admits the job's tasks while their shares sum to at most that fraction
+  (a task asking more than the fraction runs alone), so the job uses no more than it was granted.
 - **Failure and draining** as in the local executor; a stop also wakes every waiter. Inputs are
   read-only and timeouts apply as there (the steps are the local executor's).
 """
@@ -39,9 +43,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import threading
 import time
 
+from streammap.errors import StreamMapError
 from streammap.ir import spec_refs
 from streammap.plan import Plan
 from streammap.runtime.context import set_current_device
@@ -53,26 +59,47 @@ from streammap.runtime.spill import HostView, Spilled, Spiller, nbytes_of
 SHARE_EPS = 1e-9
 #: Worker threads per device when neither shares nor ``max_tasks_per_device`` bound them.
 MAX_WORKERS = 64
+#: The environment variable holding the fraction of each GPU this run was granted (joint placement).
+DEVICE_SHARE_ENV = "STREAMMAP_DEVICE_SHARE"
+
+
+def device_share() -> float:
+    """The fraction of each accelerator this run may use: ``$STREAMMAP_DEVICE_SHARE``, else 1."""
+    text = os.environ.get(DEVICE_SHARE_ENV, "").strip()
+    if not text:
+        return 1.0
+    try:
+        share = float(text)
+    except ValueError:
+        share = math.nan
+    if not 0 < share <= 1:
+        raise StreamMapError(f"{DEVICE_SHARE_ENV}={text!r} is not a fraction of a device",
+                             hint="a number in (0, 1], set by the job service for a job granted part of a GPU")
+    return share
 
 
 def needs_sharing_executor(plan: Plan) -> bool:
-    """Whether ``plan`` shares a device (a task with ``share < 1``) or oversubscribes memory."""
+    """Whether ``plan`` shares a device (a task with ``share < 1``), oversubscribes memory, or runs
+    on a fraction of its GPUs (``$STREAMMAP_DEVICE_SHARE``)."""
     spec = plan.cluster.spec or {}
     if float(spec.get("memory_oversubscription", 1.0) or 1.0) > 1.0:
+        return True
+    if device_share() < 1.0:
         return True
     return any(t.share < 1.0 - SHARE_EPS for t in plan.tasks)
 
 
 class _Slots:
-    __slots__ = ("admit", "next", "cond", "used", "running", "limit")
+    __slots__ = ("admit", "next", "cond", "used", "running", "limit", "capacity")
 
-    def __init__(self, limit: float):
+    def __init__(self, limit: float, capacity: float = 1.0):
         self.admit = threading.Lock()
         self.next = 0
         self.cond = threading.Condition()
         self.used = 0.0
         self.running = 0
         self.limit = limit
+        self.capacity = capacity          # the share of the device this run may use
 
 
 class SharingExecutor(LocalExecutor):
@@ -102,10 +129,13 @@ class SharingExecutor(LocalExecutor):
         self.deps = [tuple(index[d] for d in t.deps if index[d] not in self.carried) for t in tasks]
         self.slots: dict[str, _Slots] = {}
         self._workers_of: dict[str, int] = {}
+        granted = device_share()
+        kinds = {dev.id: dev.kind for dev in plan.devices}
         for d, ks in self.order.items():
+            capacity = granted if kinds.get(d) != "cpu" else 1.0
             smallest = min((tasks[k].share for k in ks), default=1.0)
-            k_max = min(len(ks), self.max_tasks, MAX_WORKERS, int(1.0 / smallest + SHARE_EPS))
-            self.slots[d] = _Slots(self.max_tasks)
+            k_max = min(len(ks), self.max_tasks, MAX_WORKERS, max(1, int(capacity / smallest + SHARE_EPS)))
+            self.slots[d] = _Slots(self.max_tasks, capacity)
             self._workers_of[d] = max(1, int(k_max))
         self.spiller = None
         if float(spec.get("memory_oversubscription", 1.0) or 1.0) > 1.0:
@@ -184,7 +214,9 @@ class SharingExecutor(LocalExecutor):
                 return None
             share = tasks[k].share
             with slots.cond:
-                while (slots.used + share > 1.0 + SHARE_EPS or slots.running >= slots.limit) and not stop[0]:
+                # (a task asking more than the run's capacity of the device runs alone)
+                while ((slots.used + share > slots.capacity + SHARE_EPS and slots.running > 0)
+                       or slots.running >= slots.limit) and not stop[0]:
                     slots.cond.wait()
                 if stop[0]:
                     return None

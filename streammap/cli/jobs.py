@@ -22,6 +22,9 @@ def configure(parser, command: str) -> None:
         parser.add_argument("--priority", type=int, default=0, help="higher runs first among the tenant's jobs (default 0)")
         parser.add_argument("--gpus", type=int, help="gang width (default: chosen from the mapper's estimates)")
         parser.add_argument("--entry", help="the # @stream graph function, when the file has several")
+        parser.add_argument("--share", type=float,
+                            help="the fraction of one GPU the job needs (0 < SHARE <= 1); below 1 it may share "
+                                 "a GPU with other such jobs (default: its share clauses, else whole GPUs)")
     elif command == "queue":
         parser.add_argument("--all", action="store_true", help="finished jobs too")
     elif command == "result":
@@ -45,7 +48,7 @@ def _print(text: str) -> None:
 
 def _submit(args) -> int:
     job = _client(args).submit(args.source, args.tenant, parse_defines(args.defines), args.priority, args.gpus,
-                               args.entry)
+                               args.entry, args.share)
     _print(f"submitted {job}")
     return 0
 
@@ -53,14 +56,14 @@ def _submit(args) -> int:
 def _queue(args) -> int:
     jobs = _client(args).queue(args.all)
     table = Table(title=f"{len(jobs)} job(s)")
-    for col in ("id", "state", "priority", "gpus", "model", "waited / ran", "estimated start", "program"):
+    for col in ("id", "state", "priority", "gpus", "model", "devices", "waited / ran", "estimated start", "program"):
         table.add_column(col)
     now = time.time()
     for j in jobs:
         start = j["started"] or now
         span = f"{start - j['submitted']:.0f} s" + (f" / {((j['finished'] or now) - j['started']):.0f} s"
                                                     if j["started"] else "")
-        table.add_row(j["id"], j["state"], str(j["priority"]), str(j["gpus"]), j["model"] or "-", span,
+        table.add_row(j["id"], j["state"], str(j["priority"]), str(j["gpus"]), j["model"] or "-", _devices(j), span,
                       _estimated_start(j, now), j["source"])
     console().print(table)
     return 0
@@ -71,7 +74,7 @@ def _status(args) -> int:
     lines = [f"{j['id']}: {j['state']} (tenant {j['tenant']}, priority {j['priority']}, {j['gpus']} device(s), "
              f"attempts {j['attempts']})"]
     if j["devices"]:
-        lines.append(f"devices: {', '.join(j['devices'])} ({j['model']})")
+        lines.append(f"devices: {_devices(j)} ({j['model']})")
     lines.append("estimated duration: " + ", ".join(f"{m} {t:.4g} s" for m, t in j["estimates"].items()))
     if j.get("estimated_start") is not None:
         lines.append(f"estimated start: {_estimated_start(j, time.time())} (the range is calibrated to hold 9 starts in 10)")
@@ -79,6 +82,14 @@ def _status(args) -> int:
         lines.append(j["error"])
     _print("\n".join(lines))
     return 0
+
+
+def _devices(j: dict) -> str:
+    """The granted devices, "n0/gpu3 (0.25)" for a job holding a fraction of one (joint placement)."""
+    if not j.get("devices"):
+        return "-"
+    share = j.get("share") or 1.0
+    return ", ".join(j["devices"]) + (f" ({share:g})" if share < 1.0 else "")
 
 
 def _estimated_start(j: dict, now: float) -> str:

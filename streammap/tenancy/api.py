@@ -102,6 +102,8 @@ class SubmitRequest(BaseModel):
     entry: Optional[str] = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
     priority: StrictInt = Field(default=0, ge=-1_000_000, le=1_000_000)
     gpus: Optional[StrictInt] = Field(default=None, ge=1, le=1_000_000)
+    # The fraction of one GPU the job needs (joint placement: it may share the GPU).
+    share: Optional[float] = Field(default=None, gt=0, le=1)
 
 
 def explain(exc: pydantic.ValidationError) -> str:
@@ -150,7 +152,7 @@ def make_app(service, limits: HttpLimits | None = None):
         try:
             job_id = await anyio.to_thread.run_sync(functools.partial(
                 service.submit, tenant, body.source_name, body.source_text, body.params, body.entry,
-                body.priority, body.gpus, body.modules))
+                body.priority, body.gpus, body.modules, body.share))
         finally:
             check_turns.release()
         return JSONResponse({"id": job_id}, status_code=201)

@@ -53,7 +53,7 @@ from pathlib import Path
 from streammap.compiler import load_source_graph
 from streammap.directives.imports import local_modules
 from streammap.errors import StreamMapError
-from streammap.tenancy.estimate import Demand, Estimator, Option
+from streammap.tenancy.estimate import Demand, Estimator
 
 #: Modules the forkserver imports once, so each forked check starts with the compiler loaded.
 PRELOAD = ["streammap.tenancy.check"]
@@ -109,7 +109,8 @@ class Checker:
         p.join()
 
     def demand(self, key: tuple, name: str, source_text: str, params: dict, entry: str | None,
-               gpus: int | None, max_gpus: int | None, modules: dict[str, str] | None = None) -> Demand:
+               gpus: int | None, max_gpus: int | None, modules: dict[str, str] | None = None,
+               share: float | None = None) -> Demand:
         """The demand of a program (with its local modules, ``{path: text}``), checked in a child
         under the limits.
 
@@ -119,7 +120,7 @@ class Checker:
             400 with the compiler's message, or the limit the check ran into; 503 when no check
             slot frees within ``queue_seconds``.
         """
-        ck = (key, gpus, max_gpus)
+        ck = (key, gpus, max_gpus, share)
         with self._cache_lock:
             if ck in self._cache:
                 self._cache.move_to_end(ck)
@@ -128,7 +129,7 @@ class Checker:
             raise CheckRefused(503, f"the service is busy checking other programs ({self.limits.concurrency} at "
                                     "a time): submit again in a moment")
         try:
-            demand = self._run(name, source_text, params, entry, gpus, max_gpus, modules or {})
+            demand = self._run(name, source_text, params, entry, gpus, max_gpus, modules or {}, share)
         finally:
             self._slots.release()
         with self._cache_lock:
@@ -137,13 +138,13 @@ class Checker:
                 self._cache.popitem(last=False)
         return demand
 
-    def _run(self, name, source_text, params, entry, gpus, max_gpus, modules) -> Demand:
+    def _run(self, name, source_text, params, entry, gpus, max_gpus, modules, share=None) -> Demand:
         lim = self.limits
         folder = Path(tempfile.mkdtemp(prefix="check-", dir=self.scratch))
         recv, send = self._ctx.Pipe(duplex=False)
         child = self._ctx.Process(target=check_in_child, daemon=True,
                                   args=(send, str(folder), name, source_text, params, entry, gpus, max_gpus,
-                                        self.cluster, lim.seconds, lim.memory_mib, modules))
+                                        self.cluster, lim.seconds, lim.memory_mib, modules, share))
         try:
             child.start()
             send.close()
@@ -160,7 +161,7 @@ class Checker:
             raise CheckRefused(400, _death(child.exitcode, lim))
         kind, value = answer
         if kind == "ok":
-            return Demand(gpus=value["gpus"], options=tuple(Option(**o) for o in value["options"]))
+            return Demand.from_dict(value)
         if kind == "memory":
             raise CheckRefused(400, f"compiling the program took more than {lim.memory_mib} MiB of memory")
         return _refuse(value, folder)
@@ -189,7 +190,8 @@ def _noop() -> None:
 
 
 def check_in_child(conn, folder: str, name: str, source_text: str, params: dict, entry, gpus, max_gpus,
-                   cluster, seconds: float, memory_mib: int, modules: dict | None = None) -> None:
+                   cluster, seconds: float, memory_mib: int, modules: dict | None = None,
+                   share: float | None = None) -> None:
     """The child's side: limit itself, compile and size the program, send one answer.
 
     The answer is ``("ok", demand dict)``, ``("refused", message)`` or ``("memory", None)``.
@@ -204,8 +206,9 @@ def check_in_child(conn, folder: str, name: str, source_text: str, params: dict,
                 (Path(folder) / rel).write_text(text, encoding="utf-8", errors="surrogatepass")
             graph = load_source_graph(name, params, entry)
             local_modules(name)                 # the modules it imports parse (the worker records them)
-            demand = Estimator(cluster, mapper="heft").demand(("check",), graph, gpus, max_gpus=max_gpus)
-            answer = ("ok", {"gpus": demand.gpus, "options": [o.__dict__ for o in demand.options]})
+            demand = Estimator(cluster, mapper="heft").demand(("check",), graph, gpus, max_gpus=max_gpus,
+                                                              share=share)
+            answer = ("ok", demand.as_dict())
         except StreamMapError as exc:
             # The client prints a refusal as "error: <message>": send the error without its own "error: ".
             answer = ("refused", exc.format().replace("error: ", "", 1))

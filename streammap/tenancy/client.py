@@ -81,7 +81,7 @@ class Client:
         return json.loads(raw)
 
     def submit(self, path, tenant: str, params: dict | None = None, priority: int = 0, gpus: int | None = None,
-               entry: str | None = None) -> str:
+               entry: str | None = None, share: float | None = None) -> str:
         """Submit a program (``.py``) or a plan's program (``.yaml``: its source, params and entry),
         with the local modules it imports (files of its folder, found as the compiler finds them:
         :func:`~streammap.directives.imports.local_modules`)."""
@@ -112,6 +112,8 @@ class Client:
                 "entry": entry, "priority": priority, "gpus": gpus}
         if modules:
             body["modules"] = modules
+        if share is not None:
+            body["share"] = share
         return self._json("POST", "/jobs", body)["id"]
 
     def queue(self, all_states: bool = False) -> list[dict]:

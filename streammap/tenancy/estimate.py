@@ -77,6 +77,19 @@ class Demand:
         """The GPUs the job holds while it runs (its fraction of one device when fractional)."""
         return self.options[0].held
 
+    def as_dict(self) -> dict:
+        """Plain data (JSON): what the job service stores and its checker sends."""
+        out = {"gpus": self.gpus, "options": [dict(o.__dict__) for o in self.options]}
+        if self.whole is not None:
+            out["whole"] = self.whole.as_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Demand":
+        """The inverse of :meth:`as_dict` (rows stored before joint placement have no shares)."""
+        whole = cls.from_dict(d["whole"]) if d.get("whole") else None
+        return cls(gpus=d["gpus"], options=tuple(Option(**o) for o in d["options"]), whole=whole)
+
     def option(self, model: str) -> Option | None:
         for o in self.options:
             if o.model == model:

@@ -238,13 +238,14 @@ class JobService:
     # -- requests ----------------------------------------------------------------------------
     def submit(self, tenant: str, source_name: str, source_text: str, params: dict | None = None,
                entry: str | None = None, priority: int = 0, gpus: int | None = None,
-               modules: dict[str, str] | None = None) -> str:
+               modules: dict[str, str] | None = None, share: float | None = None) -> str:
         """Queue a program; returns its id. Raises :class:`Refused` for a program that cannot run.
 
         The program is checked and sized in a child process (:class:`~.check.Checker`) before it
         gets an id: a program that does not compile, or whose check runs past its limits, is
         refused with a message saying so. ``modules`` are its local modules, ``{path relative to
-        the program's folder: text}`` (see the module docstring).
+        the program's folder: text}`` (see the module docstring). ``share`` is the fraction of
+        one GPU the job needs (joint placement, :mod:`.packing`; default: its ``share`` clauses).
         """
         name = Path(source_name or "").name
         if not name.endswith(".py"):
@@ -267,7 +268,7 @@ class JobService:
         def check(width):
             try:
                 return self.checker.demand(key, name, source_text, params, entry, width, quota.gpus,
-                                           modules=modules)
+                                           modules=modules, share=share)
             except CheckRefused as exc:
                 raise Refused(exc.status, exc.message, {"Retry-After": "2"} if exc.status == 503 else None) from None
 
@@ -275,7 +276,7 @@ class JobService:
         if gpus is None:
             # The width was ours to choose: narrower, as far as the quota needs (a per-model cap or a
             # memory quota can refuse the width the estimate chose within quota.gpus).
-            for width in sorted((w for w in WIDTHS if w < demand.gpus), reverse=True):
+            for width in sorted((w for w in WIDTHS if w < demand.gpus), reverse=True):   # (a fraction: width 1)
                 if self._quota_fits(tenant, demand):
                     break
                 try:
@@ -288,7 +289,7 @@ class JobService:
             raise Refused(400, self._quota_refusal(tenant, demand, gpus))
         with self._lock:
             job_id = self.store.add(tenant=tenant, priority=priority, source=name, params=params, entry=entry,
-                                    gpus=gpus, demand=_demand_dict(demand), prepare=prepare)
+                                    gpus=gpus, demand=demand.as_dict(), prepare=prepare)
             row = self.store.get(job_id)
             self.scheduler.submit(_job_of(row))
         self._wake.set()
@@ -420,6 +421,8 @@ class JobService:
         job = {"source": row["source"], "params": row["params"], "entry": row["entry"], "mapper": self.mapper,
                "cluster": sub_cluster_spec(self.cluster, devices, name=f"{self.cluster.name}-{start.job_id}"),
                "emulate": self.emulate, "backend": self.backend, "address": self.address}
+        if start.option.share < 1.0:
+            job["share"] = start.option.share   # joint placement: the worker holds the job to its fraction
         atomic_write_text(folder / "job.json", json.dumps(job, indent=1), what="job description")
         limits = self.tenants.limits(row["tenant"], self.limits).as_dict()
         policy = sandbox.policy(self.isolation, state_dir=self.store.dir, tenants_file=self.tenants_file,
@@ -434,7 +437,8 @@ class JobService:
         self.store.update(start.job_id, state="running", started=started, pid=proc.pid,
                           attempts=row["attempts"] + 1,
                           grant={"model": o.model, "gpus": o.gpus, "duration": o.duration, "memory": o.memory,
-                                 "devices": list(start.devices), "isolation": self.isolation, "limits": limits})
+                                 "share": o.share, "devices": list(start.devices), "isolation": self.isolation,
+                                 "limits": limits})
 
     def _deadline(self, job_id: str) -> float | None:
         """When the running ``job_id`` passes its wall time (from the store for a job found again)."""
@@ -553,18 +557,14 @@ def _checked_modules(program: str, modules: dict) -> dict[str, str]:
 
 
 def _job_of(row: dict) -> Job:
-    d = row["demand"]
-    demand = Demand(gpus=d["gpus"], options=tuple(Option(**o) for o in d["options"]))
+    demand = Demand.from_dict(row["demand"])
     return Job(id=row["id"], tenant=row["tenant"], arrival=row["submitted"], demand=demand,
                priority=row["priority"], seq=row["seq"])
 
 
 def _option(g: dict) -> Option:
-    return Option(model=g["model"], gpus=g["gpus"], duration=g["duration"], memory=g["memory"])
-
-
-def _demand_dict(d: Demand) -> dict:
-    return {"gpus": d.gpus, "options": [o.__dict__ for o in d.options]}
+    return Option(model=g["model"], gpus=g["gpus"], duration=g["duration"], memory=g["memory"],
+                  share=g.get("share", 1.0))
 
 
 def _public(row: dict, planned: tuple[float, str] | None = None,
@@ -583,6 +583,11 @@ def _public(row: dict, planned: tuple[float, str] | None = None,
     g = row.get("grant") or {}
     out["devices"] = g.get("devices")
     out["model"] = g.get("model")
+    # The fraction of one GPU the job holds (granted) or needs (queued); 1: whole GPUs.
+    try:
+        out["share"] = float(g.get("share") or (d.get("options") or [{}])[0].get("share", 1.0))
+    except (TypeError, AttributeError, IndexError, ValueError):
+        out["share"] = 1.0
     out["isolation"] = g.get("isolation")
     out["limits"] = g.get("limits")
     out["estimated_start"], out["estimated_model"] = planned if planned else (None, None)

@@ -19,6 +19,7 @@ limit, ``os._exit``) is failed by the service from the launcher's exit status.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -28,11 +29,14 @@ from streammap.errors import KernelError, StreamMapError
 from streammap.io.files import atomic_write_text
 from streammap.plan import write_plan
 from streammap.runtime import run_plan
+from streammap.runtime.shared import DEVICE_SHARE_ENV
 
 
 def run_job(folder) -> int:
     folder = Path(folder)
     job = json.loads((folder / "job.json").read_text())
+    if job.get("share") is not None:
+        hold_to_share(float(job["share"]))
     try:
         plan = compile_plan(folder / job["source"], job["cluster"], params=job.get("params") or {},
                             mapper=job.get("mapper", "auto"), entry=job.get("entry"), history=False)
@@ -52,6 +56,15 @@ def run_job(folder) -> int:
         status = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
     atomic_write_text(folder / "exit.json", json.dumps(status), what="exit note")
     return 0 if status["status"] == "done" else 1
+
+
+def hold_to_share(share: float) -> None:
+    """A job granted a fraction of its GPU (joint placement) is held to it: the runtime admits its
+    tasks within the fraction (``STREAMMAP_DEVICE_SHARE``), and where CUDA MPS runs, MPS caps its
+    kernels at that share of the GPU's SMs (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``). Set before
+    anything touches CUDA."""
+    os.environ[DEVICE_SHARE_ENV] = f"{share:g}"
+    os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, round(100 * share)))
 
 
 if __name__ == "__main__":

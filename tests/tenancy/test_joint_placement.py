@@ -1,8 +1,12 @@
 """Joint placement: small jobs that need a fraction of a GPU share one, each with its own lifetime."""
 
+import math
+
 import networkx as nx
+import numpy as np
 import pytest
 
+from streammap.cli import main
 from streammap.cluster.model import cluster_from_dict
 from streammap.compiler import load_source_graph
 from streammap.errors import StreamMapError
@@ -11,6 +15,7 @@ from streammap.tenancy.estimate import Demand, Estimator, Option
 from streammap.tenancy.packing import fractional_demand, job_share, shared_duration
 from streammap.tenancy.simulate import simulate
 from streammap.tenancy.tenants import tenants_from_dict
+from tests.tenancy.test_job_service import VISION, Service, wait_for, write_setup
 
 GiB = 2.0 ** 30
 
@@ -145,3 +150,51 @@ def test_the_estimator_gives_a_stated_share_fractional_options(shared):
     assert d.options[0].duration == pytest.approx(d.whole.options[0].duration)
     with pytest.raises(StreamMapError, match="fraction of one device"):
         est.demand(("g",), graph, gpus=2, share=0.25)
+
+
+SHARE_SEEN = '''\
+import os
+import time
+
+import numpy as np
+
+
+# @stream kernel(flops=1e6)
+def seen():
+    time.sleep(3.0)
+    return np.full(2, float(os.environ.get("STREAMMAP_DEVICE_SHARE", "1")))
+
+
+# @stream graph
+def probe():
+    return seen()
+'''
+
+
+def test_the_service_runs_two_half_gpu_jobs_on_one_gpu_each_held_to_its_half(tmp_path, capsys, monkeypatch):
+    write_setup(tmp_path, gpus=1)
+    (tmp_path / "probe.py").write_text(SHARE_SEEN)
+    service = Service(tmp_path)
+    try:
+        monkeypatch.setenv("STREAMMAP_SERVER", service.url)
+        monkeypatch.setenv("STREAMMAP_TOKEN", VISION)
+        ids = []
+        for _ in range(2):
+            assert main(["submit", str(tmp_path / "probe.py"), "--tenant", "vision", "--share", "0.5"]) == 0
+            ids.append(capsys.readouterr().out.split()[-1])
+        client = service.client(VISION)
+        both = [wait_for(client, j, states=("running", "done")) for j in ids]
+        assert [s["devices"] for s in both] == [["node0/gpu0"], ["node0/gpu0"]]
+        assert all(s["share"] == 0.5 for s in both)
+        assert main(["status", ids[0]]) == 0
+        assert "devices: node0/gpu0 (0.5) (A100)" in capsys.readouterr().out
+        assert main(["queue"]) == 0
+        assert "node0/gpu0 (0.5)" in capsys.readouterr().out
+        for j in ids:
+            done = wait_for(client, j)
+            assert done["started"] < min(s["finished"] or math.inf for s in map(client.status, ids))
+            client.result(j, tmp_path / f"{j}.npz")
+            # The worker held the job to its half: the runtime saw the fraction it was granted.
+            assert np.load(tmp_path / f"{j}.npz")["result"].tolist() == [0.5, 0.5]
+    finally:
+        service.stop()
