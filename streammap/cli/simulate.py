@@ -27,6 +27,8 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--graphs", nargs="+", default=None,
                    help=f"with --generate: graphs or folders to draw from (default {DEFAULT_GRAPHS})")
     parser.add_argument("--priorities", type=int, default=1, help="with --generate: priorities 0..P-1 drawn uniformly")
+    parser.add_argument("--shared", type=float, default=0.0,
+                        help="with --generate: share of the jobs that need a quarter or half GPU (joint placement)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generator and of estimate errors")
     parser.add_argument("--estimate-error", type=float, default=0.0, metavar="SIGMA",
                    help="real durations are estimates x lognormal(SIGMA) (default 0: exact estimates)")
@@ -51,7 +53,8 @@ def run(args) -> int:
     if args.generate:
         shares = parse_tenant_shares(tenants_arg or "a,b")
         graphs = graphs_in(args.graphs or [Path(__file__).resolve().parents[2] / DEFAULT_GRAPHS])
-        specs = poisson_jobs(graphs, args.rate, args.jobs_count, shares, seed=args.seed, priorities=args.priorities)
+        specs = poisson_jobs(graphs, args.rate, args.jobs_count, shares, seed=args.seed, priorities=args.priorities,
+                             shared=args.shared)
         write_jobs(specs, args.jobs)
         out.print(f"wrote {args.jobs}: {len(specs)} jobs over {len(shares)} tenants, "
                   f"{args.rate:g} arrivals/s, seed {args.seed}", markup=False)

@@ -347,7 +347,8 @@ def _resolve_tenants(tenants, specs) -> Tenants:
 # -- reporting ---------------------------------------------------------------------------------
 
 _COLUMNS = ("policy", "jobs", "avg_jct", "p95_jct", "makespan", "utilisation", "utilisation_arriving", "jain", "contention_seconds",
-            "preemptions", "start_coverage", "shown_intervals", "sim_wall_seconds")
+            "preemptions", "start_coverage", "shown_intervals", "sim_wall_seconds", "busy_gpu_seconds",
+            "used_gpu_seconds")
 
 
 def results_table(results: list[SimResult]):

@@ -1,20 +1,24 @@
 """Joint placement: small jobs that need a fraction of a GPU share one, each with its own lifetime."""
 
 import math
+import textwrap
 
 import networkx as nx
 import numpy as np
 import pytest
 
+import streammap
 from streammap.cli import main
 from streammap.cluster.model import cluster_from_dict
 from streammap.compiler import load_source_graph
 from streammap.errors import StreamMapError
 from streammap.tenancy.admission import Job, Scheduler
 from streammap.tenancy.estimate import Demand, Estimator, Option
+from streammap.tenancy.jobs import load_jobs, poisson_jobs, write_jobs
 from streammap.tenancy.packing import fractional_demand, job_share, shared_duration
 from streammap.tenancy.simulate import simulate
 from streammap.tenancy.tenants import tenants_from_dict
+from tests.placement.test_sharing import SLEEPY
 from tests.tenancy.test_job_service import VISION, Service, wait_for, write_setup
 
 GiB = 2.0 ** 30
@@ -198,3 +202,27 @@ def test_the_service_runs_two_half_gpu_jobs_on_one_gpu_each_held_to_its_half(tmp
             assert np.load(tmp_path / f"{j}.npz")["result"].tolist() == [0.5, 0.5]
     finally:
         service.stop()
+
+
+def test_a_run_granted_half_a_gpu_keeps_its_quarter_kernels_within_that_half(tmp_path, monkeypatch):
+    (tmp_path / "prog.py").write_text(textwrap.dedent(SLEEPY))
+    one = {"name": "one", "nodes": [{"name": "n0", "devices": [{"name": "gpu0", "kind": "gpu", "flops": "20 TFLOP/s"}]}]}
+    plan = streammap.compile(tmp_path / "prog.py", cluster=one, params={"SHARE": 0.25}, history=False)
+    monkeypatch.setenv("STREAMMAP_DEVICE_SHARE", "0.5")
+    out = streammap.run(plan, emulate=True, outputs=tmp_path / "o.npz", progress=False, telemetry=False)
+    assert out["result"][0] == pytest.approx(0.5)        # two quarters at once, never four
+    assert out["result"][1] == sum(range(8))
+    monkeypatch.setenv("STREAMMAP_DEVICE_SHARE", "2")
+    with pytest.raises(StreamMapError, match="not a fraction of a device"):
+        streammap.run(plan, emulate=True, outputs=tmp_path / "p.npz", progress=False, telemetry=False)
+
+
+def test_a_stream_with_small_shared_jobs_keeps_the_arrivals_of_its_seed(tmp_path, shared):
+    graphs = sorted(str(p) for p in (shared / "workflows").glob("*.json"))[:3]
+    plain = poisson_jobs(graphs, 0.1, 200, {"a": 0.5, "b": 0.5}, seed=3)
+    mixed = poisson_jobs(graphs, 0.1, 200, {"a": 0.5, "b": 0.5}, seed=3, shared=0.3)
+    assert [(j.arrival, j.tenant, j.source) for j in plain] == [(j.arrival, j.tenant, j.source) for j in mixed]
+    small_jobs = [j for j in mixed if j.share is not None]
+    assert 40 <= len(small_jobs) <= 80 and {j.share for j in small_jobs} == {0.25, 0.5}
+    write_jobs(mixed, tmp_path / "jobs.yaml")
+    assert [j.share for j in load_jobs(tmp_path / "jobs.yaml")] == [j.share for j in mixed]
