@@ -748,19 +748,18 @@ class Scheduler:
 
     def _place_fraction(self, job: Job, now: float, plan: "_Plan", allowed: list[Option]) -> Start | None:
         """Joint placement (:mod:`.packing`) of a fractional job, around the pass's plan: it starts
-        now on the option that ends first among those with room, on the best-fitting open device
-        when one fits (extending that device's hold only where the plan has a device free for the
-        extension), else on a free whole device that the plan leaves free for its duration. Else
-        it reserves a whole device, as a one-device job (within the reservation depth). It never
-        preempts, nor is it preempted (a fraction frees no whole device)."""
+        now on the option that ends first among those with room, on an open device when one fits
+        (best fit among those it ends within; else the best fit whose hold the plan can extend,
+        having a device free for the extension), else on a free whole device that the plan leaves
+        free for its duration. Else it reserves a whole device, as a one-device job (within the
+        reservation depth). It never preempts, nor is it preempted (a fraction frees no whole device)."""
         best = None
         for o in allowed:
             if o.model in plan.blocked:
                 continue
             end, profile = now + o.duration, plan.profile(o.model)
-            dev = self.packing.best_open(o.model, o.share, o.memory)
-            until = expected_end(*self.packing.last_holder(dev), now) if dev is not None else now
-            if dev is not None and (end <= until or free_over(profile, until, end) >= 1):
+            dev, until = self._open_device_for(o, end, profile, now)
+            if dev is not None:
                 cand = (end, 0, o, dev, until)
             elif profile.fits_now(1, o.duration):
                 cand = (end, 1, o, None, now)
@@ -785,6 +784,19 @@ class Scheduler:
                 self.estimated_starts[job.id] = (at, o.model)
                 self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
         return None
+
+    def _open_device_for(self, o: Option, end: float, profile, now: float) -> tuple[str | None, float]:
+        """Joint placement: an open device for ``o`` ending at ``end``, and its hold's expected end:
+        the best fit among those that hold past ``end`` already, else the best fit whose hold the
+        plan can extend to ``end``; ``(None, now)`` when neither."""
+        extendable = None
+        for dev in self.packing.fitting(o.model, o.share, o.memory):
+            until = expected_end(*self.packing.last_holder(dev), now)
+            if end <= until:
+                return dev, until
+            if extendable is None and free_over(profile, until, end) >= 1:
+                extendable = (dev, until)
+        return extendable or (None, now)
 
     def _victims(self, job: Job, o: Option) -> list[str] | None:
         """Running jobs to preempt so that ``job`` starts on ``o.model`` now, or None."""

@@ -119,10 +119,15 @@ class SharedDevices:
         cap = self.pool.memory_of[device]            # 0: memory unknown (unbounded)
         return cap <= 0 or self.memory[device] + memory <= cap * (1 + 1e-12)
 
+    def fitting(self, model: str, share: float, memory: float) -> list[str]:
+        """The open ``model`` devices the job fits on, best fit first (least compute left)."""
+        fit = [d for d in self.open[model] if self.fits(d, share, memory)]
+        return sorted(fit, key=lambda d: (-self.used[d], d))
+
     def best_open(self, model: str, share: float, memory: float) -> str | None:
         """The open ``model`` device with the least compute left that fits the job (best fit), or None."""
-        fit = [d for d in self.open[model] if self.fits(d, share, memory)]
-        return max(fit, key=lambda d: (self.used[d], d)) if fit else None
+        fit = self.fitting(model, share, memory)
+        return fit[0] if fit else None
 
     def can_start(self, model: str, share: float, memory: float) -> bool:
         """Whether a job of ``share`` and ``memory`` can start on ``model`` now (open or whole device)."""

@@ -226,3 +226,28 @@ def test_a_stream_with_small_shared_jobs_keeps_the_arrivals_of_its_seed(tmp_path
     assert 40 <= len(small_jobs) <= 80 and {j.share for j in small_jobs} == {0.25, 0.5}
     write_jobs(mixed, tmp_path / "jobs.yaml")
     assert [j.share for j in load_jobs(tmp_path / "jobs.yaml")] == [j.share for j in mixed]
+
+
+def test_a_small_job_does_not_join_a_shared_gpu_where_that_would_delay_a_reserved_job():
+    # x holds half a GPU until 10, a whole job the other until 100: W (one GPU, 50 s) is reserved x's at 10.
+    # y (half a GPU, 1,000 s) fits beside x now, but would hold that GPU until 1,000: it waits instead.
+    s = Scheduler(gpus(2), tenants_from_dict(["a"]), policy="streammap")
+    s.submit(small("x", 0.5, duration=10))
+    s.submit(whole("w1", duration=100))
+    assert set(started(s, 0.0)) == {"x", "w1"}
+    s.submit(whole("W", duration=50, arrival=0.0))
+    s.submit(small("y", 0.5, duration=1000, arrival=0.0))
+    assert started(s, 0.0) == {}
+    assert s.estimated_starts["W"][0] == 10.0
+    x_gpu = s.running["x"].devices
+    s.finish("x")
+    assert started(s, 10.0) == {"W": x_gpu}
+    # A short one that ends before x does joins x's GPU at once (it moves nothing).
+    s2 = Scheduler(gpus(2), tenants_from_dict(["a"]), policy="streammap")
+    s2.submit(small("x", 0.5, duration=10))
+    s2.submit(whole("w1", duration=100))
+    started(s2, 0.0)
+    s2.submit(whole("W", duration=50))
+    s2.submit(small("z", 0.5, duration=5))
+    assert started(s2, 0.0) == {"z": s2.running["x"].devices}
+    assert s2.estimated_starts["W"][0] == 10.0
