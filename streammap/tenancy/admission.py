@@ -17,6 +17,9 @@ Invariants every policy keeps
   at once; it holds them until it ends.
 * **Hard quotas**: a start that would take a tenant over its ``gpus``, ``gpu_memory`` or per-model
   quota is never made (the job waits; it never blocks other tenants' jobs).
+* **Joint placement** (:mod:`.packing`): a job of one device that needs only a fraction of it
+  holds that fraction and its memory of a shared device, beside other such jobs, from its own
+  start to its own end; jobs of whole devices never share. The hooks are marked "joint placement".
 
 Policies
 --------
@@ -204,7 +207,7 @@ class Running:
     option: Option
     devices: tuple[str, ...]
     start: float
-    memory: float            # GPU memory granted (sum of the devices' capacities)
+    memory: float            # GPU memory granted (sum of the devices' capacities; a fraction: its own)
 
     @property
     def est_finish(self) -> float:

@@ -2,7 +2,8 @@
 
 ``DIR/job.json`` says what to run: the program (a file in ``DIR``), its params and entry, the
 sub-cluster of the devices the job was granted (a cluster-file dict), the mapper, and how to run
-(``emulate``, ``backend``, ``address``). The worker compiles the program against that
+(``emulate``, ``backend``, ``address``), and for a job granted a fraction of its GPU, ``share``
+(joint placement: the worker holds the job to it, :func:`hold_to_share`). The worker compiles the program against that
 sub-cluster, so the plan is re-mapped onto exactly the granted devices (the program's local
 modules, kept beside it in ``DIR``, are recorded in the plan and imported from ``DIR``), writes ``plan.yaml``,
 runs it with :func:`streammap.runtime.run_plan` (the local executor, or Ray), and leaves
