@@ -754,8 +754,11 @@ class Scheduler:
         now on the option that ends first among those with room, on an open device when one fits
         (best fit among those it ends within; else the best fit whose hold the plan can extend,
         having a device free for the extension), else on a free whole device that the plan leaves
-        free for its duration. Else it reserves a whole device, as a one-device job (within the
-        reservation depth). It never preempts, nor is it preempted (a fraction frees no whole device)."""
+        free for its duration; as for whole jobs (:meth:`_Plan.placement`), only if it ends there
+        within ``slack`` times its time to finish where it would end first, waiting for a whole
+        device included (a long job waits for a fast model rather than take a slow one now). Else
+        it reserves a whole device, as a one-device job (within the reservation depth). It never
+        preempts, nor is it preempted (a fraction frees no whole device)."""
         best = None
         for o in allowed:
             if o.model in plan.blocked:
@@ -770,6 +773,10 @@ class Scheduler:
                 continue
             if best is None or cand[:2] < best[:2]:
                 best = cand
+        if best is not None and best[2] is not allowed[0]:
+            o_wait, at = plan.placement(allowed)             # where it would end first, waiting included
+            if best[0] > at + o_wait.duration and best[2].duration > self.slack * (at + o_wait.duration - now):
+                best = None                                  # not within the slack: it waits for that
         if best is not None:
             end, _, o, dev, until = best
             if dev is None:

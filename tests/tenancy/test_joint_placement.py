@@ -251,3 +251,23 @@ def test_a_small_job_does_not_join_a_shared_gpu_where_that_would_delay_a_reserve
     s2.submit(small("z", 0.5, duration=5))
     assert started(s2, 0.0) == {"z": s2.running["x"].devices}
     assert s2.estimated_starts["W"][0] == 10.0
+
+
+def test_a_long_small_job_waits_for_a_fast_gpu_as_a_whole_job_would():
+    cluster = cluster_from_dict({"name": "t", "nodes": [
+        {"name": "n0", "link": {"bandwidth": "300 GB/s", "latency": "3us"},
+         "devices": [{"name": "a", "kind": "gpu", "model": "A100", "memory": "80GiB"},
+                     {"name": "v", "kind": "gpu", "model": "V100", "memory": "32GiB"}]}]})
+
+    def two_models(jid, fast, share=0.5):
+        whole_demand = Demand(1, (Option("A100", 1, fast, GiB), Option("V100", 1, 2 * fast, GiB)))
+        return Job(jid, "a", 0.0, fractional_demand(whole_demand, share, {"A100": fast * share, "V100": fast * share}))
+
+    s = Scheduler(cluster, tenants_from_dict(["a"]), policy="streammap")
+    s.submit(Job("busy", "a", 0.0, Demand(1, (Option("A100", 1, 10.0, GiB),))))
+    started(s, 0.0)
+    s.submit(two_models("long", 100.0))      # 200 s on the V100 now, or 10 + 100 s on the A100
+    s.submit(two_models("short", 2.0))       # 4 s on the V100 now, or 10 + 2 s on the A100
+    got = started(s, 0.0)
+    assert got == {"short": ("n0/v",)}
+    assert s.estimated_starts["long"] == (10.0, "A100")
