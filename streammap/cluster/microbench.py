@@ -6,19 +6,27 @@ datasheet peaks that discovery reads, every estimate is optimistic by however fa
 stay below the peak, and a task of a few microseconds of work is all overhead; so
 ``streammap discover`` (and ``streammap doctor``) run four short measurements per device and
 record what was *achieved* beside the peak figures, in the cluster file's optional
-``achieved_flops``, ``achieved_other_flops``, ``achieved_fft_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` and
-``call_overhead`` fields, which the cost model prefers when present.
+``achieved_flops``, ``gemm_curve``, ``achieved_other_flops``, ``achieved_fft_flops``,
+``achieved_bandwidth``, ``bandwidth_curve`` and ``call_overhead`` fields, which the cost model
+prefers when present.
 
 What is measured
 ----------------
-``achieved_flops``
-    A square matrix product ``a @ b`` of side :data:`GEMM_SIDE` (``2 n³`` FLOP each). The dtype
+``achieved_flops``, ``gemm_curve``
+    Square matrix products ``a @ b`` at each side of :data:`GEMM_SIDES` (``2 n³`` FLOP each):
+    64, 128, 256 and 512 on the CPU, the sizes of the tiles and batches tasks multiply. The dtype
     is the one the device's peak figure is quoted in: float32 on GPUs (discovery's FP32 peak),
-    float64 on the CPU (its FP64 AVX2 peak). NumPy's BLAS uses all the cores this process may
-    use, as a CPU task of a plan does. The CPU side (256) is the size of the tiles and batches
-    tasks multiply, not a size that reaches the peak: a side of 512 took tens of milliseconds on a
-    loaded 2-core VM, so the budget held two or three runs, and their best was off by up to 10x
-    from one discovery to the next; at 256 the budget holds all :data:`REPEATS`.
+    float64 on the CPU (its FP64 AVX2 peak); the cost model scales the rate for tasks whose
+    clauses prove a narrower element (:func:`streammap.cost.model.compute_rates`). NumPy's BLAS
+    uses all the cores this process may use, as a CPU task of a plan does. ``gemm_curve`` lists
+    ``[side, FLOP/s]`` for every side, made non-decreasing (:func:`monotone_curve`): a small tile
+    multiplies well below a big product's rate, and a larger product that measured slower than a
+    smaller one was disturbed, not slow. ``achieved_flops`` is the curve's rate at
+    :data:`GEMM_SIDE`. The non-decreasing curve is what keeps the figure stable on a loaded
+    machine: on a 2-core VM shared with other jobs the 2-thread product of side 256 measured
+    anywhere between 0.8 and 57 GFLOP/s from one discovery to the next (its threads wait for each
+    other when another process holds a core), while the products of side 64 and 128, a fraction
+    of a millisecond each and run by OpenBLAS on one thread, measured 35-50 in every discovery.
 ``achieved_other_flops``
     The rate of work that is not a matrix product, which tasks of kernels whose compute class is
     ``"other"`` get (:mod:`streammap.directives.kernel_class`): NumPy (or CuPy) runs an FFT, a
@@ -57,7 +65,8 @@ device *can* reach, as STREAM reports it (the least disturbed run on a shared ma
 means a burst of load slows one run of each, not all runs of one). Even so, the CPU GEMM is the
 least stable figure on a loaded 2-core VM: a 2-thread BLAS product of side 256 ran at ~40-60
 GFLOP/s, or at ~1 for spells of a second when another process held one core (its threads wait for
-each other), so two discoveries a minute apart can differ by 50x. The call overhead keeps the
+each other), so two discoveries a minute apart could differ by 50x before the curve's smaller
+sides set its floor (:func:`monotone_curve`). The call overhead keeps the
 median instead: it is a latency every task pays, and its best run is the rare one no other thread
 interrupted. GPU runs are timed between ``synchronize()`` calls. The budget (:data:`BUDGET_S` per device, default) bounds the repeats,
 not a single run: the sizes are chosen so one run takes milliseconds on the slowest device
@@ -84,9 +93,13 @@ import numpy as np
 from streammap.cluster.model import DeviceSpec
 from streammap.optional import import_cupy
 
-#: Side of the square GEMM: 256 on the CPU (34 MFLOP: about a millisecond at tens of GFLOP/s, the
-#: size of a task's tile), 4096 on a GPU (137 GFLOP: a few ms at tens of TFLOP/s).
+#: Side of the square GEMM whose rate is ``achieved_flops``: 256 on the CPU (34 MFLOP: about a
+#: millisecond at tens of GFLOP/s, the size of a task's tile), 4096 on a GPU (137 GFLOP: a few ms
+#: at tens of TFLOP/s).
 GEMM_SIDE = {"cpu": 256, "gpu": 4096}
+#: Sides of the GEMM curve (``gemm_curve``): the sizes of tiles and batches tasks multiply, around
+#: :data:`GEMM_SIDE` (on the CPU the side-512 product takes ~10 ms: a few runs of the budget).
+GEMM_SIDES = {"cpu": (64, 128, 256, 512), "gpu": (1024, 2048, 4096)}
 #: Elements of the "other" mix: 2^16 on the CPU (a task's block: about a millisecond per part),
 #: 2^24 on a GPU (a few ms per part at its rate of such work).
 OTHER_SIZE = {"cpu": 1 << 16, "gpu": 1 << 24}
@@ -124,6 +137,8 @@ class Measured:
     other_flops: float | None = None
     #: FLOP/s of the mix's FFT alone (``5 n log2 n`` per transform; ``None``: not measured).
     fft_flops: float | None = None
+    #: ``((matrix side, FLOP/s), ...)`` of the GEMMs, smallest first, non-decreasing (``flops`` is the rate at :data:`GEMM_SIDE`).
+    gemm_curve: tuple[tuple[float, float], ...] = ()
 
     def describe(self, device: DeviceSpec) -> str:
         """``"cpu: GEMM 41.2 GFLOP/s (50% of the 83.1 peak), copy 23.4 GB/s (117% of the 20 peak) (measured in 0.41 s)"``."""
@@ -168,16 +183,16 @@ def measure_device(device: DeviceSpec, *, budget_s: float = BUDGET_S, cupy=None)
         return Measured(note=f"StreamMAP cannot execute on {device.kind} devices")
     try:
         if gpu is None:
-            got = _measure(xp, _no_sync, side, sizes, dtype, budget_s, other_n)
+            got = _measure(xp, _no_sync, GEMM_SIDES["cpu"], sizes, dtype, budget_s, other_n)
         else:
             with xp.cuda.Device(gpu) as gpu:
-                got = _measure(xp, gpu.synchronize, side, sizes, dtype, budget_s, other_n)
+                got = _measure(xp, gpu.synchronize, GEMM_SIDES["gpu"], sizes, dtype, budget_s, other_n)
     except Exception as exc:          # noqa: BLE001 -- out of memory, a broken driver: a finding, not a crash
         return Measured(note=f"the measurement failed: {type(exc).__name__}: {exc}",
                         seconds=time.perf_counter() - t0)
-    flops, other, fft, curve, overhead = got
-    return Measured(flops=flops, bandwidth=curve[-1][1], seconds=time.perf_counter() - t0, curve=curve,
-                    call_overhead=overhead, other_flops=other, fft_flops=fft)
+    gemm, other, fft, curve, overhead = got
+    return Measured(flops=dict(gemm)[side], bandwidth=curve[-1][1], seconds=time.perf_counter() - t0, curve=curve,
+                    call_overhead=overhead, other_flops=other, fft_flops=fft, gemm_curve=gemm)
 
 
 def calibrate_spec(devices: list[DeviceSpec], *, budget_s: float = BUDGET_S, cupy=None,
@@ -224,6 +239,10 @@ def _achieved(ms: list[Measured]) -> dict:
     ffts = [m.fft_flops for m in ms if m.fft_flops is not None]
     if ffts:
         fields["achieved_fft_flops"] = _sig3(statistics.median(ffts))
+    sides = [n for n, _ in ms[0].gemm_curve]
+    if sides and all([n for n, _ in m.gemm_curve] == sides for m in ms):
+        fields["gemm_curve"] = [(n, _sig3(statistics.median(m.gemm_curve[k][1] for m in ms)))
+                                for k, n in enumerate(sides)]
     return fields
 
 
@@ -233,21 +252,41 @@ def _board(d: DeviceSpec) -> tuple:
 
 # -- the measurements ---------------------------------------------------------------------------------
 
-def _measure(xp: Any, sync: Callable[[], Any], side: int, sizes: tuple[int, ...], dtype, budget_s: float,
-             other_n: int):
-    """``(GEMM FLOP/s, other FLOP/s, FFT FLOP/s, ((working set, bytes/s), ...), call seconds)``: the timed runs of
-    every measurement interleaved within ``budget_s`` (:func:`_best_of_rounds`), then the call
-    overhead (a few milliseconds, outside the budget)."""
-    runs = {"gemm": _gemm(xp, side, dtype)}
+def _measure(xp: Any, sync: Callable[[], Any], sides: tuple[int, ...], sizes: tuple[int, ...], dtype,
+             budget_s: float, other_n: int):
+    """``(((side, GEMM FLOP/s), ...), other FLOP/s, FFT FLOP/s, ((working set, bytes/s), ...), call seconds)``:
+    the timed runs of every measurement interleaved within ``budget_s`` (:func:`_best_of_rounds`),
+    then the call overhead (a few milliseconds, outside the budget)."""
+    runs = {("gemm", n): _gemm(xp, n, dtype) for n in sides}
     runs.update(_other_mix(xp, other_n))
     runs.update((("copy", n), _copy(xp, n)) for n in sizes)
-    rewarm = {"gemm", *(("copy", n) for n in sizes[:-1])}
+    rewarm = {*(("gemm", n) for n in sides), *(("copy", n) for n in sizes[:-1])}
     best = _best_of_rounds(runs, sync, budget_s, rewarm=rewarm)
-    flops = 2.0 * side ** 3 / best["gemm"]
+    gemm = monotone_curve([(n, 2.0 * n ** 3 / best["gemm", n]) for n in sides])
     other = sum(_OTHER_FLOPS[k](other_n) for k in _OTHER_FLOPS) / sum(best[k] for k in _OTHER_FLOPS)
     fft = _OTHER_FLOPS["fft"](other_n) / best["fft"]
     curve = tuple((2.0 * n, 2.0 * n / best["copy", n]) for n in sizes)
-    return flops, other, fft, curve, _call_overhead(xp, sync)
+    return gemm, other, fft, curve, _call_overhead(xp, sync)
+
+
+def monotone_curve(points) -> tuple[tuple[float, float], ...]:
+    """``((side, rate), ...)`` with each rate raised to the best rate of any smaller side (a running maximum).
+
+    A larger product is never slower per FLOP than a smaller one on the same BLAS (it has more
+    work per byte and per thread hand-off), so a larger side that measured slower was disturbed:
+    on a loaded 2-core VM the 2-thread products of side 256 and more ran at ~1 GFLOP/s while one
+    of the threads waited for a core, those of side 64 and 128 (a fraction of a millisecond,
+    single-threaded in OpenBLAS) at ~40-50 in every discovery. The smaller sides' rates are the
+    floor that keeps the curve stable from one discovery to the next.
+
+    >>> monotone_curve([(64, 40e9), (256, 1e9), (512, 60e9)])
+    ((64, 40000000000.0), (256, 40000000000.0), (512, 60000000000.0))
+    """
+    out, top = [], 0.0
+    for side, rate in points:
+        top = max(top, rate)
+        out.append((side, top))
+    return tuple(out)
 
 
 def _gemm(xp, side, dtype):

@@ -51,6 +51,7 @@ OTHER_FLOPS_FRACTION = 0.05
 #: ``compute_class`` values whose ``flops`` run at the "other" rate (see :meth:`Device.rate_for`).
 OTHER_CLASS = "other"
 FFT_CLASS = "fft"
+BLAS_CLASS = "blas"
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
 
@@ -89,6 +90,9 @@ class DeviceSpec(BaseModel):
     # FLOP/s of FFTs (counted 5 n log2 n), the rate of tasks whose compute_class is "fft"; absent:
     # achieved_other_flops (the mix the FFT is part of).
     achieved_fft_flops: Optional[Flops] = Field(default=None, gt=0)
+    # The GEMM's FLOP/s by matrix side ([side, rate] pairs, smallest first; in the dtype of the peak
+    # figure: float64 on CPUs, float32 on GPUs): the rate of a "blas" task read at its own side.
+    gemm_curve: Optional[list[tuple[float, Flops]]] = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _check_curve(self):
@@ -98,6 +102,10 @@ class DeviceSpec(BaseModel):
                              "e.g. [[512KiB, 100 GB/s], [64MiB, 27 GB/s]]")
         if any(r <= 0 for _, r in self.bandwidth_curve or ()):
             raise ValueError("bandwidth_curve: every rate must be positive")
+        sides = [n for n, _ in self.gemm_curve or ()]
+        if any(n <= 0 for n in sides) or sides != sorted(set(sides)) or any(r <= 0 for _, r in self.gemm_curve or ()):
+            raise ValueError("gemm_curve: matrix sides must be positive and increasing and every rate positive, "
+                             "e.g. [[64, 40 GFLOP/s], [256, 60 GFLOP/s]]")
         return self
 
     # Filled in by discovery; the runtime uses ``index`` to find the local GPU.
@@ -180,6 +188,7 @@ class Device:
     call_overhead: float | None = None        # seconds of a minimal kernel call; None: not measured
     achieved_other_flops: float | None = None  # FLOP/s of non-matrix-product work (discovery)
     achieved_fft_flops: float | None = None    # FLOP/s of FFTs (discovery)
+    gemm_curve: tuple[tuple[float, float], ...] = ()   # (matrix side, GEMM FLOP/s), smallest first
 
     @property
     def compute_rate(self) -> float:
@@ -228,6 +237,18 @@ class Device:
         sizes, rates = np.array(self.bandwidth_curve).T
         return np.interp(np.log(np.maximum(ws, 1.0)), np.log(sizes), rates)
 
+    def gemm_rate_at(self, side: np.ndarray) -> np.ndarray:
+        """FLOP/s of matrix products of these sides: the measured GEMM curve, read at each side.
+
+        Interpolated linearly in log(side) between measured sides, the end rates beyond them;
+        without a curve, :attr:`compute_rate` for every side.
+        """
+        s = np.asarray(side, dtype=np.float64)
+        if not self.gemm_curve:
+            return np.full(s.shape, self.compute_rate)
+        sides, rates = np.array(self.gemm_curve).T
+        return np.interp(np.log(np.maximum(s, 1.0)), np.log(sides), rates)
+
     def matches(self, constraint: str | None) -> bool:
         """Whether a kernel's ``device`` clause admits this device.
 
@@ -275,7 +296,8 @@ class Cluster:
                     achieved_flops=d.achieved_flops, achieved_bandwidth=d.achieved_bandwidth,
                     bandwidth_curve=tuple(tuple(p) for p in d.bandwidth_curve or ()),
                     call_overhead=d.call_overhead, achieved_other_flops=d.achieved_other_flops,
-                    achieved_fft_flops=d.achieved_fft_flops))
+                    achieved_fft_flops=d.achieved_fft_flops,
+                    gemm_curve=tuple(tuple(p) for p in d.gemm_curve or ())))
         self.devices: list[Device] = devices
         self.index = {d.id: i for i, d in enumerate(devices)}
 

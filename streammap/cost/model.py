@@ -121,7 +121,7 @@ from typing import Callable, Mapping, Optional
 import networkx as nx
 import numpy as np
 
-from streammap.cluster.model import FFT_CLASS, OTHER_CLASS, Cluster, Device
+from streammap.cluster.model import BLAS_CLASS, FFT_CLASS, OTHER_CLASS, Cluster, Device
 from streammap.errors import StreamMapError
 from streammap.io.bulk import gc_paused
 
@@ -151,6 +151,44 @@ def launch_overhead(device: Device) -> float:
     if device.call_overhead is not None:
         return device.call_overhead
     return LAUNCH_OVERHEAD.get(device.kind, DEFAULT_LAUNCH_OVERHEAD)
+
+
+#: Bytes of one element of the dtype a device's GEMM was measured in (``gemm_curve``,
+#: :mod:`streammap.cluster.microbench`): float64 on a CPU, float32 on every other kind.
+GEMM_ITEMSIZE = {"cpu": 8}
+DEFAULT_GEMM_ITEMSIZE = 4
+
+
+def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, blas: np.ndarray,
+                  other: np.ndarray, fft: np.ndarray) -> np.ndarray:
+    """FLOP/s that each task's ``flops`` run at on each device, shape ``(tasks, devices)``.
+
+    ``blas``, ``other`` and ``fft`` mark the tasks of those compute classes. ``"other"`` and
+    ``"fft"`` tasks get the device's ``other_compute_rate`` and ``fft_compute_rate``, tasks of no
+    class (imported workflows) its ``compute_rate``, as before the classes existed. A ``"blas"``
+    task multiplies matrices and gets the GEMM rate at its own size: its square-equivalent
+    side ``n = (flops / 2) ** (1/3)`` (a product of side n is ``2 n³`` FLOP) read off the
+    device's ``gemm_curve`` (``Device.gemm_rate_at``: small tiles multiply well below a big
+    product's rate, 40 against 80 GFLOP/s at sides 64 and 512 on a 2-core VM).
+
+    The element size counts too: a CPU multiplies float32 at twice the float64 rate it was
+    measured in (twice the lanes per vector instruction). The clauses bound it: a product of
+    ``2 m k n`` FLOP moves at least ``w (mk + kn + mn) >= 3 w n²`` bytes (equality for a square
+    one), so ``w_max = bytes / (3 n²)`` bounds the task's element size from above, and the rate
+    is scaled by ``measured itemsize / w_max``, clipped to ``[1, measured itemsize / 4]``: never
+    slower than the measured dtype, never faster than float32, and only for what the bound
+    proves (a rectangular float32 product is credited less than 2x, a float64 one nothing).
+    GPUs were measured in float32 and are not scaled. A task without ``bytes`` gets the curve's rate.
+    """
+    side = np.cbrt(np.maximum(flops, 1.0) / 2.0)
+    w_max = np.where(nbytes > 0, nbytes / (3.0 * side ** 2), np.inf)
+    cols = []
+    for d in devices:
+        ref = GEMM_ITEMSIZE.get(d.kind, DEFAULT_GEMM_ITEMSIZE)
+        product = d.gemm_rate_at(side) * np.clip(ref / w_max, 1.0, ref / 4.0)
+        rate = np.where(blas, product, d.compute_rate)
+        cols.append(np.where(fft, d.fft_compute_rate, np.where(other, d.other_compute_rate, rate)))
+    return np.stack(cols, axis=1) if cols else np.zeros((flops.size, 0))
 
 
 def _class_time(times: Mapping, model: str | None, kind: str, runtime) -> float:
@@ -334,13 +372,10 @@ class CostModel:
         for j, d in enumerate(devs):
             key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.other_compute_rate, d.fft_compute_rate,
                    d.memory_rate,
-                   d.bandwidth_curve, launch_overhead(d))
+                   d.bandwidth_curve, d.gemm_curve, launch_overhead(d))
             cls_of[j] = keys.setdefault(key, len(keys))
         reps = [devs[int(np.flatnonzero(cls_of == c)[0])] for c in range(len(keys))]
         C = len(reps)
-        c_flops = np.array([d.compute_rate for d in reps])
-        c_other = np.array([d.other_compute_rate for d in reps])
-        c_fft = np.array([d.fft_compute_rate for d in reps])
         c_speed = np.array([d.speed for d in reps])
         c_launch = np.array([launch_overhead(d) for d in reps])
         c_model = [d.model if d.model else d.kind for d in reps]
@@ -352,6 +387,7 @@ class CostModel:
         roof = np.zeros(T, dtype=bool)
         other = np.zeros(T, dtype=bool)        # compute_class "other": flops at the non-GEMM rate
         fft = np.zeros(T, dtype=bool)          # compute_class "fft": flops at the FFT rate
+        blas = np.zeros(T, dtype=bool)         # compute_class "blas": flops at the GEMM rate of their size
         runtime = np.full(T, np.nan)
         allowed_cache: dict[str, np.ndarray] = {}
         allowed_rows: list[tuple[int, np.ndarray]] = []
@@ -387,6 +423,7 @@ class CostModel:
                 roof[i] = True
                 other[i] = a.get("compute_class") == OTHER_CLASS
                 fft[i] = a.get("compute_class") == FFT_CLASS
+                blas[i] = a.get("compute_class") == BLAS_CLASS
                 src[i] = min(src[i], 1)
                 continue
             times = a.get("times")
@@ -410,8 +447,7 @@ class CostModel:
         if roof.any():
             r = np.flatnonzero(roof)
             mbw = np.stack([d.memory_rate_at(self.mem[r]) for d in reps], axis=1)    # (tasks, classes)
-            rate = np.where(other[r, None], c_other[None, :], c_flops[None, :])        # (tasks, classes)
-            rate = np.where(fft[r, None], c_fft[None, :], rate)
+            rate = compute_rates(reps, flops[r], nbytes[r], blas[r], other[r], fft[r])          # (tasks, classes)
             est = np.maximum(flops[r, None] / rate, nbytes[r, None] / mbw) + c_launch[None, :]
             blk = ct[r]
             ct[r] = np.where(np.isnan(blk), est, blk)
