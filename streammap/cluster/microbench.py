@@ -4,7 +4,7 @@ The cost model's first estimates (before any ``streammap profile``) are roofline
 cost per call, ``call_overhead + max(flops / F, bytes / B(working set))``. With F and B the
 datasheet peaks that discovery reads, every estimate is optimistic by however far real kernels
 stay below the peak, and a task of a few microseconds of work is all overhead; so
-``streammap discover`` (and ``streammap doctor``) run four short measurements per device and
+``streammap discover`` (and ``streammap doctor``) run five short measurements per device and
 record what was *achieved* beside the peak figures, in the cluster file's optional
 ``achieved_flops``, ``gemm_curve``, ``achieved_other_flops``, ``achieved_fft_flops``,
 ``achieved_bandwidth``, ``bandwidth_curve`` and ``call_overhead`` fields, which the cost model
@@ -14,7 +14,7 @@ What is measured
 ----------------
 ``achieved_flops``, ``gemm_curve``
     Square matrix products ``a @ b`` at each side of :data:`GEMM_SIDES` (``2 n³`` FLOP each):
-    64, 128, 256 and 512 on the CPU, the sizes of the tiles and batches tasks multiply. The dtype
+    64, 128 and 256 on the CPU, the sizes of the tiles and batches tasks multiply. The dtype
     is the one the device's peak figure is quoted in: float32 on GPUs (discovery's FP32 peak),
     float64 on the CPU (its FP64 AVX2 peak); the cost model scales the rate for tasks whose
     clauses prove a narrower element (:func:`streammap.cost.model.compute_rates`). NumPy's BLAS
@@ -27,6 +27,12 @@ What is measured
     anywhere between 0.8 and 57 GFLOP/s from one discovery to the next (its threads wait for each
     other when another process holds a core), while the products of side 64 and 128, a fraction
     of a millisecond each and run by OpenBLAS on one thread, measured 35-50 in every discovery.
+``factor_curve``
+    A Cholesky factorisation ``linalg.cholesky(a)`` of a symmetric positive definite matrix at
+    the sides of :data:`FACTOR_SIDES` in the same dtype (``n³/3`` FLOP each), non-decreasing the same way: the rate of
+    kernels whose compute class is ``"lapack"`` (factorisations and solvers). At the sides tasks
+    factorise, LAPACK runs far below the product's rate (~4 against ~40 GFLOP/s at side 128 on a
+    2-core EPYC VM), so tiles factorised at the GEMM's rate were estimated 10x too fast.
 ``achieved_other_flops``
     The rate of work that is not a matrix product, which tasks of kernels whose compute class is
     ``"other"`` get (:mod:`streammap.directives.kernel_class`): NumPy (or CuPy) runs an FFT, a
@@ -97,9 +103,13 @@ from streammap.optional import import_cupy
 #: millisecond at tens of GFLOP/s, the size of a task's tile), 4096 on a GPU (137 GFLOP: a few ms
 #: at tens of TFLOP/s).
 GEMM_SIDE = {"cpu": 256, "gpu": 4096}
-#: Sides of the GEMM curve (``gemm_curve``): the sizes of tiles and batches tasks multiply, around
-#: :data:`GEMM_SIDE` (on the CPU the side-512 product takes ~10 ms: a few runs of the budget).
-GEMM_SIDES = {"cpu": (64, 128, 256, 512), "gpu": (1024, 2048, 4096)}
+#: Sides of the GEMM curve (``gemm_curve``): the sizes of tiles and batches tasks multiply, up to
+#: :data:`GEMM_SIDE` (larger products get its rate). Not 512 on the CPU: on a loaded 2-core VM its
+#: 2-thread runs took 0.2-0.5 s each while a thread waited for a core, ate the budget (a discovery
+#: took 5 s) and left BLAS threads spinning that slowed every other measurement of the round.
+GEMM_SIDES = {"cpu": (64, 128, 256), "gpu": (1024, 2048, 4096)}
+#: Sides of the Cholesky curve (``factor_curve``), the same.
+FACTOR_SIDES = GEMM_SIDES
 #: Elements of the "other" mix: 2^16 on the CPU (a task's block: about a millisecond per part),
 #: 2^24 on a GPU (a few ms per part at its rate of such work).
 OTHER_SIZE = {"cpu": 1 << 16, "gpu": 1 << 24}
@@ -115,6 +125,10 @@ CALL_REPEATS = 200
 #: At most this many timed runs per measurement (after the warm-up): on a quiet device they take a few ms
 #: each, and more of them give a shared machine more chances to show its real rate.
 REPEATS = 20
+#: Rounds run whatever the budget: on a loaded machine a few disturbed runs of the larger products
+#: could spend the budget in one or two rounds, and a best of one or two was off by 10-30x (an FFT
+#: at 0.17 GFLOP/s against 4 in the next discovery).
+MIN_ROUNDS = 5
 #: Seconds of timed runs per device, all measurements together (the warm-ups come on top).
 BUDGET_S = 0.3
 #: Device kinds measured with CuPy.
@@ -139,6 +153,8 @@ class Measured:
     fft_flops: float | None = None
     #: ``((matrix side, FLOP/s), ...)`` of the GEMMs, smallest first, non-decreasing (``flops`` is the rate at :data:`GEMM_SIDE`).
     gemm_curve: tuple[tuple[float, float], ...] = ()
+    #: The same for Cholesky factorisations (``n³/3`` FLOP each).
+    factor_curve: tuple[tuple[float, float], ...] = ()
 
     def describe(self, device: DeviceSpec) -> str:
         """``"cpu: GEMM 41.2 GFLOP/s (50% of the 83.1 peak), copy 23.4 GB/s (117% of the 20 peak) (measured in 0.41 s)"``."""
@@ -149,6 +165,8 @@ class Measured:
             text += f"other {_share(self.other_flops, None, _FLOP_UNITS)} ({self.other_flops / self.flops:.1%} of GEMM), "
         if self.fft_flops is not None:
             text += f"FFT {_share(self.fft_flops, None, _FLOP_UNITS)}, "
+        if self.factor_curve:
+            text += f"Cholesky {_share(self.factor_curve[-1][1], None, _FLOP_UNITS)} (side {self.factor_curve[-1][0]:g}), "
         text += f"copy {_share(self.bandwidth, device.mem_bandwidth, _RATE_UNITS)}"
         if len(self.curve) > 1:
             text += " (in cache: " + ", ".join(f"{_size(n)} {_share(r, None, _RATE_UNITS)}"
@@ -183,16 +201,14 @@ def measure_device(device: DeviceSpec, *, budget_s: float = BUDGET_S, cupy=None)
         return Measured(note=f"StreamMAP cannot execute on {device.kind} devices")
     try:
         if gpu is None:
-            got = _measure(xp, _no_sync, GEMM_SIDES["cpu"], sizes, dtype, budget_s, other_n)
+            got = _measure(xp, _no_sync, "cpu", sizes, dtype, budget_s, other_n)
         else:
             with xp.cuda.Device(gpu) as gpu:
-                got = _measure(xp, gpu.synchronize, GEMM_SIDES["gpu"], sizes, dtype, budget_s, other_n)
+                got = _measure(xp, gpu.synchronize, "gpu", sizes, dtype, budget_s, other_n)
     except Exception as exc:          # noqa: BLE001 -- out of memory, a broken driver: a finding, not a crash
         return Measured(note=f"the measurement failed: {type(exc).__name__}: {exc}",
                         seconds=time.perf_counter() - t0)
-    gemm, other, fft, curve, overhead = got
-    return Measured(flops=dict(gemm)[side], bandwidth=curve[-1][1], seconds=time.perf_counter() - t0, curve=curve,
-                    call_overhead=overhead, other_flops=other, fft_flops=fft, gemm_curve=gemm)
+    return Measured(flops=dict(got["gemm_curve"])[side], seconds=time.perf_counter() - t0, **got)
 
 
 def calibrate_spec(devices: list[DeviceSpec], *, budget_s: float = BUDGET_S, cupy=None,
@@ -239,10 +255,11 @@ def _achieved(ms: list[Measured]) -> dict:
     ffts = [m.fft_flops for m in ms if m.fft_flops is not None]
     if ffts:
         fields["achieved_fft_flops"] = _sig3(statistics.median(ffts))
-    sides = [n for n, _ in ms[0].gemm_curve]
-    if sides and all([n for n, _ in m.gemm_curve] == sides for m in ms):
-        fields["gemm_curve"] = [(n, _sig3(statistics.median(m.gemm_curve[k][1] for m in ms)))
-                                for k, n in enumerate(sides)]
+    for key in ("gemm_curve", "factor_curve"):
+        sides = [n for n, _ in getattr(ms[0], key)]
+        if sides and all([n for n, _ in getattr(m, key)] == sides for m in ms):
+            fields[key] = [(n, _sig3(statistics.median(getattr(m, key)[k][1] for m in ms)))
+                           for k, n in enumerate(sides)]
     return fields
 
 
@@ -252,21 +269,24 @@ def _board(d: DeviceSpec) -> tuple:
 
 # -- the measurements ---------------------------------------------------------------------------------
 
-def _measure(xp: Any, sync: Callable[[], Any], sides: tuple[int, ...], sizes: tuple[int, ...], dtype,
-             budget_s: float, other_n: int):
-    """``(((side, GEMM FLOP/s), ...), other FLOP/s, FFT FLOP/s, ((working set, bytes/s), ...), call seconds)``:
-    the timed runs of every measurement interleaved within ``budget_s`` (:func:`_best_of_rounds`),
-    then the call overhead (a few milliseconds, outside the budget)."""
+def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...], dtype,
+             budget_s: float, other_n: int) -> dict:
+    """The :class:`Measured` fields of one device: the timed runs of every measurement interleaved
+    within ``budget_s`` (:func:`_best_of_rounds`), then the call overhead (a few milliseconds,
+    outside the budget). ``kind`` (``"cpu"`` or ``"gpu"``) chooses the matrix sides."""
+    sides, factor_sides = GEMM_SIDES[kind], FACTOR_SIDES[kind]
     runs = {("gemm", n): _gemm(xp, n, dtype) for n in sides}
+    runs.update((("factor", n), _cholesky(xp, n, dtype)) for n in factor_sides)
     runs.update(_other_mix(xp, other_n))
     runs.update((("copy", n), _copy(xp, n)) for n in sizes)
-    rewarm = {*(("gemm", n) for n in sides), *(("copy", n) for n in sizes[:-1])}
+    rewarm = {*(("gemm", n) for n in sides), *(("factor", n) for n in factor_sides), *(("copy", n) for n in sizes[:-1])}
     best = _best_of_rounds(runs, sync, budget_s, rewarm=rewarm)
-    gemm = monotone_curve([(n, 2.0 * n ** 3 / best["gemm", n]) for n in sides])
-    other = sum(_OTHER_FLOPS[k](other_n) for k in _OTHER_FLOPS) / sum(best[k] for k in _OTHER_FLOPS)
-    fft = _OTHER_FLOPS["fft"](other_n) / best["fft"]
     curve = tuple((2.0 * n, 2.0 * n / best["copy", n]) for n in sizes)
-    return gemm, other, fft, curve, _call_overhead(xp, sync)
+    return {"gemm_curve": monotone_curve([(n, 2.0 * n ** 3 / best["gemm", n]) for n in sides]),
+            "factor_curve": monotone_curve([(n, n ** 3 / 3.0 / best["factor", n]) for n in factor_sides]),
+            "other_flops": sum(_OTHER_FLOPS[k](other_n) for k in _OTHER_FLOPS) / sum(best[k] for k in _OTHER_FLOPS),
+            "fft_flops": _OTHER_FLOPS["fft"](other_n) / best["fft"],
+            "curve": curve, "bandwidth": curve[-1][1], "call_overhead": _call_overhead(xp, sync)}
 
 
 def monotone_curve(points) -> tuple[tuple[float, float], ...]:
@@ -293,6 +313,12 @@ def _gemm(xp, side, dtype):
     a = xp.ones((side, side), dtype=dtype)
     b = xp.ones((side, side), dtype=dtype)
     return lambda: a @ b
+
+
+def _cholesky(xp, side, dtype):
+    """The Cholesky factorisation of a symmetric positive definite matrix of ``side`` (``n³/3`` FLOP)."""
+    a = xp.ones((side, side), dtype=dtype) + side * xp.eye(side, dtype=dtype)
+    return lambda: xp.linalg.cholesky(a)
 
 
 #: FLOP of each part of the "other" mix for n elements, counted as the README counts ``flops``
@@ -344,7 +370,7 @@ def _best_of_rounds(runs: dict, sync: Callable[[], Any], budget_s: float, rewarm
     """Seconds of the fastest timed run of each of ``runs``, after one warm-up run each.
 
     The runs take turns, one timed run of each per round, for up to :data:`REPEATS` rounds, until
-    the time they took passes ``budget_s`` (one round at least): a burst of load from another
+    the time they took passes ``budget_s`` (:data:`MIN_ROUNDS` rounds at least): a burst of load from another
     process then slows one run of every measurement, not every run of one of them, and each
     keeps its least disturbed run. The runs named in ``rewarm`` run once more, untimed, just
     before each timed run: the copies meant to stay in cache, whose arrays the other runs of the
@@ -357,7 +383,7 @@ def _best_of_rounds(runs: dict, sync: Callable[[], Any], budget_s: float, rewarm
         sync()
     best = dict.fromkeys(runs, math.inf)
     spent, k = 0.0, 0
-    while k < REPEATS and (k == 0 or spent < budget_s):
+    while k < REPEATS and (k < MIN_ROUNDS or spent < budget_s):
         for key, run in runs.items():
             if key in rewarm:
                 run()

@@ -121,7 +121,7 @@ from typing import Callable, Mapping, Optional
 import networkx as nx
 import numpy as np
 
-from streammap.cluster.model import BLAS_CLASS, FFT_CLASS, OTHER_CLASS, Cluster, Device
+from streammap.cluster.model import BLAS_CLASS, FFT_CLASS, LAPACK_CLASS, OTHER_CLASS, Cluster, Device
 from streammap.errors import StreamMapError
 from streammap.io.bulk import gc_paused
 
@@ -160,7 +160,7 @@ DEFAULT_GEMM_ITEMSIZE = 4
 
 
 def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, blas: np.ndarray,
-                  other: np.ndarray, fft: np.ndarray) -> np.ndarray:
+                  other: np.ndarray, fft: np.ndarray, lapack: np.ndarray) -> np.ndarray:
     """FLOP/s that each task's ``flops`` run at on each device, shape ``(tasks, devices)``.
 
     ``blas``, ``other`` and ``fft`` mark the tasks of those compute classes. ``"other"`` and
@@ -179,6 +179,10 @@ def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, 
     slower than the measured dtype, never faster than float32, and only for what the bound
     proves (a rectangular float32 product is credited less than 2x, a float64 one nothing).
     GPUs were measured in float32 and are not scaled. A task without ``bytes`` gets the curve's rate.
+
+    A ``"lapack"`` task (a factorisation or solver) gets the rate of the device's Cholesky curve
+    (``Device.factor_rate_at``) at the side of a factorisation of its ``flops``:
+    ``n = (3 flops) ** (1/3)`` (``n³/3`` FLOP each).
     """
     side = np.cbrt(np.maximum(flops, 1.0) / 2.0)
     w_max = np.where(nbytes > 0, nbytes / (3.0 * side ** 2), np.inf)
@@ -187,6 +191,7 @@ def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, 
         ref = GEMM_ITEMSIZE.get(d.kind, DEFAULT_GEMM_ITEMSIZE)
         product = d.gemm_rate_at(side) * np.clip(ref / w_max, 1.0, ref / 4.0)
         rate = np.where(blas, product, d.compute_rate)
+        rate = np.where(lapack, d.factor_rate_at(np.cbrt(3.0 * np.maximum(flops, 1.0))), rate)
         cols.append(np.where(fft, d.fft_compute_rate, np.where(other, d.other_compute_rate, rate)))
     return np.stack(cols, axis=1) if cols else np.zeros((flops.size, 0))
 
@@ -372,7 +377,8 @@ class CostModel:
         for j, d in enumerate(devs):
             key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.other_compute_rate, d.fft_compute_rate,
                    d.memory_rate,
-                   d.bandwidth_curve, d.gemm_curve, launch_overhead(d))
+                   d.bandwidth_curve, d.gemm_curve, d.factor_curve,
+                   launch_overhead(d))
             cls_of[j] = keys.setdefault(key, len(keys))
         reps = [devs[int(np.flatnonzero(cls_of == c)[0])] for c in range(len(keys))]
         C = len(reps)
@@ -388,6 +394,7 @@ class CostModel:
         other = np.zeros(T, dtype=bool)        # compute_class "other": flops at the non-GEMM rate
         fft = np.zeros(T, dtype=bool)          # compute_class "fft": flops at the FFT rate
         blas = np.zeros(T, dtype=bool)         # compute_class "blas": flops at the GEMM rate of their size
+        lapack = np.zeros(T, dtype=bool)       # compute_class "lapack": at the factorisation rate of their size
         runtime = np.full(T, np.nan)
         allowed_cache: dict[str, np.ndarray] = {}
         allowed_rows: list[tuple[int, np.ndarray]] = []
@@ -424,6 +431,7 @@ class CostModel:
                 other[i] = a.get("compute_class") == OTHER_CLASS
                 fft[i] = a.get("compute_class") == FFT_CLASS
                 blas[i] = a.get("compute_class") == BLAS_CLASS
+                lapack[i] = a.get("compute_class") == LAPACK_CLASS
                 src[i] = min(src[i], 1)
                 continue
             times = a.get("times")
@@ -447,7 +455,7 @@ class CostModel:
         if roof.any():
             r = np.flatnonzero(roof)
             mbw = np.stack([d.memory_rate_at(self.mem[r]) for d in reps], axis=1)    # (tasks, classes)
-            rate = compute_rates(reps, flops[r], nbytes[r], blas[r], other[r], fft[r])          # (tasks, classes)
+            rate = compute_rates(reps, flops[r], nbytes[r], blas[r], other[r], fft[r], lapack[r])          # (tasks, classes)
             est = np.maximum(flops[r, None] / rate, nbytes[r, None] / mbw) + c_launch[None, :]
             blk = ct[r]
             ct[r] = np.where(np.isnan(blk), est, blk)
