@@ -25,7 +25,8 @@ cluster files of this machine: the peak figures alone (``streammap discover --no
 round 1's calibration (the side-256 GEMM rate for every task, the copy's bandwidth curve and the
 call overhead); round 2's (besides, the "other" and FFT rates for kernels of those compute
 classes); and the whole calibration ("new": besides, every matrix product at the rate of the GEMM
-curve at its own side and element size). The first two give every task the GEMM rate, as the cost
+curve at its own side and element size, and every factorisation or solver at the rate of the
+Cholesky curve at its side). The first two give every task the GEMM rate, as the cost
 model did before kernels had compute classes. Each sample is compiled without history against
 each, and every task's estimate compared with its measured time: the task's *minimum* over
 ``--runs`` runs after a warm-up (on a shared, loaded machine every disturbance only adds time, so
@@ -136,8 +137,10 @@ def first_estimate(args) -> int:
     for d in calibrated.devices:
         curve = ", ".join(f"{n / 2**20:.3g} MiB {r / 1e9:.3g}" for n, r in d.bandwidth_curve)
         gemm = ", ".join(f"{n:g} {r / 1e9:.3g}" for n, r in d.gemm_curve)
+        factor = ", ".join(f"{n:g} {r / 1e9:.3g}" for n, r in d.factor_curve)
         print(f"device {d.id} ({d.model or d.kind}): peak {d.flops / 1e9:.4g} GFLOP/s, {d.mem_bandwidth / 1e9:.4g} GB/s; "
               f"achieved GEMM {_g(d.achieved_flops)} GFLOP/s" + (f" (by side: {gemm})" if gemm else "")
+              + (f", Cholesky by side: {factor}" if factor else "")
               + f", other {_g(d.achieved_other_flops)} GFLOP/s, FFT {_g(d.achieved_fft_flops)} GFLOP/s, "
               f"{_g(d.achieved_bandwidth)} GB/s" + (f" (by working set: {curve} GB/s)" if curve else "")
               + (f", call {d.call_overhead * 1e6:.3g} us" if d.call_overhead is not None else ""))
