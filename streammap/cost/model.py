@@ -53,8 +53,11 @@ In this order of preference (``design.md``, section *The cost model*):
    *achieved* in discovery's micro-benchmarks (``achieved_flops``: a GEMM, ``achieved_bandwidth``:
    a streaming copy; :mod:`streammap.cluster.microbench`) when the cluster file records them, else
    its peak ``flops`` and ``mem_bandwidth`` (``Device.compute_rate``, ``Device.memory_rate``).
-   F depends on the task's ``compute_class`` (:mod:`streammap.directives.kernel_class`): a kernel
-   that multiplies matrices (``"blas"``) gets the GEMM's rate, a kernel that calls an FFT
+   F depends on the task's ``compute_class`` (:mod:`streammap.directives.kernel_class`) and is
+   picked by :func:`compute_rates`: a kernel that multiplies matrices (``"blas"``) gets the GEMM's
+   rate at the task's own matrix side (the measured ``gemm_curve``; on a CPU up to twice that for
+   float32, as far as the task's ``bytes`` prove it), one that factorises or solves
+   (``"lapack"``) the Cholesky curve's (``factor_curve``) at its side, a kernel that calls an FFT
    (``"fft"``) the device's ``achieved_fft_flops`` (else its other rate), any other (``"other"``:
    elementwise and random work, which NumPy runs at a few percent of the GEMM's rate) the device's
    ``achieved_other_flops``, else a fixed fraction of the GEMM rate (``Device.rate_for``); a task
