@@ -20,13 +20,13 @@ after one profile run), and where the second plan's estimates came from.
 and two above the compiled size), so that every estimate comes from the history's regression
 over sizes rather than from an exact match.
 
-``--first-estimate`` measures the estimates a user gets *before* any profile, against five
+``--first-estimate`` measures the estimates a user gets *before* any profile, against four
 cluster files of this machine: the peak figures alone (``streammap discover --no-calibrate``);
-the achieved GEMM FLOP/s and copy bandwidth alone ("rates"); round 1's calibration (the rates,
-the copy's bandwidth curve and the call overhead, one compute rate for every task); the whole
-calibration ("new": besides, the "other" rate for kernels that multiply no matrices); and the
-same without the bandwidth curve ("new, DRAM": every working set at the largest copy's rate).
-The first three give every task the GEMM rate (``achieved_other_flops`` set to it), as the cost
+round 1's calibration (the side-256 GEMM rate for every task, the copy's bandwidth curve and the
+call overhead); round 2's (besides, the "other" and FFT rates for kernels of those compute
+classes); and the whole calibration ("new": besides, every matrix product at the rate of the GEMM
+curve at its own side and element size, and every factorisation or solver at the rate of the
+Cholesky curve at its side). The first two give every task the GEMM rate, as the cost
 model did before kernels had compute classes. Each sample is compiled without history against
 each, and every task's estimate compared with its measured time: the task's *minimum* over
 ``--runs`` runs after a warm-up (on a shared, loaded machine every disturbance only adds time, so
@@ -132,12 +132,16 @@ def first_estimate(args) -> int:
     found = discover()
     calibrated = local_cluster(args.all_devices, calibrated=True, found=found)
     peak = local_cluster(args.all_devices, found=found)
-    clusters = {"peak": one_rate(peak), "rates": one_rate(rates_only(calibrated)),
-                "round 1": one_rate(calibrated), "new": calibrated, "new, DRAM": dram_only(calibrated)}
+    clusters = {"peak": one_rate(peak), "round 1": one_rate(calibrated), "round 2": no_gemm_curve(calibrated),
+                "new": calibrated}
     for d in calibrated.devices:
         curve = ", ".join(f"{n / 2**20:.3g} MiB {r / 1e9:.3g}" for n, r in d.bandwidth_curve)
+        gemm = ", ".join(f"{n:g} {r / 1e9:.3g}" for n, r in d.gemm_curve)
+        factor = ", ".join(f"{n:g} {r / 1e9:.3g}" for n, r in d.factor_curve)
         print(f"device {d.id} ({d.model or d.kind}): peak {d.flops / 1e9:.4g} GFLOP/s, {d.mem_bandwidth / 1e9:.4g} GB/s; "
-              f"achieved GEMM {_g(d.achieved_flops)} GFLOP/s, other {_g(d.achieved_other_flops)} GFLOP/s, "
+              f"achieved GEMM {_g(d.achieved_flops)} GFLOP/s" + (f" (by side: {gemm})" if gemm else "")
+              + (f", Cholesky by side: {factor}" if factor else "")
+              + f", other {_g(d.achieved_other_flops)} GFLOP/s, FFT {_g(d.achieved_fft_flops)} GFLOP/s, "
               f"{_g(d.achieved_bandwidth)} GB/s" + (f" (by working set: {curve} GB/s)" if curve else "")
               + (f", call {d.call_overhead * 1e6:.3g} us" if d.call_overhead is not None else ""))
     print(f"target: median per-task max(measured/estimate, estimate/measured) <= {FIRST_TARGET:g} before any profile; "
@@ -174,19 +178,17 @@ def min_ratios(plan, runs: int, seen: dict) -> list[float]:
 
 
 def one_rate(cluster: Cluster) -> Cluster:
-    """``cluster`` with every task's ``flops`` at the GEMM rate (``achieved_other_flops`` = ``achieved_flops``,
-    or the peak): the cost model before kernels had compute classes."""
-    return _with_devices(cluster, lambda d: {"achieved_other_flops": d.achieved_flops or d.flops})
+    """``cluster`` with every task's ``flops`` at the side-256 GEMM rate (``achieved_other_flops`` and
+    ``achieved_fft_flops`` = ``achieved_flops``, or the peak; no GEMM curve): the cost model before
+    kernels had compute classes."""
+    return _with_devices(cluster, lambda d: {"achieved_other_flops": d.achieved_flops or d.flops,
+                                             "achieved_fft_flops": d.achieved_flops or d.flops, "gemm_curve": None})
 
 
-def dram_only(cluster: Cluster) -> Cluster:
-    """``cluster`` without the bandwidth curves: every working set gets the largest copy's (DRAM) rate."""
-    return _with_devices(cluster, lambda d: {"bandwidth_curve": None})
-
-
-def rates_only(cluster: Cluster) -> Cluster:
-    """``cluster`` without the bandwidth curves and call overheads (a file of an earlier calibration)."""
-    return _with_devices(cluster, lambda d: {"bandwidth_curve": None, "call_overhead": None})
+def no_gemm_curve(cluster: Cluster) -> Cluster:
+    """``cluster`` without the GEMM curves: every product at the side-256 GEMM's rate, whatever its
+    size and element type (a file calibrated before the curve existed)."""
+    return _with_devices(cluster, lambda d: {"gemm_curve": None})
 
 
 def _with_devices(cluster: Cluster, update) -> Cluster:

@@ -32,8 +32,9 @@ Node attributes (one node per task; the node key is the task id)
 ``timeout``   seconds a call may run before it is abandoned and counts as failed (``float``), or
               ``None`` (default: no limit).
 ``compute_class`` what kind of arithmetic the kernel does, for the rate its ``flops`` run at:
-              ``"blas"`` (its body calls a matrix product: ``@``, ``matmul``, ``linalg.*``, ...),
-              ``"other"`` (elementwise work, FFTs, reductions, random numbers), or ``None``
+              ``"lapack"`` (its body calls a factorisation or solver: ``cholesky``, ``solve``, ``linalg.*``),
+              ``"blas"`` (a matrix product: ``@``, ``matmul``, ``einsum``, ...), ``"fft"`` (an FFT),
+              ``"other"`` (elementwise work, reductions, random numbers), or ``None``
               (unknown: imported workflows; the cost model uses the matrix-product rate, as it did
               before the classes existed). Set by :mod:`streammap.directives.kernel_class`.
 ``runtime``   reference runtime in seconds on a speed-1.0 device (imported), or ``None``.

@@ -67,8 +67,9 @@ frequency in ``/sys``, else "cpu MHz", else 2.5 GHz; ``mem_bandwidth`` = 20 GB/s
 
 Calibration (``streammap discover`` without ``--no-calibrate``; :func:`calibrate`): the figures
 above are peaks, read or derived; :func:`calibrate` adds what each device *achieved* in two short
-micro-benchmarks, ``achieved_flops``, ``achieved_bandwidth`` with its ``bandwidth_curve`` by working-set
-size, and ``call_overhead`` (:mod:`streammap.cluster.microbench`), which the cost model prefers. :func:`discover` itself never measures (``--cluster local`` at
+micro-benchmarks, ``achieved_flops`` with its ``gemm_curve`` by matrix side, a Cholesky factorisation's
+``factor_curve``, ``achieved_bandwidth`` with
+its ``bandwidth_curve`` by working-set size, and ``call_overhead`` (:mod:`streammap.cluster.microbench`), which the cost model prefers. :func:`discover` itself never measures (``--cluster local`` at
 compile time stays fast and deterministic).
 """
 
@@ -211,8 +212,8 @@ def discover(node_name: str | None = None, cluster_name: str = "local",
 
 
 def calibrate(found: Discovery, *, budget_s: float | None = None, cupy=None, measure=None) -> Discovery:
-    """``found`` with every device of every node measured once (``achieved_flops``, ``achieved_bandwidth``,
-    ``bandwidth_curve``, ``call_overhead``).
+    """``found`` with every device of every node measured once (``achieved_flops``, ``gemm_curve``, ``factor_curve``,
+    ``achieved_bandwidth``, ``bandwidth_curve``, ``call_overhead``).
 
     The micro-benchmarks of :mod:`streammap.cluster.microbench` (a GEMM and a streaming copy, CuPy
     on GPUs, NumPy on the CPU) run on this machine, so only a discovery of this machine is
@@ -696,6 +697,9 @@ def _readable(spec: ClusterSpec) -> dict:
                     d[key] = _sig4(d[key], units)
             if "bandwidth_curve" in d:
                 d["bandwidth_curve"] = [[_readable_size(n), _sig4(r, _RATE_UNITS)] for n, r in d["bandwidth_curve"]]
+            for key in ("gemm_curve", "factor_curve"):
+                if key in d:
+                    d[key] = [[int(n), _sig4(r, _FLOP_UNITS)] for n, r in d[key]]
             if "call_overhead" in d:
                 d["call_overhead"] = _time_text(d["call_overhead"])
             if d.get("speed") == 1.0:

@@ -4,21 +4,35 @@ The cost model's first estimates (before any ``streammap profile``) are roofline
 cost per call, ``call_overhead + max(flops / F, bytes / B(working set))``. With F and B the
 datasheet peaks that discovery reads, every estimate is optimistic by however far real kernels
 stay below the peak, and a task of a few microseconds of work is all overhead; so
-``streammap discover`` (and ``streammap doctor``) run four short measurements per device and
+``streammap discover`` (and ``streammap doctor``) run five short measurements per device and
 record what was *achieved* beside the peak figures, in the cluster file's optional
-``achieved_flops``, ``achieved_other_flops``, ``achieved_fft_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` and
-``call_overhead`` fields, which the cost model prefers when present.
+``achieved_flops``, ``gemm_curve``, ``achieved_other_flops``, ``achieved_fft_flops``,
+``achieved_bandwidth``, ``bandwidth_curve`` and ``call_overhead`` fields, which the cost model
+prefers when present.
 
 What is measured
 ----------------
-``achieved_flops``
-    A square matrix product ``a @ b`` of side :data:`GEMM_SIDE` (``2 n³`` FLOP each). The dtype
+``achieved_flops``, ``gemm_curve``
+    Square matrix products ``a @ b`` at each side of :data:`GEMM_SIDES` (``2 n³`` FLOP each):
+    64, 128 and 256 on the CPU, the sizes of the tiles and batches tasks multiply. The dtype
     is the one the device's peak figure is quoted in: float32 on GPUs (discovery's FP32 peak),
-    float64 on the CPU (its FP64 AVX2 peak). NumPy's BLAS uses all the cores this process may
-    use, as a CPU task of a plan does. The CPU side (256) is the size of the tiles and batches
-    tasks multiply, not a size that reaches the peak: a side of 512 took tens of milliseconds on a
-    loaded 2-core VM, so the budget held two or three runs, and their best was off by up to 10x
-    from one discovery to the next; at 256 the budget holds all :data:`REPEATS`.
+    float64 on the CPU (its FP64 AVX2 peak); the cost model scales the rate for tasks whose
+    clauses prove a narrower element (:func:`streammap.cost.model.compute_rates`). NumPy's BLAS
+    uses all the cores this process may use, as a CPU task of a plan does. ``gemm_curve`` lists
+    ``[side, FLOP/s]`` for every side, made non-decreasing (:func:`monotone_curve`): a small tile
+    multiplies well below a big product's rate, and a larger product that measured slower than a
+    smaller one was disturbed, not slow. ``achieved_flops`` is the curve's rate at
+    :data:`GEMM_SIDE`. The non-decreasing curve is what keeps the figure stable on a loaded
+    machine: on a 2-core VM shared with other jobs the 2-thread product of side 256 measured
+    anywhere between 0.8 and 57 GFLOP/s from one discovery to the next (its threads wait for each
+    other when another process holds a core), while the products of side 64 and 128, a fraction
+    of a millisecond each and run by OpenBLAS on one thread, measured 35-50 in every discovery.
+``factor_curve``
+    A Cholesky factorisation ``linalg.cholesky(a)`` of a symmetric positive definite matrix at
+    the sides of :data:`FACTOR_SIDES` in the same dtype (``n³/3`` FLOP each), non-decreasing the same way: the rate of
+    kernels whose compute class is ``"lapack"`` (factorisations and solvers). At the sides tasks
+    factorise, LAPACK runs far below the product's rate (~4 against ~40 GFLOP/s at side 128 on a
+    2-core EPYC VM), so tiles factorised at the GEMM's rate were estimated 10x too fast.
 ``achieved_other_flops``
     The rate of work that is not a matrix product, which tasks of kernels whose compute class is
     ``"other"`` get (:mod:`streammap.directives.kernel_class`): NumPy (or CuPy) runs an FFT, a
@@ -29,9 +43,13 @@ What is measured
     an elementwise function, transcendental or not, one per random number, ``5 n log2 n`` per
     FFT); the rate is their FLOP over the sum of their best times.
 ``achieved_fft_flops``
-    The FFT of that mix alone (``5 n log2 n`` FLOP over its best time): the rate of kernels whose
+    The FFTs kernels call, alone: the complex FFT of that mix (``5 n log2 n`` FLOP) and a real
+    pair ``irfft(rfft(x))`` of as many float64s (``2.5 n log2 n`` each, as the README counts a
+    real transform), their FLOP over the sum of their best times: the rate of kernels whose
     compute class is ``"fft"``. An FFT runs several times faster per counted FLOP than ``sin`` or
-    a random generator, so FFT-heavy kernels at the mix's rate were over-estimated 3-4x.
+    a random generator, so FFT-heavy kernels at the mix's rate were over-estimated 3-4x; and a
+    real pair ran 1-1.7x faster per counted FLOP than the complex transform, so filters built on
+    real transforms at the complex one's rate were over-estimated up to 2x.
 ``achieved_bandwidth``, ``bandwidth_curve``
     A streaming copy ``dst[...] = src`` at each size of :data:`COPY_SIZES` (GPU:
     :data:`GPU_COPY_SIZES`); it reads and writes each byte once, so the rate is
@@ -57,7 +75,8 @@ device *can* reach, as STREAM reports it (the least disturbed run on a shared ma
 means a burst of load slows one run of each, not all runs of one). Even so, the CPU GEMM is the
 least stable figure on a loaded 2-core VM: a 2-thread BLAS product of side 256 ran at ~40-60
 GFLOP/s, or at ~1 for spells of a second when another process held one core (its threads wait for
-each other), so two discoveries a minute apart can differ by 50x. The call overhead keeps the
+each other), so two discoveries a minute apart could differ by 50x before the curve's smaller
+sides set its floor (:func:`monotone_curve`). The call overhead keeps the
 median instead: it is a latency every task pays, and its best run is the rare one no other thread
 interrupted. GPU runs are timed between ``synchronize()`` calls. The budget (:data:`BUDGET_S` per device, default) bounds the repeats,
 not a single run: the sizes are chosen so one run takes milliseconds on the slowest device
@@ -84,9 +103,17 @@ import numpy as np
 from streammap.cluster.model import DeviceSpec
 from streammap.optional import import_cupy
 
-#: Side of the square GEMM: 256 on the CPU (34 MFLOP: about a millisecond at tens of GFLOP/s, the
-#: size of a task's tile), 4096 on a GPU (137 GFLOP: a few ms at tens of TFLOP/s).
+#: Side of the square GEMM whose rate is ``achieved_flops``: 256 on the CPU (34 MFLOP: about a
+#: millisecond at tens of GFLOP/s, the size of a task's tile), 4096 on a GPU (137 GFLOP: a few ms
+#: at tens of TFLOP/s).
 GEMM_SIDE = {"cpu": 256, "gpu": 4096}
+#: Sides of the GEMM curve (``gemm_curve``): the sizes of tiles and batches tasks multiply, up to
+#: :data:`GEMM_SIDE` (larger products get its rate). Not 512 on the CPU: on a loaded 2-core VM its
+#: 2-thread runs took 0.2-0.5 s each while a thread waited for a core, ate the budget (a discovery
+#: took 5 s) and left BLAS threads spinning that slowed every other measurement of the round.
+GEMM_SIDES = {"cpu": (64, 128, 256), "gpu": (1024, 2048, 4096)}
+#: Sides of the Cholesky curve (``factor_curve``), the same.
+FACTOR_SIDES = GEMM_SIDES
 #: Elements of the "other" mix: 2^16 on the CPU (a task's block: about a millisecond per part),
 #: 2^24 on a GPU (a few ms per part at its rate of such work).
 OTHER_SIZE = {"cpu": 1 << 16, "gpu": 1 << 24}
@@ -102,6 +129,10 @@ CALL_REPEATS = 200
 #: At most this many timed runs per measurement (after the warm-up): on a quiet device they take a few ms
 #: each, and more of them give a shared machine more chances to show its real rate.
 REPEATS = 20
+#: Rounds run whatever the budget: on a loaded machine a few disturbed runs of the larger products
+#: could spend the budget in one or two rounds, and a best of one or two was off by 10-30x (an FFT
+#: at 0.17 GFLOP/s against 4 in the next discovery).
+MIN_ROUNDS = 5
 #: Seconds of timed runs per device, all measurements together (the warm-ups come on top).
 BUDGET_S = 0.3
 #: Device kinds measured with CuPy.
@@ -124,6 +155,10 @@ class Measured:
     other_flops: float | None = None
     #: FLOP/s of the mix's FFT alone (``5 n log2 n`` per transform; ``None``: not measured).
     fft_flops: float | None = None
+    #: ``((matrix side, FLOP/s), ...)`` of the GEMMs, smallest first, non-decreasing (``flops`` is the rate at :data:`GEMM_SIDE`).
+    gemm_curve: tuple[tuple[float, float], ...] = ()
+    #: The same for Cholesky factorisations (``n³/3`` FLOP each).
+    factor_curve: tuple[tuple[float, float], ...] = ()
 
     def describe(self, device: DeviceSpec) -> str:
         """``"cpu: GEMM 41.2 GFLOP/s (50% of the 83.1 peak), copy 23.4 GB/s (117% of the 20 peak) (measured in 0.41 s)"``."""
@@ -134,6 +169,8 @@ class Measured:
             text += f"other {_share(self.other_flops, None, _FLOP_UNITS)} ({self.other_flops / self.flops:.1%} of GEMM), "
         if self.fft_flops is not None:
             text += f"FFT {_share(self.fft_flops, None, _FLOP_UNITS)}, "
+        if self.factor_curve:
+            text += f"Cholesky {_share(self.factor_curve[-1][1], None, _FLOP_UNITS)} (side {self.factor_curve[-1][0]:g}), "
         text += f"copy {_share(self.bandwidth, device.mem_bandwidth, _RATE_UNITS)}"
         if len(self.curve) > 1:
             text += " (in cache: " + ", ".join(f"{_size(n)} {_share(r, None, _RATE_UNITS)}"
@@ -168,16 +205,14 @@ def measure_device(device: DeviceSpec, *, budget_s: float = BUDGET_S, cupy=None)
         return Measured(note=f"StreamMAP cannot execute on {device.kind} devices")
     try:
         if gpu is None:
-            got = _measure(xp, _no_sync, side, sizes, dtype, budget_s, other_n)
+            got = _measure(xp, _no_sync, "cpu", sizes, dtype, budget_s, other_n)
         else:
             with xp.cuda.Device(gpu) as gpu:
-                got = _measure(xp, gpu.synchronize, side, sizes, dtype, budget_s, other_n)
+                got = _measure(xp, gpu.synchronize, "gpu", sizes, dtype, budget_s, other_n)
     except Exception as exc:          # noqa: BLE001 -- out of memory, a broken driver: a finding, not a crash
         return Measured(note=f"the measurement failed: {type(exc).__name__}: {exc}",
                         seconds=time.perf_counter() - t0)
-    flops, other, fft, curve, overhead = got
-    return Measured(flops=flops, bandwidth=curve[-1][1], seconds=time.perf_counter() - t0, curve=curve,
-                    call_overhead=overhead, other_flops=other, fft_flops=fft)
+    return Measured(flops=dict(got["gemm_curve"])[side], seconds=time.perf_counter() - t0, **got)
 
 
 def calibrate_spec(devices: list[DeviceSpec], *, budget_s: float = BUDGET_S, cupy=None,
@@ -224,6 +259,11 @@ def _achieved(ms: list[Measured]) -> dict:
     ffts = [m.fft_flops for m in ms if m.fft_flops is not None]
     if ffts:
         fields["achieved_fft_flops"] = _sig3(statistics.median(ffts))
+    for key in ("gemm_curve", "factor_curve"):
+        sides = [n for n, _ in getattr(ms[0], key)]
+        if sides and all([n for n, _ in getattr(m, key)] == sides for m in ms):
+            fields[key] = [(n, _sig3(statistics.median(getattr(m, key)[k][1] for m in ms)))
+                           for k, n in enumerate(sides)]
     return fields
 
 
@@ -233,27 +273,57 @@ def _board(d: DeviceSpec) -> tuple:
 
 # -- the measurements ---------------------------------------------------------------------------------
 
-def _measure(xp: Any, sync: Callable[[], Any], side: int, sizes: tuple[int, ...], dtype, budget_s: float,
-             other_n: int):
-    """``(GEMM FLOP/s, other FLOP/s, FFT FLOP/s, ((working set, bytes/s), ...), call seconds)``: the timed runs of
-    every measurement interleaved within ``budget_s`` (:func:`_best_of_rounds`), then the call
-    overhead (a few milliseconds, outside the budget)."""
-    runs = {"gemm": _gemm(xp, side, dtype)}
+def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...], dtype,
+             budget_s: float, other_n: int) -> dict:
+    """The :class:`Measured` fields of one device: the timed runs of every measurement interleaved
+    within ``budget_s`` (:func:`_best_of_rounds`), then the call overhead (a few milliseconds,
+    outside the budget). ``kind`` (``"cpu"`` or ``"gpu"``) chooses the matrix sides."""
+    sides, factor_sides = GEMM_SIDES[kind], FACTOR_SIDES[kind]
+    runs = {("gemm", n): _gemm(xp, n, dtype) for n in sides}
+    runs.update((("factor", n), _cholesky(xp, n, dtype)) for n in factor_sides)
     runs.update(_other_mix(xp, other_n))
+    runs["real_fft"] = _real_fft_pair(xp, other_n)
     runs.update((("copy", n), _copy(xp, n)) for n in sizes)
-    rewarm = {"gemm", *(("copy", n) for n in sizes[:-1])}
+    rewarm = {*(("gemm", n) for n in sides), *(("factor", n) for n in factor_sides), *(("copy", n) for n in sizes[:-1])}
     best = _best_of_rounds(runs, sync, budget_s, rewarm=rewarm)
-    flops = 2.0 * side ** 3 / best["gemm"]
-    other = sum(_OTHER_FLOPS[k](other_n) for k in _OTHER_FLOPS) / sum(best[k] for k in _OTHER_FLOPS)
-    fft = _OTHER_FLOPS["fft"](other_n) / best["fft"]
     curve = tuple((2.0 * n, 2.0 * n / best["copy", n]) for n in sizes)
-    return flops, other, fft, curve, _call_overhead(xp, sync)
+    return {"gemm_curve": monotone_curve([(n, 2.0 * n ** 3 / best["gemm", n]) for n in sides]),
+            "factor_curve": monotone_curve([(n, n ** 3 / 3.0 / best["factor", n]) for n in factor_sides]),
+            "other_flops": sum(_OTHER_FLOPS[k](other_n) for k in _OTHER_FLOPS) / sum(best[k] for k in _OTHER_FLOPS),
+            "fft_flops": 2 * _OTHER_FLOPS["fft"](other_n) / (best["fft"] + best["real_fft"]),
+            "curve": curve, "bandwidth": curve[-1][1], "call_overhead": _call_overhead(xp, sync)}
+
+
+def monotone_curve(points) -> tuple[tuple[float, float], ...]:
+    """``((side, rate), ...)`` with each rate raised to the best rate of any smaller side (a running maximum).
+
+    A larger product is never slower per FLOP than a smaller one on the same BLAS (it has more
+    work per byte and per thread hand-off), so a larger side that measured slower was disturbed:
+    on a loaded 2-core VM the 2-thread products of side 256 and more ran at ~1 GFLOP/s while one
+    of the threads waited for a core, those of side 64 and 128 (a fraction of a millisecond,
+    single-threaded in OpenBLAS) at ~40-50 in every discovery. The smaller sides' rates are the
+    floor that keeps the curve stable from one discovery to the next.
+
+    >>> monotone_curve([(64, 40e9), (256, 1e9), (512, 60e9)])
+    ((64, 40000000000.0), (256, 40000000000.0), (512, 60000000000.0))
+    """
+    out, top = [], 0.0
+    for side, rate in points:
+        top = max(top, rate)
+        out.append((side, top))
+    return tuple(out)
 
 
 def _gemm(xp, side, dtype):
     a = xp.ones((side, side), dtype=dtype)
     b = xp.ones((side, side), dtype=dtype)
     return lambda: a @ b
+
+
+def _cholesky(xp, side, dtype):
+    """The Cholesky factorisation of a symmetric positive definite matrix of ``side`` (``n³/3`` FLOP)."""
+    a = xp.ones((side, side), dtype=dtype) + side * xp.eye(side, dtype=dtype)
+    return lambda: xp.linalg.cholesky(a)
 
 
 #: FLOP of each part of the "other" mix for n elements, counted as the README counts ``flops``
@@ -271,6 +341,12 @@ def _other_mix(xp, n):
     rng = np.random.default_rng(0) if xp is np else xp.random
     return {"sin": lambda: xp.sin(x), "fft": lambda: xp.fft.fft(z),
             "normal": lambda: rng.standard_normal(n)}
+
+
+def _real_fft_pair(xp, n):
+    """A real FFT and its inverse over ``n`` float64s (``5 n log2 n`` FLOP together, as a complex FFT of n)."""
+    y = xp.sin(xp.linspace(0.0, 100.0, n))
+    return lambda: xp.fft.irfft(xp.fft.rfft(y), n=n)
 
 
 def _copy(xp, nbytes):
@@ -305,7 +381,7 @@ def _best_of_rounds(runs: dict, sync: Callable[[], Any], budget_s: float, rewarm
     """Seconds of the fastest timed run of each of ``runs``, after one warm-up run each.
 
     The runs take turns, one timed run of each per round, for up to :data:`REPEATS` rounds, until
-    the time they took passes ``budget_s`` (one round at least): a burst of load from another
+    the time they took passes ``budget_s`` (:data:`MIN_ROUNDS` rounds at least): a burst of load from another
     process then slows one run of every measurement, not every run of one of them, and each
     keeps its least disturbed run. The runs named in ``rewarm`` run once more, untimed, just
     before each timed run: the copies meant to stay in cache, whose arrays the other runs of the
@@ -318,7 +394,7 @@ def _best_of_rounds(runs: dict, sync: Callable[[], Any], budget_s: float, rewarm
         sync()
     best = dict.fromkeys(runs, math.inf)
     spent, k = 0.0, 0
-    while k < REPEATS and (k == 0 or spent < budget_s):
+    while k < REPEATS and (k < MIN_ROUNDS or spent < budget_s):
         for key, run in runs.items():
             if key in rewarm:
                 run()

@@ -51,6 +51,8 @@ OTHER_FLOPS_FRACTION = 0.05
 #: ``compute_class`` values whose ``flops`` run at the "other" rate (see :meth:`Device.rate_for`).
 OTHER_CLASS = "other"
 FFT_CLASS = "fft"
+BLAS_CLASS = "blas"
+LAPACK_CLASS = "lapack"
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
 
@@ -89,6 +91,12 @@ class DeviceSpec(BaseModel):
     # FLOP/s of FFTs (counted 5 n log2 n), the rate of tasks whose compute_class is "fft"; absent:
     # achieved_other_flops (the mix the FFT is part of).
     achieved_fft_flops: Optional[Flops] = Field(default=None, gt=0)
+    # The GEMM's FLOP/s by matrix side ([side, rate] pairs, smallest first; in the dtype of the peak
+    # figure: float64 on CPUs, float32 on GPUs): the rate of a "blas" task read at its own side.
+    gemm_curve: Optional[list[tuple[float, Flops]]] = Field(default=None, min_length=1)
+    # A Cholesky factorisation's FLOP/s (n³/3 per factorisation) by matrix side, the same way: the
+    # rate of a "lapack" task (a factorisation or solver) read at its own side; absent: gemm_curve.
+    factor_curve: Optional[list[tuple[float, Flops]]] = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _check_curve(self):
@@ -98,6 +106,12 @@ class DeviceSpec(BaseModel):
                              "e.g. [[512KiB, 100 GB/s], [64MiB, 27 GB/s]]")
         if any(r <= 0 for _, r in self.bandwidth_curve or ()):
             raise ValueError("bandwidth_curve: every rate must be positive")
+        for field in ("gemm_curve", "factor_curve"):
+            curve = getattr(self, field) or ()
+            sides = [n for n, _ in curve]
+            if any(n <= 0 for n in sides) or sides != sorted(set(sides)) or any(r <= 0 for _, r in curve):
+                raise ValueError(f"{field}: matrix sides must be positive and increasing and every rate positive, "
+                                 "e.g. [[64, 40 GFLOP/s], [256, 60 GFLOP/s]]")
         return self
 
     # Filled in by discovery; the runtime uses ``index`` to find the local GPU.
@@ -180,6 +194,8 @@ class Device:
     call_overhead: float | None = None        # seconds of a minimal kernel call; None: not measured
     achieved_other_flops: float | None = None  # FLOP/s of non-matrix-product work (discovery)
     achieved_fft_flops: float | None = None    # FLOP/s of FFTs (discovery)
+    gemm_curve: tuple[tuple[float, float], ...] = ()   # (matrix side, GEMM FLOP/s), smallest first
+    factor_curve: tuple[tuple[float, float], ...] = ()  # (matrix side, Cholesky FLOP/s), smallest first
 
     @property
     def compute_rate(self) -> float:
@@ -228,6 +244,25 @@ class Device:
         sizes, rates = np.array(self.bandwidth_curve).T
         return np.interp(np.log(np.maximum(ws, 1.0)), np.log(sizes), rates)
 
+    def gemm_rate_at(self, side: np.ndarray) -> np.ndarray:
+        """FLOP/s of matrix products of these sides: the measured GEMM curve, read at each side.
+
+        Interpolated linearly in log(side) between measured sides, the end rates beyond them;
+        without a curve, :attr:`compute_rate` for every side.
+        """
+        s = np.asarray(side, dtype=np.float64)
+        if not self.gemm_curve:
+            return np.full(s.shape, self.compute_rate)
+        return _read_curve(self.gemm_curve, s)
+
+    def factor_rate_at(self, side: np.ndarray) -> np.ndarray:
+        """FLOP/s of factorisations of these sides: the measured Cholesky curve, read at each side
+        as :meth:`gemm_rate_at` reads its own; without one, :meth:`gemm_rate_at` (the rate
+        factorisations got before the curve was measured)."""
+        if not self.factor_curve:
+            return self.gemm_rate_at(side)
+        return _read_curve(self.factor_curve, np.asarray(side, dtype=np.float64))
+
     def matches(self, constraint: str | None) -> bool:
         """Whether a kernel's ``device`` clause admits this device.
 
@@ -249,6 +284,12 @@ class Device:
             if self.model and alt in self.model.lower():
                 return True
         return False
+
+
+def _read_curve(curve, side: np.ndarray) -> np.ndarray:
+    """A ``((side, rate), ...)`` curve read at ``side``: linear in log(side), the end rates beyond it."""
+    sides, rates = np.array(curve).T
+    return np.interp(np.log(np.maximum(side, 1.0)), np.log(sides), rates)
 
 
 class Cluster:
@@ -275,7 +316,9 @@ class Cluster:
                     achieved_flops=d.achieved_flops, achieved_bandwidth=d.achieved_bandwidth,
                     bandwidth_curve=tuple(tuple(p) for p in d.bandwidth_curve or ()),
                     call_overhead=d.call_overhead, achieved_other_flops=d.achieved_other_flops,
-                    achieved_fft_flops=d.achieved_fft_flops))
+                    achieved_fft_flops=d.achieved_fft_flops,
+                    gemm_curve=tuple(tuple(p) for p in d.gemm_curve or ()),
+                    factor_curve=tuple(tuple(p) for p in d.factor_curve or ())))
         self.devices: list[Device] = devices
         self.index = {d.id: i for i, d in enumerate(devices)}
 

@@ -53,8 +53,11 @@ In this order of preference (``design.md``, section *The cost model*):
    *achieved* in discovery's micro-benchmarks (``achieved_flops``: a GEMM, ``achieved_bandwidth``:
    a streaming copy; :mod:`streammap.cluster.microbench`) when the cluster file records them, else
    its peak ``flops`` and ``mem_bandwidth`` (``Device.compute_rate``, ``Device.memory_rate``).
-   F depends on the task's ``compute_class`` (:mod:`streammap.directives.kernel_class`): a kernel
-   that multiplies matrices (``"blas"``) gets the GEMM's rate, a kernel that calls an FFT
+   F depends on the task's ``compute_class`` (:mod:`streammap.directives.kernel_class`) and is
+   picked by :func:`compute_rates`: a kernel that multiplies matrices (``"blas"``) gets the GEMM's
+   rate at the task's own matrix side (the measured ``gemm_curve``; on a CPU up to twice that for
+   float32, as far as the task's ``bytes`` prove it), one that factorises or solves
+   (``"lapack"``) the Cholesky curve's (``factor_curve``) at its side, a kernel that calls an FFT
    (``"fft"``) the device's ``achieved_fft_flops`` (else its other rate), any other (``"other"``:
    elementwise and random work, which NumPy runs at a few percent of the GEMM's rate) the device's
    ``achieved_other_flops``, else a fixed fraction of the GEMM rate (``Device.rate_for``); a task
@@ -121,7 +124,7 @@ from typing import Callable, Mapping, Optional
 import networkx as nx
 import numpy as np
 
-from streammap.cluster.model import FFT_CLASS, OTHER_CLASS, Cluster, Device
+from streammap.cluster.model import BLAS_CLASS, FFT_CLASS, LAPACK_CLASS, OTHER_CLASS, Cluster, Device
 from streammap.errors import StreamMapError
 from streammap.io.bulk import gc_paused
 
@@ -151,6 +154,49 @@ def launch_overhead(device: Device) -> float:
     if device.call_overhead is not None:
         return device.call_overhead
     return LAUNCH_OVERHEAD.get(device.kind, DEFAULT_LAUNCH_OVERHEAD)
+
+
+#: Bytes of one element of the dtype a device's GEMM was measured in (``gemm_curve``,
+#: :mod:`streammap.cluster.microbench`): float64 on a CPU, float32 on every other kind.
+GEMM_ITEMSIZE = {"cpu": 8}
+DEFAULT_GEMM_ITEMSIZE = 4
+
+
+def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, blas: np.ndarray,
+                  other: np.ndarray, fft: np.ndarray, lapack: np.ndarray) -> np.ndarray:
+    """FLOP/s that each task's ``flops`` run at on each device, shape ``(tasks, devices)``.
+
+    ``blas``, ``other`` and ``fft`` mark the tasks of those compute classes. ``"other"`` and
+    ``"fft"`` tasks get the device's ``other_compute_rate`` and ``fft_compute_rate``, tasks of no
+    class (imported workflows) its ``compute_rate``, as before the classes existed. A ``"blas"``
+    task multiplies matrices and gets the GEMM rate at its own size: its square-equivalent
+    side ``n = (flops / 2) ** (1/3)`` (a product of side n is ``2 n³`` FLOP) read off the
+    device's ``gemm_curve`` (``Device.gemm_rate_at``: small tiles multiply well below a big
+    product's rate, 40 against 80 GFLOP/s at sides 64 and 512 on a 2-core VM).
+
+    The element size counts too: a CPU multiplies float32 at twice the float64 rate it was
+    measured in (twice the lanes per vector instruction). The clauses bound it: a product of
+    ``2 m k n`` FLOP moves at least ``w (mk + kn + mn) >= 3 w n²`` bytes (equality for a square
+    one), so ``w_max = bytes / (3 n²)`` bounds the task's element size from above, and the rate
+    is scaled by ``measured itemsize / w_max``, clipped to ``[1, measured itemsize / 4]``: never
+    slower than the measured dtype, never faster than float32, and only for what the bound
+    proves (a rectangular float32 product is credited less than 2x, a float64 one nothing).
+    GPUs were measured in float32 and are not scaled. A task without ``bytes`` gets the curve's rate.
+
+    A ``"lapack"`` task (a factorisation or solver) gets the rate of the device's Cholesky curve
+    (``Device.factor_rate_at``) at the side of a factorisation of its ``flops``:
+    ``n = (3 flops) ** (1/3)`` (``n³/3`` FLOP each).
+    """
+    side = np.cbrt(np.maximum(flops, 1.0) / 2.0)
+    w_max = np.where(nbytes > 0, nbytes / (3.0 * side ** 2), np.inf)
+    cols = []
+    for d in devices:
+        ref = GEMM_ITEMSIZE.get(d.kind, DEFAULT_GEMM_ITEMSIZE)
+        product = d.gemm_rate_at(side) * np.clip(ref / w_max, 1.0, ref / 4.0)
+        rate = np.where(blas, product, d.compute_rate)
+        rate = np.where(lapack, d.factor_rate_at(np.cbrt(3.0 * np.maximum(flops, 1.0))), rate)
+        cols.append(np.where(fft, d.fft_compute_rate, np.where(other, d.other_compute_rate, rate)))
+    return np.stack(cols, axis=1) if cols else np.zeros((flops.size, 0))
 
 
 def _class_time(times: Mapping, model: str | None, kind: str, runtime) -> float:
@@ -334,13 +380,11 @@ class CostModel:
         for j, d in enumerate(devs):
             key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.other_compute_rate, d.fft_compute_rate,
                    d.memory_rate,
-                   d.bandwidth_curve, launch_overhead(d))
+                   d.bandwidth_curve, d.gemm_curve, d.factor_curve,
+                   launch_overhead(d))
             cls_of[j] = keys.setdefault(key, len(keys))
         reps = [devs[int(np.flatnonzero(cls_of == c)[0])] for c in range(len(keys))]
         C = len(reps)
-        c_flops = np.array([d.compute_rate for d in reps])
-        c_other = np.array([d.other_compute_rate for d in reps])
-        c_fft = np.array([d.fft_compute_rate for d in reps])
         c_speed = np.array([d.speed for d in reps])
         c_launch = np.array([launch_overhead(d) for d in reps])
         c_model = [d.model if d.model else d.kind for d in reps]
@@ -352,6 +396,8 @@ class CostModel:
         roof = np.zeros(T, dtype=bool)
         other = np.zeros(T, dtype=bool)        # compute_class "other": flops at the non-GEMM rate
         fft = np.zeros(T, dtype=bool)          # compute_class "fft": flops at the FFT rate
+        blas = np.zeros(T, dtype=bool)         # compute_class "blas": flops at the GEMM rate of their size
+        lapack = np.zeros(T, dtype=bool)       # compute_class "lapack": at the factorisation rate of their size
         runtime = np.full(T, np.nan)
         allowed_cache: dict[str, np.ndarray] = {}
         allowed_rows: list[tuple[int, np.ndarray]] = []
@@ -387,6 +433,8 @@ class CostModel:
                 roof[i] = True
                 other[i] = a.get("compute_class") == OTHER_CLASS
                 fft[i] = a.get("compute_class") == FFT_CLASS
+                blas[i] = a.get("compute_class") == BLAS_CLASS
+                lapack[i] = a.get("compute_class") == LAPACK_CLASS
                 src[i] = min(src[i], 1)
                 continue
             times = a.get("times")
@@ -410,8 +458,7 @@ class CostModel:
         if roof.any():
             r = np.flatnonzero(roof)
             mbw = np.stack([d.memory_rate_at(self.mem[r]) for d in reps], axis=1)    # (tasks, classes)
-            rate = np.where(other[r, None], c_other[None, :], c_flops[None, :])        # (tasks, classes)
-            rate = np.where(fft[r, None], c_fft[None, :], rate)
+            rate = compute_rates(reps, flops[r], nbytes[r], blas[r], other[r], fft[r], lapack[r])          # (tasks, classes)
             est = np.maximum(flops[r, None] / rate, nbytes[r, None] / mbw) + c_launch[None, :]
             blk = ct[r]
             ct[r] = np.where(np.isnan(blk), est, blk)

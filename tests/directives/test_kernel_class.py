@@ -1,5 +1,5 @@
-"""The front end tells matrix-product kernels ("blas") and FFT kernels ("fft") from the rest
-("other") by reading their bodies, and every task of a kernel carries its class in the graph (``compute_class``)."""
+"""The front end tells factorisation kernels ("lapack"), matrix-product kernels ("blas") and FFT
+kernels ("fft") from the rest ("other") by reading their bodies, and every task of a kernel carries its class in the graph (``compute_class``)."""
 
 from __future__ import annotations
 
@@ -21,16 +21,28 @@ def _class_of(body: str) -> str:
     "def k(a, b):\n    a = a.copy()\n    a @= b\n    return a",
     "def k(a, b):\n    xp = xp_of(a)\n    return xp.matmul(a, b)",
     "def k(a, b):\n    return a.dot(b)",
-    "def k(a):\n    return np.linalg.cholesky(a)",
-    "def k(l, a):\n    return xp_of(a).linalg.solve(l, a.T).T",
-    "def k(a):\n    return scipy.linalg.lu_factor(a)",
-    "def k(a):\n    return linalg.norm(a)",
+    "def k(a, b):\n    return np.linalg.multi_dot([a, b, a])",
     "def k(a, b):\n    return np.einsum('ij,jk->ik', a, b)",
     "def k(a, b):\n    return np.tensordot(a, b, axes=1)",
     "def k(a):\n    if a.ndim > 5:\n        return a @ a\n    return a",       # a branch that may not run
 ])
 def test_a_body_that_calls_a_matrix_product_is_blas(body):
     assert _class_of(body) == "blas"
+
+
+@pytest.mark.parametrize("body", [
+    "def k(a):\n    return np.linalg.cholesky(a)",
+    "def k(l, a):\n    return xp_of(a).linalg.solve(l, a.T).T",
+    "def k(a):\n    return scipy.linalg.lu_factor(a)",
+    "def k(a):\n    return linalg.norm(a)",                              # the whole namespace, but products
+    "def k(l, b):\n    return solve_triangular(l, b, lower=True)",       # imported by name
+])
+def test_a_body_that_calls_a_factorisation_or_solver_is_lapack(body):
+    assert _class_of(body) == "lapack"
+
+
+def test_a_factorisation_outweighs_a_matrix_product_in_one_body():
+    assert _class_of("def k(a, b):\n    return np.linalg.cholesky(a @ a.T + b)") == "lapack"
 
 
 @pytest.mark.parametrize("body", [
