@@ -63,16 +63,15 @@ TENANTS = {"tenants": [{"name": "a", "weight": 1}, {"name": "b", "weight": 2}, {
                        {"name": "d", "weight": 1}]}
 
 #: (policy, estimate error sigma, preemption) -> (decisions digest, promises digest), taken before
-#: the admission core was made incremental; the streammap ones re-taken when its overload threshold
-#: for the tail deadline became half the cluster's GPUs (admission.OVERLOAD), a change by design.
+#: the admission core was made incremental.
 PINNED = {
     ("fifo", 0.0, False): ("9a4251812864aa44", "9d37e282dff85f7c"),
     ("fifo", 0.5, False): ("60b961e5a057714f", "9d37e282dff85f7c"),
     ("drf", 0.0, False): ("37b384b8f3763fb8", "9d37e282dff85f7c"),
     ("drf", 0.5, False): ("2e852219341775b5", "9d37e282dff85f7c"),
-    ("streammap", 0.0, False): ("b7c51a38b85fb9d4", "75f4f4a0425de901"),
-    ("streammap", 0.5, False): ("bb07066a2c6fe4b6", "4d40c967f4431b2f"),
-    ("streammap", 0.5, True): ("ed070440b123b8a9", "347697725c963130"),
+    ("streammap", 0.0, False): ("2f120e20a37a43d3", "f5a90d6eab8795cc"),
+    ("streammap", 0.5, False): ("c70a3c792a1ab747", "681d0ed6d376d9d0"),
+    ("streammap", 0.5, True): ("61e7a6fa725ee9e6", "62557ab62554d7bb"),
 }
 
 

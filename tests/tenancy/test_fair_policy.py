@@ -227,16 +227,15 @@ def test_the_longest_jobs_are_not_the_ones_left_to_wait():
     assert first_to_start(tail=1.0) == "long"
     # Without the tail deadline, shortest-first with aging: the 20-s job goes first.
     assert first_to_start(tail=0) == "medium"
-    # One more job queued is still a short queue (2 of the cluster's 4 GPUs asked for).
-    assert first_to_start(tail=1.0, more=[job("other", 10001.5, 20.0)]) == "long"
+    # Two more jobs queued is still a queue the cluster clears at once (3 of its 4 GPUs asked for).
+    more = [job(f"other{i}", 10001.5, 20.0) for i in range(2)]
+    assert first_to_start(tail=1.0, more=more) == "long"
 
 
 def test_under_overload_the_tail_deadline_gives_way_to_short_jobs():
-    # The same, but the queue already asks for more than half the cluster's GPUs when the long job
-    # arrives (3 of 4): a backlog that size holds the whole cluster for a while, no order keeps
-    # the tail short then, and the short job keeps its lead (a threshold of all the cluster's GPUs
-    # applied the tail deadline through such queues and cost the average more than it gave: README).
-    more = [job("other", 10001.5, 20.0), job("another", 10001.6, 20.0)]
+    # The same, but the queue already asks for more GPUs than the cluster has when the long job
+    # arrives (5 of 4): no order keeps the tail short then, and the short job keeps its lead.
+    more = [job(f"other{i}", 10001.5, 20.0) for i in range(4)]
     assert first_to_start(tail=1.0, more=more) == "medium"
 
 
