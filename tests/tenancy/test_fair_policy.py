@@ -198,22 +198,25 @@ def test_the_interval_keeps_its_coverage_when_waits_drift():
 # -- the tail deadline -----------------------------------------------------------------------------
 
 def first_to_start(tail, more=()):
-    """One GPU. 36 jobs of 50 s ran one after another without waiting (what the 95th percentile of
-    durations is learnt from); then, behind a 10-s job, a 20-s job, the jobs ``more`` and a 500-s
-    job queue."""
-    s = Scheduler(one_model_cluster(1), tenants_from_dict(["a"]), tail=tail)
-    for i in range(36):
+    """Four GPUs, three of them held by jobs that run for days. 100 jobs of 50 s ran one after
+    another without waiting on the fourth (what the 95th percentile of durations is learnt from);
+    then, behind a 10-s job on it, a 20-s job, the jobs ``more`` and a 500-s job queue. Which
+    starts when the 10-s job ends?"""
+    s = Scheduler(one_model_cluster(4), tenants_from_dict(["a"]), tail=tail)
+    for i in range(100):
         s.submit(job(f"m{i}", 100.0 * i, 50.0))
         s.schedule(100.0 * i)
         s.finish(f"m{i}")
-    s.submit(job("busy", 4000.0, 10.0))
-    s.schedule(4000.0)
-    s.submit(job("medium", 4001.0, 20.0))
+    for i in range(3):
+        s.submit(job(f"hold{i}", 10000.0, 1e6))
+    s.submit(job("busy", 10000.0, 10.0))
+    s.schedule(10000.0)
+    s.submit(job("medium", 10001.0, 20.0))
     for extra in more:
         s.submit(extra)
-    s.submit(job("long", 4002.0, 500.0))
+    s.submit(job("long", 10002.0, 500.0))
     s.finish("busy")
-    return s.schedule(4010.0)[0][0].job_id
+    return s.schedule(10010.0)[0][0].job_id
 
 
 def test_the_longest_jobs_are_not_the_ones_left_to_wait():
@@ -224,9 +227,70 @@ def test_the_longest_jobs_are_not_the_ones_left_to_wait():
     assert first_to_start(tail=1.0) == "long"
     # Without the tail deadline, shortest-first with aging: the 20-s job goes first.
     assert first_to_start(tail=0) == "medium"
+    # Two more jobs queued is still a queue the cluster clears at once (3 of its 4 GPUs asked for).
+    more = [job(f"other{i}", 10001.5, 20.0) for i in range(2)]
+    assert first_to_start(tail=1.0, more=more) == "long"
 
 
 def test_under_overload_the_tail_deadline_gives_way_to_short_jobs():
     # The same, but the queue already asks for more GPUs than the cluster has when the long job
-    # arrives: no order keeps the tail short then, and the short job keeps its lead.
-    assert first_to_start(tail=1.0, more=[job("other", 4001.5, 20.0)]) == "medium"
+    # arrives (5 of 4): no order keeps the tail short then, and the short job keeps its lead.
+    more = [job(f"other{i}", 10001.5, 20.0) for i in range(4)]
+    assert first_to_start(tail=1.0, more=more) == "medium"
+
+
+# -- the slowdown deadline with wrong estimates ----------------------------------------------------
+
+def test_a_short_job_passes_a_long_one_when_the_queue_is_short():
+    # One GPU, busy until t=10; a 100-s job queues at t=1, a 1-s job at t=2. The short job's
+    # deadline (2 + 4 x 1 s) comes long before the long one's (1 + 4 x 100 s): it goes first, and
+    # costs the long job one second. FIFO runs them in arrival order.
+    def first_after_busy(policy):
+        s = Scheduler(one_model_cluster(1), tenants_from_dict(["a"]), policy=policy)
+        s.submit(job("busy", 0, 10.0))
+        s.schedule(0)
+        s.submit(job("long", 1, 100.0))
+        s.submit(job("short", 2, 1.0))
+        s.finish("busy")
+        return [x.job_id for x in s.schedule(10)[0]]
+
+    assert first_after_busy("streammap") == ["short"]
+    assert first_after_busy("fifo") == ["long"]
+
+
+def run_stream_with(extra: Job, real: float, seconds: int = 600):
+    """One GPU fed a 1-s job every second (exactly as fast as it runs them), plus ``extra``, whose
+    estimate is its demand's duration but which really runs ``real`` seconds: the scheduler is
+    driven by hand, so the real end is ours to choose. Returns (extra's start, the starts after it)."""
+    s = Scheduler(one_model_cluster(1), tenants_from_dict(["a"]), tail=0)
+    s.submit(extra)
+    started, ends = {}, {}
+    for t in range(seconds):
+        for jid in [j for j, end in ends.items() if end <= t]:
+            s.finish(jid)
+            del ends[jid]
+        s.submit(job(f"s{t}", float(t), 1.0))
+        for start in s.schedule(float(t))[0]:
+            started[start.job_id] = t
+            ends[start.job_id] = t + (real if start.job_id == extra.id else 1.0)
+    after = sorted(v for k, v in started.items() if k != extra.id and v >= started[extra.id])
+    return started[extra.id], after
+
+
+def test_a_job_whose_estimate_was_high_still_starts_by_its_deadline():
+    # Estimated at 100 s, it really runs 10 s. Its deadline is 0.5 + 4 x 100 s whatever it really
+    # takes, so the stream of 1-s jobs passes it only until then; and the GPU is not kept for the
+    # 90 s it was not needed: the stream goes on the second it really ends.
+    start, after = run_stream_with(job("high", 0.5, 100.0), real=10.0)
+    assert start <= 0.5 + 4 * 100 + 1
+    assert after[0] == start + 10
+
+
+def test_a_job_whose_estimate_was_low_cannot_hold_the_queue_past_its_deadline():
+    # Estimated at 2 s, it really runs 50 s. Its place in the order is its deadline, 0.5 + 4 x 2 s:
+    # the 1-s jobs with earlier deadlines (those arriving up to t=4) go first, then it starts (t=5).
+    # Running 48 s over, it delays the jobs behind it by that much and no more: the moment it
+    # ends, the queue is served again one job a second, no second left idle.
+    start, after = run_stream_with(job("low", 0.5, 2.0), real=50.0)
+    assert start == 5
+    assert after[:100] == list(range(start + 50, start + 150))
