@@ -402,7 +402,7 @@ def read_plan(path) -> Plan:
     hint: make one with: streammap compile PROGRAM --cluster CLUSTER -o plan.yaml
     """
     path = Path(path)
-    data, lines = load_yaml(path, PlanError)
+    data, lines = load_yaml(path, PlanError, long_list="tasks")
     if not isinstance(data, dict) or "streammap_plan" not in data:
         raise PlanError("not a StreamMAP plan (no 'streammap_plan' version)", path=path, line=1,
                         hint="make one with: streammap compile PROGRAM --cluster CLUSTER -o plan.yaml")
