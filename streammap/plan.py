@@ -157,8 +157,8 @@ class PlanTask(_Strict):
     out: Optional[float] = Field(default=None, ge=0)
     # A call of a stateful kernel: all calls of one kernel must run on one device (streammap.placement.colocate).
     stateful: bool = False
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
+    args: list[Any] = Field(default_factory=list)     # a factory: pydantic deep-copies a literal default per task
+    kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class StrategyInfo(_Strict):
