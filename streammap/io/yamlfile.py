@@ -714,6 +714,19 @@ class _ListReader:
     def __init__(self, rows: list[str]):
         self.rows = rows
         self.at = 0
+        # scalar text -> value, and per indent a "key: scalar" row -> (key, value): kernels,
+        # devices and times repeat from task to task (containers are never shared: built anew)
+        self.scalars: dict[str, object] = {}
+        self.scalar_rows: dict[int, dict[str, tuple]] = {}
+        self.flows: dict[str, tuple] = {}          # a one-row flow's text -> its items
+
+    def scalar(self, text: str):
+        """:func:`_scalar_value` of ``text``, remembered."""
+        try:
+            return self.scalars[text]
+        except KeyError:
+            value = self.scalars[text] = _scalar_value(text)
+            return value
 
     def block_sequence(self, indent: int, depth: int) -> list:
         """Rows ``- item`` at ``indent``, from the current row on."""
@@ -736,12 +749,20 @@ class _ListReader:
         data: dict = {}
         rows = self.rows
         margin = " " * indent
-        text = first
+        known = self.scalar_rows.setdefault(indent, {})
+        text, whole_row = first, None
         while True:
             if text is None:
                 if self.at >= len(rows):
                     break
-                row = rows[self.at]
+                row = whole_row = rows[self.at]
+                pair = known.get(row)
+                if pair is not None:                # "key: scalar" read before at this indent
+                    if pair[0] in data:
+                        raise _Giveup
+                    data[pair[0]] = pair[1]
+                    self.at += 1
+                    continue
                 if not (row.startswith(margin) and _KEY_START.match(row, indent)):
                     break
                 text = row[indent:]
@@ -751,11 +772,16 @@ class _ListReader:
             if rest == "":                          # a block collection on the next rows
                 self.at += 1
                 data[key] = self.nested(indent, depth + 1)
-            elif rest[0] == " ":
-                data[key] = self.value(rest[1:], indent + 2, depth + 1, in_list=False)
-            else:
+            elif rest[0] != " ":
                 raise _Giveup
-            text = None
+            elif rest[1:2] == "[" or rest[1:2] == "{":
+                data[key] = self.flow(rest[1:], indent + 2, depth + 1)
+            else:                                   # a scalar: most rows of a plan
+                data[key] = value = self.scalar(rest[1:])
+                if whole_row is not None:           # not the key on a dash's row
+                    known[whole_row] = (key, value)
+                self.at += 1
+            text = whole_row = None
         if not data:
             raise _Giveup
         return data
@@ -781,12 +807,24 @@ class _ListReader:
         if in_list and ":" in text:                 # a mapping whose first key is on the dash's row
             return self.block_mapping(text, indent, depth)
         self.at += 1
-        return _scalar_value(text)
+        return self.scalar(text)
 
     def flow(self, text: str, indent: int, depth: int):
         """``[a, b]`` or ``{k: v}``, perhaps wrapped over rows at ``indent``."""
         if depth >= MAX_YAML_DEPTH:
             raise _Giveup
+        seen = self.flows.get(text)
+        if seen is not None:                        # read before: a new container of the same items
+            self.at += 1
+            return dict(seen) if text[0] == "{" else list(seen)
+        value = self._flow(text, indent)
+        is_map = text[0] == "{"
+        if len(text) > 1 and text.endswith("}" if is_map else "]"):       # on one row: remembered
+            self.flows[text] = tuple(value.items()) if is_map else tuple(value)
+        return value
+
+    def _flow(self, text: str, indent: int):
+        """:meth:`flow`, read."""
         is_map = text[0] == "{"
         close = "}" if is_map else "]"
         inner = text[1:]
@@ -803,14 +841,15 @@ class _ListReader:
         if inner[0] == "\n":
             inner = inner[1:]
         items = inner.replace(",\n", ", ").split(", ")
+        scalar = self.scalar
         if not is_map:
-            return [_scalar_value(item) for item in items]
+            return [scalar(item) for item in items]
         data = {}
         for item in items:
             key, sep, rest = item.partition(": ")
             if not sep or key in data or key not in _KNOWN_KEYS and not _is_bare(key):
                 raise _Giveup
-            data[key] = _scalar_value(rest)
+            data[key] = scalar(rest)
         return data
 
     def _wrapped(self, inner: str, close: str, indent: int) -> str:

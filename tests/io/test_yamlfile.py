@@ -334,3 +334,12 @@ def test_an_error_in_a_plan_read_directly_names_its_line(samples, tmp_path):
     with pytest.raises(plan_module.PlanError, match="nowhere") as info:
         plan_module.read_plan(path)
     assert info.value.line == line
+
+
+def test_repeated_rows_read_into_containers_of_their_own():
+    """Rows that repeat from task to task are read once, but no two tasks share a list or a dict."""
+    items = yamlfile.read_block_list("- id: a\n  deps: [s]\n  args:\n  - {ref: s}\n"
+                                     "- id: b\n  deps: [s]\n  args:\n  - {ref: s}\n")
+    assert items == [{"id": "a", "deps": ["s"], "args": [{"ref": "s"}]},
+                     {"id": "b", "deps": ["s"], "args": [{"ref": "s"}]}]
+    assert items[0]["deps"] is not items[1]["deps"] and items[0]["args"][0] is not items[1]["args"][0]
