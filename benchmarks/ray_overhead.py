@@ -59,7 +59,7 @@ def add(*xs):
     out = xs[0] + 1.0
     for x in xs[1:]:
         out = out + x
-    return out
+    return out / len(xs)          # a mean: values stay finite along 100,000 tasks
 """
 
 
@@ -95,7 +95,7 @@ def plain_ray(ray, plan, deps, node_ids):
             out = xs[0] + 1.0
             for x in xs[1:]:
                 out = out + x
-            return out
+            return out / len(xs)
 
     actors = {}
     for d in dict.fromkeys(t.device for t in plan.tasks):
@@ -155,7 +155,7 @@ def recovery(ray, cluster, tmp):
         raise outcome.error
     seen = ex.t_perf + ex.remaps[0]["t"]
     resumed = ex.resumed[0]
-    expected = 1.0 + sum(sum(range(10)) for _ in range(8))        # add() adds 1.0 to the first
+    expected = (1.0 + sum(sum(range(10)) for _ in range(8))) / 8  # add(): 1.0 more on the first, a mean
     ok = bool(np.allclose(outcome.outputs["result"], expected))
     return seen - killed, resumed - seen, resumed - killed, ex.remaps[0]["rerun"], ok
 
