@@ -12,11 +12,25 @@ killed). Reported: from the node's death to the executor seeing it (Ray's health
 ``RAY_health_check_period_ms`` 200, ``_timeout_ms`` 200, ``_failure_threshold`` 3, set here as in
 the tests), from seeing it to the run resuming on the survivors (re-mapped and resubmitted), and
 the total. Usage: ``python benchmarks/ray_overhead.py [--tasks 1000] [--repeat 3] [--no-recovery]``.
+
+Driver round trips at scale (``--scale 1000 10000 100000``; ``benchmarks/scale.py --ray`` runs
+it): the same DAG at each size, run by the executor on the same emulated cluster, with every
+``ray.wait``, ``ray.get``, ``ray.put`` and actor-method ``.remote`` call of the driver counted
+(the functions wrapped in this process only), and the driver's CPU time (its process: Python and
+Ray's own threads) and wall time from submission to the last result. The claim checked: the
+driver submits a plan without per-task round trips that grow with it, i.e. ``.remote`` calls
+per task stay at one (a call per task, nothing more) and ``ray.wait`` + ``ray.get`` calls per task
+fall as the plan grows (one of each per batch of results, not per task).
+
+Ray is started here, with ``RAY_USAGE_STATS_ENABLED=0``, ``RAY_AUTH_MODE=disabled``, a private
+temporary folder and an 80 MiB object store per node, and shut down (this process's cluster
+only) when the benchmark ends.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -45,7 +59,7 @@ def add(*xs):
     out = xs[0] + 1.0
     for x in xs[1:]:
         out = out + x
-    return out
+    return out / len(xs)          # a mean: values stay finite along 100,000 tasks
 """
 
 
@@ -81,7 +95,7 @@ def plain_ray(ray, plan, deps, node_ids):
             out = xs[0] + 1.0
             for x in xs[1:]:
                 out = out + x
-            return out
+            return out / len(xs)
 
     actors = {}
     for d in dict.fromkeys(t.device for t in plan.tasks):
@@ -107,6 +121,7 @@ def recovery(ray, cluster, tmp):
 
     import numpy as np
 
+    from streammap.runtime.loader import ProgramFiles
     from streammap.runtime.ray.executor import RayExecutor
     from tests.helpers.plans import make_plan, ref, task
     victim = cluster.add_node(num_cpus=2, num_gpus=2, object_store_memory=80 * 2**20,
@@ -125,7 +140,7 @@ def recovery(ray, cluster, tmp):
     (Path(tmp) / "rec").mkdir(exist_ok=True)
     plan = make_plan(Path(tmp) / "rec", PROG, tasks, devices=[{"id": d, "kind": "gpu"} for d in devs],
                      outputs=ref("sum"))
-    ex = RayExecutor(plan, Path(plan.source.path).read_bytes(), emulate=True, max_recoveries=1)
+    ex = RayExecutor(plan, ProgramFiles.of(plan), emulate=True, max_recoveries=1)
     box = {}
     th = threading.Thread(target=lambda: box.update(outcome=ex.run()))
     th.start()
@@ -140,9 +155,117 @@ def recovery(ray, cluster, tmp):
         raise outcome.error
     seen = ex.t_perf + ex.remaps[0]["t"]
     resumed = ex.resumed[0]
-    expected = 1.0 + sum(sum(range(10)) for _ in range(8))        # add() adds 1.0 to the first
+    expected = (1.0 + sum(sum(range(10)) for _ in range(8))) / 8  # add(): 1.0 more on the first, a mean
     ok = bool(np.allclose(outcome.outputs["result"], expected))
     return seen - killed, resumed - seen, resumed - killed, ex.remaps[0]["rerun"], ok
+
+
+class DriverCalls:
+    """Counts of the driver's calls into Ray, while installed (:meth:`install`, :meth:`remove`).
+
+    State: a count per call name; the originals of the wrapped functions, put back by
+    :meth:`remove`. Wrapped in this process only: the actors' own calls are not the driver's.
+    """
+
+    NAMES = ("wait", "get", "put", "remote")
+
+    def __init__(self, ray):
+        self.ray = ray
+        self.counts = dict.fromkeys(self.NAMES, 0)
+        self._originals: dict = {}
+
+    def _counted(self, name, fn):
+        counts = self.counts
+
+        def counted(*args, **kwargs):
+            counts[name] += 1
+            return fn(*args, **kwargs)
+        return counted
+
+    def install(self) -> None:
+        from ray.actor import ActorMethod
+        for name in ("wait", "get", "put"):
+            self._originals[name] = getattr(self.ray, name)
+            setattr(self.ray, name, self._counted(name, self._originals[name]))
+        self._originals["remote"] = ActorMethod.remote
+        ActorMethod.remote = self._counted("remote", ActorMethod.remote)
+
+    def remove(self) -> None:
+        from ray.actor import ActorMethod
+        ActorMethod.remote = self._originals.pop("remote")
+        for name, fn in self._originals.items():
+            setattr(self.ray, name, fn)
+        self._originals.clear()
+
+
+def scale_row(ray, folder: Path, n: int) -> dict:
+    """Run the :func:`build` DAG of ``n`` tasks with the executor; the driver's calls and times."""
+    from streammap.runtime.loader import ProgramFiles
+    from streammap.runtime.ray.executor import RayExecutor
+    folder.mkdir(exist_ok=True)
+    plan, _ = build(folder, n)
+    calls = DriverCalls(ray)
+    ex = RayExecutor(plan, ProgramFiles.of(plan), emulate=True)
+    calls.install()
+    try:
+        cpu0 = time.process_time()
+        outcome = ex.run()
+        cpu = time.process_time() - cpu0
+        wall = time.perf_counter() - ex.t_submit               # actor start-up excluded
+    finally:
+        calls.remove()
+        for a in ex.actors.values():
+            ray.kill(a)
+    if outcome.error is not None:
+        raise outcome.error
+    c = calls.counts
+    return {"tasks": n, "wall_s": wall, "driver_cpu_s": cpu, "driver_cpu_us_per_task": cpu / n * 1e6,
+            "wall_us_per_task": wall / n * 1e6, **{f"ray_{k}": v for k, v in c.items()},
+            "remote_per_task": c["remote"] / n, "wait_get_per_task": (c["wait"] + c["get"]) / n}
+
+
+def print_scale_row(row: dict) -> None:
+    n = row["tasks"]
+    print(f"{n:>8,} tasks: wall {row['wall_s']:7.2f} s ({row['wall_us_per_task']:6.0f} µs/task), driver cpu "
+          f"{row['driver_cpu_s']:7.2f} s ({row['driver_cpu_us_per_task']:6.0f} µs/task); driver calls: "
+          f".remote {row['ray_remote']:,} ({row['remote_per_task']:.3f}/task), ray.wait {row['ray_wait']:,}, "
+          f"ray.get {row['ray_get']:,}, ray.put {row['ray_put']:,} (wait+get {row['wait_get_per_task']:.4f}/task)",
+          flush=True)
+
+
+def start_ray(tmp: str):
+    """A private 2-node emulated Ray cluster (node0: head, node1: 2 fake GPUs); ``(ray, cluster)``."""
+    os.environ.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled", RAY_TMPDIR=tmp, **HEALTH)
+    import ray
+    from ray.cluster_utils import Cluster
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "num_gpus": 0, "object_store_memory": 80 * 2**20, "labels": {"streammap-node": "node0"},
+        "temp_dir": os.path.join(tmp, "ray"), "include_dashboard": False})
+    c.add_node(num_cpus=2, num_gpus=2, object_store_memory=80 * 2**20, labels={"streammap-node": "node1"})
+    ray.init(address=c.address, logging_level="WARNING")
+    return ray, c
+
+
+def scale(sizes: list[int], json_path: str | None) -> int:
+    tmp = tempfile.mkdtemp(prefix="smb", dir="/tmp")
+    try:
+        ray, c = start_ray(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    rows = []
+    try:
+        print("Ray executor, DAG of tiny kernels on 2 emulated nodes x 2 devices: the driver's calls and time")
+        for n in sizes:
+            rows.append(scale_row(ray, Path(tmp) / f"s{n}", n))
+            print_scale_row(rows[-1])
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=1))
+    return 0
 
 
 def main(argv=None):
@@ -150,19 +273,18 @@ def main(argv=None):
     p.add_argument("--tasks", type=int, default=1000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--no-recovery", action="store_true", help="skip the node-loss measurement")
+    p.add_argument("--scale", type=int, nargs="+", metavar="TASKS",
+                   help="only the driver's round trips and time at these sizes (e.g. 1000 10000 100000)")
+    p.add_argument("--json", metavar="FILE", help="with --scale: write the rows as JSON")
     args = p.parse_args(argv)
+    if args.scale:
+        return scale(args.scale, args.json)
     tmp = tempfile.mkdtemp(prefix="smb", dir="/tmp")
-    os.environ.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled", RAY_TMPDIR=tmp, **HEALTH)
     import numpy as np
-    import ray
-    from ray.cluster_utils import Cluster
 
+    from streammap.runtime.loader import ProgramFiles
     from streammap.runtime.ray.executor import RayExecutor
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "num_gpus": 0, "object_store_memory": 80 * 2**20, "labels": {"streammap-node": "node0"},
-        "temp_dir": os.path.join(tmp, "ray"), "include_dashboard": False})
-    c.add_node(num_cpus=2, num_gpus=2, object_store_memory=80 * 2**20, labels={"streammap-node": "node1"})
-    ray.init(address=c.address, logging_level="WARNING")
+    ray, c = start_ray(tmp)
     try:
         node_ids = {n["Labels"]["streammap-node"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
         plan, deps = build(tmp, args.tasks)
@@ -170,7 +292,7 @@ def main(argv=None):
         for _ in range(args.repeat):
             w, ref_out = plain_ray(ray, plan, deps, node_ids)
             plain.append(w)
-            ex = RayExecutor(plan, Path(plan.source.path).read_bytes(), emulate=True)
+            ex = RayExecutor(plan, ProgramFiles.of(plan), emulate=True)
             outcome = ex.run()
             ours.append(time.perf_counter() - ex.t_submit)        # actor start-up excluded, as for plain
             out = outcome.outputs
@@ -197,4 +319,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -27,9 +27,18 @@ Target (issue 16): ``compile`` of 10,000 tasks on 64 devices in at most 2 s.
 
 
 ``--run-emulate`` measures only ``run --emulate`` of hand-built plans of the tiny-kernel fan on 8
-devices (the compile of 100,000 tasks is the compile phase's business), each size against a
-3-task plan's run: per task, the wall time and peak RSS above that baseline. Targets (issue 16):
-at most 20 µs and 4 KiB per task.
+devices (the compile of 100,000 tasks is the compile phase's business), each size against the
+same command on a 1-task plan (the fixed start-up): per task, the wall time, CPU time and peak RSS
+above the start-up. Targets (issue 16): at most 20 µs and 4 KiB per task. ``--against CHECKOUT``
+also runs another checkout's ``streammap`` (its ``.venv``), run for run; ``--profile N`` prints
+the N functions of most own time of the largest run under cProfile.
+
+``--ray 1000 10000 100000``: a Ray run on the emulated test cluster (2 nodes x 2 devices, started
+and stopped by ``benchmarks/ray_overhead.py --scale`` in a child): the driver's Ray calls
+(``.remote``, ``ray.wait``, ``ray.get``, ``ray.put``) per task and its CPU time per task.
+
+    nice -n 10 .venv/bin/python benchmarks/scale.py --run-emulate 1000 10000 100000 --against /tmp/base
+    nice -n 10 .venv/bin/python benchmarks/scale.py --ray 1000 10000 100000
 
 Each row also gives the child's CPU seconds (user + system) and CPU per task: on a loaded machine
 wall time measures the neighbours, CPU time the command.
@@ -185,65 +194,112 @@ def fan_plan(n: int, devices: int, folder: Path):
 
     The source, ``n - 2`` steps spread round-robin over ``devices`` emulated GPUs and their sum,
     as HEFT places them: the run phase is measured without waiting for ``compile`` of 100,000
-    tasks (the compile phase measures that).
+    tasks (the compile phase measures that). ``n = 1``: the source alone (the start-up baseline).
     """
     from streammap.plan import Plan, sha256_file  # noqa: PLC0415 -- only this phase needs it
 
     src = folder / f"tiny{n}.py"
-    src.write_text(TINY_PROGRAM.format(fan=n - 2))
+    src.write_text(TINY_PROGRAM.format(fan=max(0, n - 2)))
     devs = [{"id": f"node{k // 4}/d{k}", "kind": "gpu"} for k in range(devices)]
     tasks = [{"id": "start", "kernel": "start", "device": devs[0]["id"], "start": 0.0, "finish": 1e-6}]
-    for k in range(n - 2):
-        tasks.append({"id": f"step_{k}", "kernel": "step", "device": devs[k % devices]["id"], "deps": ["start"],
-                      "args": [{"ref": "start"}, {"value": k}], "start": 1e-6, "finish": 2e-6})
-    tasks.append({"id": "total", "kernel": "total", "device": devs[0]["id"], "deps": [f"step_{k}" for k in range(n - 2)],
-                  "args": [{"ref": f"step_{k}"} for k in range(n - 2)], "start": 2e-6, "finish": 3e-6})
+    if n > 1:
+        for k in range(n - 2):
+            tasks.append({"id": f"step_{k}", "kernel": "step", "device": devs[k % devices]["id"], "deps": ["start"],
+                          "args": [{"ref": "start"}, {"value": k}], "start": 1e-6, "finish": 2e-6})
+        tasks.append({"id": "total", "kernel": "total", "device": devs[0]["id"],
+                      "deps": [f"step_{k}" for k in range(n - 2)],
+                      "args": [{"ref": f"step_{k}"} for k in range(n - 2)], "start": 2e-6, "finish": 3e-6})
     return Plan.model_validate({
         "streammap_plan": 1, "source": {"path": str(src), "sha256": sha256_file(src), "entry": "fan"},
         "cluster": {"name": f"fan-p{devices}"},
-        "mapper": {"name": "hand", "estimated_makespan": 3e-6, "lower_bound": 0.0},
-        "devices": devs, "outputs": {"ref": "total"}, "tasks": tasks})
+        "mapper": {"name": "hand", "estimated_makespan": tasks[-1]["finish"], "lower_bound": 0.0},
+        "devices": devs, "outputs": {"ref": tasks[-1]["id"]}, "tasks": tasks})
 
 
-def bench_run_emulate(sizes: list[int], devices: int, tmp: Path, env: dict) -> list[dict]:
-    """``run --emulate`` of fan plans of ``sizes`` tasks on ``devices`` devices, against a 3-task plan.
+def bench_run_emulate(sizes: list[int], devices: int, tmp: Path, env: dict, against: Path | None = None,
+                      profile: int = 0) -> list[dict]:
+    """``run --emulate`` of fan plans of ``sizes`` tasks on ``devices`` devices, against a 1-task plan.
 
-    Per task: the run's wall time and the child's peak RSS minus those of the 3-task plan's run
-    (interpreter start, imports, writing outputs), divided by the tasks; both include reading
-    and validating the plan file and writing the run record. Each figure is the least of 5 runs
-    (the baseline), 3 (up to 10,000 tasks) or 1.
+    The fixed start-up (interpreter start, imports, writing the outputs) is the same command's
+    on a 1-task plan; per task: the run's wall time, CPU time and peak RSS above the start-up's,
+    divided by the tasks (reading and validating the plan file, running, writing the run record).
+    Each figure is the least of 7 runs (the start-up), 5 (up to 10,000 tasks) or 1: at 1,000 tasks the
+    per-task part is a tenth of the start-up, and a loaded machine varies the start-up by as much.
+
+    ``against``: another checkout (with its own ``.venv``, e.g. the main branch's head) whose
+    ``streammap`` runs each plan too, each of its runs right after ours (a loaded machine loads
+    both alike). ``profile``: also run the largest plan under cProfile and print that many
+    functions by their own time.
     """
     from streammap.plan import write_plan  # noqa: PLC0415
 
-    exe = str(Path(sys.executable).with_name("streammap"))
+    builds = {"this": Path(sys.executable).parent}
+    if against is not None:
+        builds["against"] = Path(against).resolve() / ".venv" / "bin"
 
-    def measure(n: int, reps: int) -> tuple[float, float, float]:
-        """The least wall time, peak RSS and CPU time of ``reps`` runs (a shared machine only ever adds time)."""
-        plan = tmp / f"fan{n}.plan.yaml"
-        write_plan(fan_plan(n, devices, tmp), plan)
-        runs = [timed_child([exe, "run", str(plan), "--emulate", "-o", str(tmp / f"fan{n}.npz"),
-                             "--no-progress", "--no-history"], env) for _ in range(reps)]
-        return min(w for w, _, _ in runs), min(r for _, r, _ in runs), min(rec["cpu"] for _, _, rec in runs)
+    def command(bin_dir: Path, n: int) -> list[str]:
+        return [str(bin_dir / "streammap"), "run", str(tmp / f"fan{n}.plan.yaml"), "--emulate",
+                "-o", str(tmp / f"fan{n}.npz"), "--no-progress", "--no-history"]
 
-    base_wall, base_rss, base_cpu = measure(3, 5)
-    print(f"  run --emulate on {devices} devices, 3-task plan: {base_wall:6.2f} s (cpu {base_cpu:5.2f} s) "
-          f"{base_rss:7.0f} MiB (the baseline)", flush=True)
+    def measure(n: int, reps: int) -> dict[str, tuple[float, float, float]]:
+        """Per build: the least wall time, peak RSS and CPU time of ``reps`` runs (a shared machine
+        only ever adds time)."""
+        write_plan(fan_plan(n, devices, tmp), tmp / f"fan{n}.plan.yaml")
+        runs: dict[str, list] = {name: [] for name in builds}
+        for _ in range(reps):
+            for name, bin_dir in builds.items():
+                runs[name].append(timed_child(command(bin_dir, n), env))
+        return {name: (min(w for w, _, _ in rs), min(r for _, r, _ in rs), min(rec["cpu"] for _, _, rec in rs))
+                for name, rs in runs.items()}
+
+    start_up = measure(1, 7)
+    for name, (wall, rss, cpu) in start_up.items():
+        print(f"  [{name}] run --emulate on {devices} devices, 1-task plan (the fixed start-up): {wall:6.2f} s "
+              f"(cpu {cpu:5.2f} s) {rss:7.0f} MiB", flush=True)
     rows = []
     for n in sizes:
-        wall, rss, cpu = measure(n, 3 if n <= 10_000 else 1)
-        us = (wall - base_wall) / n * 1e6
-        cpu_us = (cpu - base_cpu) / n * 1e6
-        kib = (rss - base_rss) * 1024 / n
-        row = {"run_tasks": n, "devices": devices, "run_emulate_s": wall, "run_cpu_s": cpu, "run_rss_mib": rss,
-               "baseline_s": base_wall, "baseline_cpu_s": base_cpu, "baseline_rss_mib": base_rss,
-               "overhead_us_per_task": us, "cpu_us_per_task": cpu_us, "rss_kib_per_task": kib}
-        # On a shared machine the wall time measures the neighbours too: the target is judged by CPU.
-        ok = cpu_us <= RUN_TARGET_US and kib <= RUN_TARGET_KIB
-        print(f"  run --emulate {n:>8,} tasks: {wall:7.2f} s (cpu {cpu:6.2f} s) {rss:7.0f} MiB  per task "
-              f"{us:8.1f} µs wall, {cpu_us:8.1f} µs cpu, {kib:6.2f} KiB  "
-              f"target {RUN_TARGET_US:g} µs, {RUN_TARGET_KIB:g} KiB: {'met' if ok else 'MISSED'}", flush=True)
-        rows.append(row)
+        for name, (wall, rss, cpu) in measure(n, 5 if n <= 10_000 else 1).items():
+            base_wall, base_rss, base_cpu = start_up[name]
+            us = (wall - base_wall) / n * 1e6
+            cpu_us = (cpu - base_cpu) / n * 1e6
+            kib = (rss - base_rss) * 1024 / n
+            row = {"build": name, "run_tasks": n, "devices": devices, "run_emulate_s": wall, "run_cpu_s": cpu,
+                   "run_rss_mib": rss, "start_up_s": base_wall, "start_up_cpu_s": base_cpu,
+                   "start_up_rss_mib": base_rss, "overhead_us_per_task": us, "cpu_us_per_task": cpu_us,
+                   "rss_kib_per_task": kib}
+            # On a shared machine the wall time measures the neighbours too: the target is judged by CPU.
+            ok = cpu_us <= RUN_TARGET_US and kib <= RUN_TARGET_KIB
+            print(f"  [{name}] run --emulate {n:>8,} tasks: {wall:7.2f} s (cpu {cpu:6.2f} s) {rss:7.0f} MiB  "
+                  f"per task above start-up {us:8.1f} µs wall, {cpu_us:8.1f} µs cpu, {kib:6.2f} KiB  "
+                  f"target {RUN_TARGET_US:g} µs, {RUN_TARGET_KIB:g} KiB: {'met' if ok else 'MISSED'}", flush=True)
+            rows.append(row)
+    if profile:
+        print_profile(command(builds["this"], max(sizes)), env, tmp, profile)
     return rows
+
+
+def bench_ray(sizes: list[int], json_path: str | None) -> int:
+    """A Ray run on the emulated test cluster: ``benchmarks/ray_overhead.py --scale`` in a child
+    (which starts its own Ray, private and small, and stops it), its rows relayed."""
+    script = Path(__file__).with_name("ray_overhead.py")
+    argv = [sys.executable, str(script), "--scale", *map(str, sizes)]
+    if json_path:
+        argv += ["--json", json_path]
+    return subprocess.run(argv, check=False).returncode
+
+
+def print_profile(argv: list[str], env: dict, tmp: Path, top: int) -> None:
+    """Run the ``streammap`` command ``argv`` under cProfile; print its ``top`` functions by own time."""
+    prof = tmp / "run.prof"
+    python = str(Path(argv[0]).with_name("python"))
+    subprocess.run([python, "-m", "cProfile", "-o", str(prof), "-m", "streammap.cli", *argv[1:]], check=True,
+                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stats = pstats.Stats(str(prof))
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]   # (file, line, fn): (cc, nc, tt, ct, _)
+    print(f"  cProfile of {' '.join(Path(a).name for a in argv[:3])} (own time; profiling slows calls):")
+    for (file, line, fn), (_, calls, own, cum, _) in rows:
+        where = f"{Path(file).name}:{line}({fn})" if line else fn
+        print(f"    {own:7.3f} s own {cum:7.3f} s cum {calls:>9,} calls  {where}")
 
 
 def _format(row: dict) -> str:
@@ -274,11 +330,21 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     ap.add_argument("--run-emulate", type=int, nargs="+", metavar="TASKS",
                     help="only run --emulate of hand-built fan plans of these sizes (e.g. 1000 10000 100000)")
+    ap.add_argument("--against", metavar="CHECKOUT", type=Path,
+                    help="with --run-emulate: also time another checkout's streammap (CHECKOUT/.venv), run for run")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="with --run-emulate: print the N functions of most own time of the largest run (cProfile)")
+    ap.add_argument("--ray", type=int, nargs="+", metavar="TASKS",
+                    help="only a Ray run on the emulated test cluster of DAGs of these sizes "
+                         "(benchmarks/ray_overhead.py --scale, in a child that starts and stops its own Ray)")
     args = ap.parse_args(argv)
+    if args.ray:
+        return bench_ray(args.ray, args.json)
     if args.run_emulate:
         env = dict(os.environ, STREAMMAP_HISTORY=tempfile.mkdtemp(prefix="scale-history-"))
         with tempfile.TemporaryDirectory() as tmp:
-            rows = bench_run_emulate(args.run_emulate, min(args.devices), Path(tmp), env)
+            rows = bench_run_emulate(args.run_emulate, min(args.devices), Path(tmp), env, against=args.against,
+                                     profile=args.profile)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return 0

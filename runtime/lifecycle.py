@@ -13,7 +13,8 @@ to any of it lands once. A run goes:
    and hands their closing to the session (:meth:`RunSession.defer`); :meth:`RunSession.begin`
    stamps the start and writes the run record with status ``incomplete`` (:func:`incomplete_record`),
    so that a process that ends in the middle of the run (a kernel calling ``os._exit``, a
-   segfault, a kill) leaves a record that says so; :meth:`RunSession.supervise` starts watching (alerts, metrics, telemetry:
+   segfault, a kill) leaves a record that says so (a header without the tasks, which the plan
+   lists: a run writes its tasks once, at its end); :meth:`RunSession.supervise` starts watching (alerts, metrics, telemetry:
    :class:`~streammap.runtime.supervisor.RunSupervisor`).
 3. Leaving the ``with`` (also on an error) closes everything in the reverse order it was opened:
    the supervisor first (a last sample, while the backend's resources are still up; its
@@ -123,9 +124,9 @@ class RunSession:
         if self.record_path is None:
             return
         try:
-            record, task_columns = incomplete_record_parts(self.plan, emulate=self.emulate, started=self.started,
-                                                           plan_path=self.plan_path, backend=self.backend)
-            write_run_record(record, self.record_path, task_columns)
+            record = incomplete_record(self.plan, emulate=self.emulate, started=self.started,
+                                       plan_path=self.plan_path, backend=self.backend)
+            write_run_record(record, self.record_path)
         except StreamMapError:
             # A folder that cannot be written: the run goes on, and its end reports the path (the
             # outputs' or the record's) as a run without this record always did.
@@ -244,22 +245,15 @@ INCOMPLETE_ERROR = ("the run's process ended before the run finished: a kernel m
 
 def incomplete_record(plan: Plan, *, emulate: bool, started: str, plan_path=None, backend: str = "local") -> RunRecord:
     """The record of a run that has started and not ended (see the module docstring): status
-    ``incomplete``, no task measured, and the error a reader sees if it is never replaced."""
-    return _with_tasks(*incomplete_record_parts(plan, emulate=emulate, started=started, plan_path=plan_path,
-                                                backend=backend))
-
-
-def incomplete_record_parts(plan: Plan, *, emulate: bool, started: str, plan_path=None,
-                            backend: str = "local") -> tuple[RunRecord, dict[str, list]]:
-    """:func:`incomplete_record` as :func:`run_record_parts` gives a record: without its tasks,
-    and the tasks as columns."""
-    n = len(plan.tasks)
-    outcome = Outcome(outputs={}, error=None, wall_time=0.0, starts=[None] * n, finishes=[None] * n,
-                      attempts=[0] * n)
-    record, task_columns = run_record_parts(plan, outcome, emulate=emulate, started=started, plan_path=plan_path,
-                                            backend=backend)
+    ``incomplete``, the error a reader sees if it is never replaced, and no tasks, only how many
+    the plan has (:attr:`~streammap.runrecord.RunRecord.planned_tasks`): its tasks are written
+    once, when the run ends, and a reader of a record left incomplete takes them from the plan."""
+    outcome = Outcome(outputs={}, error=None, wall_time=0.0, starts=[], finishes=[], attempts=[])
+    record, _ = run_record_parts(plan, outcome, emulate=emulate, started=started, plan_path=plan_path,
+                                 backend=backend, with_tasks=False)
     where = f"process {os.getpid()} on {socket.gethostname()}"
-    return record.model_copy(update={"status": "incomplete", "error": f"{INCOMPLETE_ERROR} ({where})"}), task_columns
+    return record.model_copy(update={"status": "incomplete", "error": f"{INCOMPLETE_ERROR} ({where})",
+                                     "planned_tasks": len(plan.tasks)})
 
 
 def build_run_record(plan: Plan, outcome: Outcome, *, emulate: bool, started: str, plan_path=None,
@@ -303,10 +297,10 @@ def task_columns_of(plan: Plan, outcome: Outcome) -> dict[str, list]:
 
 def run_record_parts(plan: Plan, outcome: Outcome, *, emulate: bool, started: str, plan_path=None,
                      outputs_path=None, backend: str = "local", telemetry: Optional[dict] = None,
-                     alerts: Optional[list] = None) -> tuple[RunRecord, dict[str, list]]:
+                     alerts: Optional[list] = None, with_tasks: bool = True) -> tuple[RunRecord, dict[str, list]]:
     """The run record of a run of ``plan`` that ended with ``outcome``, in two parts: the
-    :class:`RunRecord` without its tasks, and the tasks as columns (:func:`task_columns_of`), for
-    :func:`~streammap.runrecord.write_run_record` to stream."""
+    :class:`RunRecord` without its tasks, and the tasks as columns (:func:`task_columns_of`;
+    ``None`` when not ``with_tasks``), for :func:`~streammap.runrecord.write_run_record` to stream."""
     wall = outcome.wall_time
     devices = [
         DeviceRun(id=d, executor=info["executor"], busy=info["busy"],
@@ -339,4 +333,4 @@ def run_record_parts(plan: Plan, outcome: Outcome, *, emulate: bool, started: st
         alerts=list(alerts or []),
         remaps=list(outcome.remaps),
     ))
-    return record, task_columns_of(plan, outcome)
+    return record, task_columns_of(plan, outcome) if with_tasks else None

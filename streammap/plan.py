@@ -157,8 +157,8 @@ class PlanTask(_Strict):
     out: Optional[float] = Field(default=None, ge=0)
     # A call of a stateful kernel: all calls of one kernel must run on one device (streammap.placement.colocate).
     stateful: bool = False
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
+    args: list[Any] = Field(default_factory=list)     # a factory: pydantic deep-copies a literal default per task
+    kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class StrategyInfo(_Strict):
@@ -402,7 +402,7 @@ def read_plan(path) -> Plan:
     hint: make one with: streammap compile PROGRAM --cluster CLUSTER -o plan.yaml
     """
     path = Path(path)
-    data, lines = load_yaml(path, PlanError)
+    data, lines = load_yaml(path, PlanError, long_list="tasks")
     if not isinstance(data, dict) or "streammap_plan" not in data:
         raise PlanError("not a StreamMAP plan (no 'streammap_plan' version)", path=path, line=1,
                         hint="make one with: streammap compile PROGRAM --cluster CLUSTER -o plan.yaml")

@@ -5,7 +5,10 @@ Per task: the device, the mapper's estimated start/finish and duration, and the 
 (``error`` says why) or ``incomplete``: the runtime writes the record when the run starts, with
 that status, and replaces it (atomically) when the run ends, so a record left ``incomplete``
 tells that the run's process ended first (a kernel called ``os._exit`` or crashed it, or it was
-killed). Per device: what executed it
+killed). The record written at the start holds no tasks, only ``planned_tasks`` (how many the
+plan has: nothing about them is known yet that the plan does not say), so that a run writes its
+tasks once; :func:`read_run_record` gives such a record the plan's tasks (estimates, nothing
+measured) when the plan file is still there, unchanged. Per device: what executed it
 (``cupy:0``, ``numpy``, ``numpy (emulating node0/gpu1)``), busy time and utilisation, and peak
 memory where known. ``streammap show run.json`` reads it.
 
@@ -39,7 +42,7 @@ import pydantic
 
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write, atomic_write_text, read_text_bounded
-from streammap.plan import _Strict
+from streammap.plan import _Strict, read_plan, sha256_file
 
 RUN_VERSION = 1
 
@@ -154,6 +157,9 @@ class RunRecord(_Strict):
     telemetry: Optional[RunTelemetry] = None
     alerts: list[AlertRecord] = []
     remaps: list[RemapRecord] = []
+    # the plan's task count, in a record written when the run started (status incomplete), whose
+    # tasks are the plan's (read_run_record lists them from the plan file when it can)
+    planned_tasks: Optional[int] = None
 
 
 def run_record_path(outputs_path) -> Path:
@@ -251,8 +257,30 @@ def read_run_record(path) -> RunRecord:
     except (RecursionError, ValueError) as exc:          # nested too deeply; a 5000-digit number
         raise StreamMapError(f"not valid JSON: {exc or 'nested too deeply'}", path=path) from None
     try:
-        return RunRecord.model_validate(data)
+        record = RunRecord.model_validate(data)
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         raise StreamMapError(f"not a StreamMAP run record: {loc}: {err['msg']}", path=path) from None
+    if record.planned_tasks and not record.tasks:
+        record.tasks = planned_task_runs(record, path)
+    return record
+
+
+def planned_task_runs(record: RunRecord, record_path) -> list[TaskRun]:
+    """The tasks of a record written when its run started (:attr:`RunRecord.planned_tasks`): the
+    plan's, none measured; none when the plan file is gone, changed or unreadable (the record
+    still says the run never ended: that is what it is for)."""
+    plan_path = Path(record.plan)
+    if not plan_path.is_absolute() and not plan_path.exists():     # the run's folder is not this one
+        plan_path = Path(record_path).parent / plan_path
+    try:
+        if not record.plan_sha256 or sha256_file(plan_path) != record.plan_sha256:
+            return []
+        plan = read_plan(plan_path)
+    except (OSError, StreamMapError):
+        return []
+    if len(plan.tasks) != record.planned_tasks:
+        return []
+    return [TaskRun(id=t.id, kernel=t.kernel, device=t.device, site=t.site, estimated_start=t.start,
+                    estimated_finish=t.finish, share=t.share) for t in plan.tasks]

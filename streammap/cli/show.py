@@ -84,4 +84,6 @@ def incomplete_summary(record) -> str:
         f"error: {record.error}",
         "the run never ended: no task time, output or telemetry was recorded (a task shown 'not run' may have "
         "run); the estimates below are the plan's",
+        *([f"the plan's {record.planned_tasks} tasks are not listed: its file {record.plan} is gone or has changed"]
+          if record.planned_tasks and not record.tasks else []),
     ])

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 
 import pydantic
@@ -58,13 +58,27 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
-def load_yaml(path, error_cls=StreamMapError):
+def load_yaml(path, error_cls=StreamMapError, *, long_list: str | None = None):
     """Read a YAML file; return ``(data, lines)`` where ``lines`` maps a field path to its line.
 
     Raises ``error_cls`` naming the file and line for unreadable or malformed YAML.
+
+    ``long_list`` names a top-level key whose block list (a plan's ``tasks``) is read by
+    :func:`read_block_list` when it has the shapes :func:`block_sequence_text` writes: the same
+    data and lines, without a node per value. Any other text there goes through the loader.
     """
     path = Path(path)
     text = read_text_bounded(path, MAX_YAML_BYTES, error_cls, what="YAML file")
+    if long_list is not None:
+        fast = _load_with_long_list(text, long_list, path, error_cls)
+        if fast is not None:
+            return fast
+    data, lines, _ = _load_text(text, path, error_cls)
+    return data, lines
+
+
+def _load_text(text: str, path: Path, error_cls):
+    """``(data, lines, root node)`` of ``text``, bounded as the module docstring says."""
     with gc_paused():
         loader = _Loader(text)
         try:
@@ -86,7 +100,88 @@ def load_yaml(path, error_cls=StreamMapError):
             raise error_cls(f"not valid YAML: {exc}", path=path) from None
         finally:
             loader.dispose()
-    return data, lines
+    return data, lines, node
+
+
+def _load_with_long_list(text: str, key: str, path: Path, error_cls):
+    """:func:`load_yaml` of ``text`` with the block list under the top-level ``key`` read by
+    :func:`read_block_list`, or ``None`` when the text is not of that shape.
+
+    The list's lines are blanked out and ``key: []`` put in their place, so the rest of the file
+    is read by the loader with every line where it was; the result is used only if the loader
+    finds ``key`` once, as a key of a block mapping at the root, on that line, with that empty
+    list. The lines of the fields are :class:`_LinesOnDemand`: found (by the loader, over the
+    whole text) only when a message needs one.
+    """
+    opening = f"\n{key}:\n"
+    at = text.find(opening)
+    if at < 0 or text.find(opening, at + 1) >= 0:
+        return None
+    key_line = text.count("\n", 0, at) + 2                 # 1-based line of ``key:``
+    body_start = at + len(opening)
+    end = body_start
+    while end < len(text) and text[end] in "- ":         # lines of the list start with "-" or " "
+        nl = text.find("\n", end)
+        end = len(text) if nl < 0 else nl + 1
+    if end == body_start or not (end == len(text) or _KEY_START.match(text, end)):
+        return None
+    with gc_paused():                   # a large list is many new containers and no garbage
+        items = read_block_list(text[body_start:end])
+    if items is None:
+        return None
+    blanked = text[:at] + f"\n{key}: []\n" + "\n" * text.count("\n", body_start, end) + text[end:]
+    data, _, node = _load_text(blanked, path, error_cls)
+    if not _holds_empty_list_at(node, key, key_line):
+        return None
+    data[key] = items
+    return data, _LinesOnDemand(text, path, error_cls)
+
+
+class _LinesOnDemand(Mapping):
+    """The ``lines`` of :func:`load_yaml` for a text, found when first looked up.
+
+    Lines serve error messages only; recording one per field was most of the time a large
+    list took to read. State: the text until the lines are found, then the lines.
+    """
+
+    def __init__(self, text: str, path: Path, error_cls):
+        self._text: str | None = text
+        self._where = (path, error_cls)
+        self._lines: dict[tuple, int] = {}
+
+    def _found(self) -> dict[tuple, int]:
+        if self._text is not None:
+            _, self._lines, _ = _load_text(self._text, *self._where)
+            self._text = None
+        return self._lines
+
+    def __getitem__(self, loc):
+        return self._found()[loc]
+
+    def __iter__(self):
+        return iter(self._found())
+
+    def __len__(self) -> int:
+        return len(self._found())
+
+    def __bool__(self) -> bool:         # ``lines or {}`` must not look them up
+        return True
+
+
+#: A line that starts a top-level key (what may follow a long list).
+_KEY_START = re.compile(r"[A-Za-z_]")
+
+
+def _holds_empty_list_at(root, key: str, line: int) -> bool:
+    """Whether ``root`` is a block mapping whose ``key`` is on ``line`` with ``[]`` as its value."""
+    if not isinstance(root, MappingNode) or root.flow_style:
+        return False
+    found = [(k, v) for k, v in root.value if isinstance(k, ScalarNode) and k.value == key]
+    if len(found) != 1:                     # a repeated key: the loader keeps the last one
+        return False
+    key_node, value = found[0]
+    return (key_node.tag == _STR and key_node.start_mark.line + 1 == line and key_node.start_mark.column == 0
+            and isinstance(value, SequenceNode) and not value.value)
 
 
 def dump_yaml(data, *, default_flow_style=False, width=None, allow_unicode=None, sort_keys=True,
@@ -562,3 +657,241 @@ def _container_ids(*parts) -> set[int] | None:
             seen.add(id(x))
             stack.extend(x.values() if type(x) is dict else x)
     return seen
+
+
+# -- reading a block list back ---------------------------------------------------------------------
+
+#: The characters :func:`block_sequence_text` writes (bare identifiers, numbers, indicators of
+#: block and flow collections). A list with any other (a quote, a comment, an anchor, a tab, a
+#: carriage return, a non-ASCII letter) is left to the loader.
+_NOT_WRITTEN = re.compile(r"[^A-Za-z0-9_./:,\[\]{} \n+\-]")
+_INT_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
+_FLOAT_TEXT = re.compile(r"-?[0-9]+\.[0-9]*(?:e[-+][0-9]+)?\Z")
+#: Scalars whose text is a word: what YAML 1.1 resolves them to.
+_WORD_VALUES = {"null": None, "true": True, "false": False, ".inf": float("inf"), "-.inf": float("-inf"),
+                ".nan": float("nan")}
+
+
+def read_block_list(text: str):
+    """The list :func:`block_sequence_text` wrote as ``text``, or ``None`` for any other text.
+
+    The inverse of the writer, for its shapes alone: block lists and mappings, flow lists and
+    mappings of scalars (wrapped over lines as the emitter wraps them), bare identifiers,
+    ``null``, ``true``, ``false``, decimal ints and floats as the representer writes them. Such
+    text is YAML, and the result is what the loader builds of it; any other text (which may be
+    YAML too, or not) gives ``None``: the loader reads it then, and refuses it with its message.
+
+    Parameters
+    ----------
+    text : str
+        The list's lines: each item starts with ``- `` at column 0.
+
+    Returns
+    -------
+    list or None
+    """
+    if _NOT_WRITTEN.search(text):
+        return None
+    rows = text.split("\n")
+    if rows[-1] == "":                              # the text's last newline
+        rows.pop()
+    reader = _ListReader(rows)
+    try:
+        items = reader.block_sequence(0, 1)
+    except _Giveup:
+        return None
+    return items if reader.at == len(rows) else None
+
+
+class _ListReader:
+    """Reads the block collections :class:`_BlockWriter` writes, a row (line) at a time.
+
+    State: the rows and the index of the next one. Anything the writer would not have written
+    raises :class:`_Giveup`. ``depth`` is the nesting of what is being read (as the loader
+    bounds it: :data:`MAX_YAML_DEPTH`, too deep is left to the loader to refuse).
+    """
+
+    def __init__(self, rows: list[str]):
+        self.rows = rows
+        self.at = 0
+        # scalar text -> value, and per indent a "key: scalar" row -> (key, value): kernels,
+        # devices and times repeat from task to task (containers are never shared: built anew)
+        self.scalars: dict[str, object] = {}
+        self.scalar_rows: dict[int, dict[str, tuple]] = {}
+        self.flows: dict[str, tuple] = {}          # a one-row flow's text -> its items
+
+    def scalar(self, text: str):
+        """:func:`_scalar_value` of ``text``, remembered."""
+        try:
+            return self.scalars[text]
+        except KeyError:
+            value = self.scalars[text] = _scalar_value(text)
+            return value
+
+    def block_sequence(self, indent: int, depth: int) -> list:
+        """Rows ``- item`` at ``indent``, from the current row on."""
+        if depth >= MAX_YAML_DEPTH:
+            raise _Giveup
+        dash = " " * indent + "- "
+        items: list = []
+        rows = self.rows
+        while self.at < len(rows) and rows[self.at].startswith(dash):
+            items.append(self.value(rows[self.at][indent + 2:], indent + 2, depth + 1, in_list=True))
+        if not items:
+            raise _Giveup
+        return items
+
+    def block_mapping(self, first: str | None, indent: int, depth: int) -> dict:
+        """``key: value`` rows at ``indent``; ``first`` is the first one's text when it follows a
+        dash on the current row."""
+        if depth >= MAX_YAML_DEPTH:
+            raise _Giveup
+        data: dict = {}
+        rows = self.rows
+        margin = " " * indent
+        known = self.scalar_rows.setdefault(indent, {})
+        text, whole_row = first, None
+        while True:
+            if text is None:
+                if self.at >= len(rows):
+                    break
+                row = whole_row = rows[self.at]
+                pair = known.get(row)
+                if pair is not None:                # "key: scalar" read before at this indent
+                    if pair[0] in data:
+                        raise _Giveup
+                    data[pair[0]] = pair[1]
+                    self.at += 1
+                    continue
+                if not (row.startswith(margin) and _KEY_START.match(row, indent)):
+                    break
+                text = row[indent:]
+            key, colon, rest = text.partition(":")
+            if not colon or key in data or key not in _KNOWN_KEYS and not _is_bare(key):
+                raise _Giveup
+            if rest == "":                          # a block collection on the next rows
+                self.at += 1
+                data[key] = self.nested(indent, depth + 1)
+            elif rest[0] != " ":
+                raise _Giveup
+            elif rest[1:2] == "[" or rest[1:2] == "{":
+                data[key] = self.flow(rest[1:], indent + 2, depth + 1)
+            else:                                   # a scalar: most rows of a plan
+                data[key] = value = self.scalar(rest[1:])
+                if whole_row is not None:           # not the key on a dash's row
+                    known[whole_row] = (key, value)
+                self.at += 1
+            text = whole_row = None
+        if not data:
+            raise _Giveup
+        return data
+
+    def nested(self, indent: int, depth: int):
+        """The block value of a key at ``indent``: a list at the same indent or a mapping deeper."""
+        if self.at >= len(self.rows):
+            raise _Giveup
+        row = self.rows[self.at]
+        if row.startswith(" " * indent + "- "):
+            return self.block_sequence(indent, depth)
+        deeper = indent + 2
+        if row.startswith(" " * deeper) and _KEY_START.match(row, deeper):
+            return self.block_mapping(None, deeper, depth)
+        raise _Giveup
+
+    def value(self, text: str, indent: int, depth: int, in_list: bool):
+        """The value whose text starts ``text`` on the current row (after a dash or a key); moves
+        past its last row. A flow collection's wrapped rows are at ``indent``."""
+        first = text[:1]
+        if first == "[" or first == "{":
+            return self.flow(text, indent, depth)
+        if in_list and ":" in text:                 # a mapping whose first key is on the dash's row
+            return self.block_mapping(text, indent, depth)
+        self.at += 1
+        return self.scalar(text)
+
+    def flow(self, text: str, indent: int, depth: int):
+        """``[a, b]`` or ``{k: v}``, perhaps wrapped over rows at ``indent``."""
+        if depth >= MAX_YAML_DEPTH:
+            raise _Giveup
+        seen = self.flows.get(text)
+        if seen is not None:                        # read before: a new container of the same items
+            self.at += 1
+            return dict(seen) if text[0] == "{" else list(seen)
+        value = self._flow(text, indent)
+        is_map = text[0] == "{"
+        if len(text) > 1 and text.endswith("}" if is_map else "]"):       # on one row: remembered
+            self.flows[text] = tuple(value.items()) if is_map else tuple(value)
+        return value
+
+    def _flow(self, text: str, indent: int):
+        """:meth:`flow`, read."""
+        is_map = text[0] == "{"
+        close = "}" if is_map else "]"
+        inner = text[1:]
+        if not inner.endswith(close):
+            inner = self._wrapped(inner, close, indent)
+        self.at += 1
+        inner = inner[:-1]
+        if _BRACKETS.search(inner):                 # the writer's flows hold scalars alone
+            raise _Giveup
+        if inner == "" or inner == "\n":
+            return {} if is_map else []
+        # The writer's separators: ", " or, where the emitter wrapped, "," and a line break (the
+        # indent is cut already); the first item may also move to the next line.
+        if inner[0] == "\n":
+            inner = inner[1:]
+        items = inner.replace(",\n", ", ").split(", ")
+        scalar = self.scalar
+        if not is_map:
+            return [scalar(item) for item in items]
+        data = {}
+        for item in items:
+            key, sep, rest = item.partition(": ")
+            if not sep or key in data or key not in _KNOWN_KEYS and not _is_bare(key):
+                raise _Giveup
+            data[key] = scalar(rest)
+        return data
+
+    def _wrapped(self, inner: str, close: str, indent: int) -> str:
+        """A flow collection's text from its rows (joined by line breaks, the indent cut), from
+        after its opening bracket up to and with its closing one."""
+        parts = [inner]
+        margin = " " * indent
+        while not parts[-1].endswith(close):
+            self.at += 1
+            if self.at >= len(self.rows):
+                raise _Giveup
+            row = self.rows[self.at]
+            if not row.startswith(margin) or row[indent:indent + 1] in ("", " "):
+                raise _Giveup
+            parts.append(row[indent:])
+        return "\n".join(parts)
+
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+#: Keys already read as bare (a plan repeats a handful on every task), up to a bound.
+_KNOWN_KEYS: set[str] = set()
+
+
+def _is_bare(key: str) -> bool:
+    """Whether ``key`` is a bare identifier the writer writes plain; remembered if so."""
+    if _BARE.match(key) is None or key in _RESOLVED_WORDS:
+        return False
+    if len(_KNOWN_KEYS) < _GOOD_KEYS_MAX:
+        _KNOWN_KEYS.add(key)
+    return True
+
+
+def _scalar_value(text: str):
+    """What YAML 1.1 reads a scalar the writer wrote as; other texts give up."""
+    if text in _WORD_VALUES:
+        return _WORD_VALUES[text]
+    if _BARE.match(text):
+        if text in _RESOLVED_WORDS:
+            raise _Giveup
+        return text
+    if _INT_TEXT.match(text):
+        return int(text)
+    if _FLOAT_TEXT.match(text):
+        return float(text)
+    raise _Giveup

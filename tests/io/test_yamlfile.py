@@ -225,3 +225,121 @@ def test_an_unhashable_key_is_a_yaml_error_at_its_line(tmp_path):
     with pytest.raises(StreamMapError, match="unhashable") as exc:
         load(tmp_path, "a: 1\n? [x, y]\n: 2\n")
     assert exc.value.line == 2
+
+
+# ---------------------------------------------------------------------- reading a plan's task list back
+
+def _same(a, b) -> bool:
+    """Equal, NaN equal to NaN (the writer writes ``.nan``; NaN != NaN)."""
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def _load_both(path):
+    fast = load_yaml(path, long_list="tasks")
+    slow = load_yaml(path)
+    return fast, slow
+
+
+@pytest.mark.parametrize("width", [100, 80])
+def test_a_task_list_the_writer_wrote_reads_back_as_the_loader_reads_it(tmp_path, width):
+    """Random task-like lists (wrapped flow lists, nested block and flow collections, floats,
+    bools, nulls): read directly, the same data and the same line of every field as the loader's."""
+    read_directly = 0
+    for seed in range(150):
+        r = random.Random(seed)
+        items = [{"id": r.choice(WORDS), "deps": [r.choice(WORDS[:5]) for _ in range(r.randint(0, 40))],
+                  "v": _random_value(r, 0)} for _ in range(r.randint(1, 4))]
+        whole = {"head": {"a": 1}, "tasks": items, "tail": {"b": [1]}}
+        path = tmp_path / "p.yaml"
+        path.write_text(yamlfile.dump_mapping_yaml(whole, long_key="tasks", width=width))
+        (data, lines), (want, want_lines) = _load_both(path)
+        assert _same(data, want) and _same(data, whole)
+        assert dict(lines) == want_lines
+        if yamlfile.block_sequence_text(items, width=width) is not None:
+            read_directly += 1
+            assert isinstance(lines, yamlfile._LinesOnDemand)             # the direct reader read it
+            head, _, body = path.read_text().partition("\ntasks:\n")
+            assert _same(yamlfile.read_block_list(body.partition("\ntail:")[0] + "\n"), items)
+    assert read_directly > 40
+
+
+@pytest.mark.parametrize("body", [
+    "- {id: 'quoted'}\n",                 # quotes
+    "- id: a  # a comment\n",
+    "- id: &x a\n- id: b\n",              # an anchor
+    "- id: yes\n",                        # YAML 1.1 reads a bool
+    "- id: 017\n",                        # octal
+    "- id: 1_000\n",
+    "- id: 1:30\n",                       # sexagesimal
+    "- id: a\n  deps: [a,b]\n",           # flow items without the writer's space
+    "- id: a\n  deps: [a, , b]\n",
+    "- id: a\n  deps: [a,\n    b, c\n    d]\n",
+    "- id: a\n\tdeps: []\n",              # a tab
+    "- id: a\r\n",
+    "- id: a\n  id: b\n",                 # a repeated key
+    "- id: a\n   x: 1\n",                 # odd indentation
+    "- id:\n",                            # an empty value
+    "- id: é\n",
+])
+def test_a_task_list_the_writer_would_not_write_is_left_to_the_loader(tmp_path, body):
+    """The direct reader takes only what the writer writes; anything else reads as the loader
+    reads it, errors included."""
+    assert yamlfile.read_block_list(body) is None
+    path = tmp_path / "p.yaml"
+    path.write_bytes(f"name: p\ntasks:\n{body}tail: 1\n".encode())
+    try:
+        want = load_yaml(path)
+    except StreamMapError as exc:
+        with pytest.raises(StreamMapError) as info:
+            load_yaml(path, long_list="tasks")
+        assert (info.value.message, info.value.line) == (exc.message, exc.line)
+    else:
+        data, lines = load_yaml(path, long_list="tasks")
+        assert data == want[0] and dict(lines) == want[1]
+
+
+@pytest.mark.parametrize("text", [
+    "tasks:\n- a\n",                                  # the key on the first line: not looked for
+    "x: 1\ntasks:\n- a\ntasks: [b]\n",                # a repeated key: the loader keeps the last
+    "x: {y: 1,\ntasks:\n- a\n}\n",                    # inside a flow mapping
+    "x: 1\ntasks:\n- a\n\n- b\n",                     # a blank line in the list
+    "- x\n- y\ntasks:\n- a\n",                        # not a mapping
+])
+def test_a_file_around_the_task_list_is_read_as_the_loader_reads_it(tmp_path, text):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    try:
+        want = load_yaml(path)
+    except StreamMapError as exc:
+        with pytest.raises(StreamMapError) as info:
+            load_yaml(path, long_list="tasks")
+        assert (info.value.message, info.value.line) == (exc.message, exc.line)
+    else:
+        data, lines = load_yaml(path, long_list="tasks")
+        assert data == want[0] and dict(lines) == want[1]
+
+
+def test_an_error_in_a_plan_read_directly_names_its_line(samples, tmp_path):
+    """Lines are found only for a message, and then they are the loader's."""
+    plan = compile_plan(samples / "fm_radio.py", samples / "clusters" / "tiny-gpus.yaml")
+    path = tmp_path / "p.yaml"
+    plan_module.write_plan(plan, path)
+    text = path.read_text()
+    task = plan.tasks[3]
+    moved = text.replace(f"- id: {task.id}\n  kernel: {task.kernel}\n  device: {task.device}\n",
+                         f"- id: {task.id}\n  kernel: {task.kernel}\n  device: nowhere\n")
+    assert moved != text
+    path.write_text(moved)
+    line = moved.splitlines().index(f"- id: {task.id}") + 1
+    with pytest.raises(plan_module.PlanError, match="nowhere") as info:
+        plan_module.read_plan(path)
+    assert info.value.line == line
+
+
+def test_repeated_rows_read_into_containers_of_their_own():
+    """Rows that repeat from task to task are read once, but no two tasks share a list or a dict."""
+    items = yamlfile.read_block_list("- id: a\n  deps: [s]\n  args:\n  - {ref: s}\n"
+                                     "- id: b\n  deps: [s]\n  args:\n  - {ref: s}\n")
+    assert items == [{"id": "a", "deps": ["s"], "args": [{"ref": "s"}]},
+                     {"id": "b", "deps": ["s"], "args": [{"ref": "s"}]}]
+    assert items[0]["deps"] is not items[1]["deps"] and items[0]["args"][0] is not items[1]["args"][0]

@@ -21,7 +21,7 @@ from streammap.cli import main
 from streammap.cluster.model import cluster_from_dict
 from streammap.errors import DirectiveError, KernelError, StreamMapError
 from streammap.plan import read_plan, write_plan
-from streammap.runrecord import read_run_record
+from streammap.runrecord import read_run_record, write_run_record
 from streammap.runtime import run_plan
 from streammap.runtime.guard import (
     Deadline,
@@ -473,12 +473,49 @@ def test_a_kernel_ending_the_process_leaves_an_incomplete_record_that_says_so(tm
     assert record.error.startswith("the run's process ended before the run finished: a kernel may have ended "
                                    "the process (os._exit, a crash) or it was killed")
     assert main(["show", str(tmp_path / "p.out.run.json")]) == 0
+    # The record written at the start lists no task (the run writes its tasks once, at its end);
+    # read back, it has the plan's tasks, none measured.
+    raw = json.loads((tmp_path / "p.out.run.json").read_text())
+    assert raw["tasks"] == [] and raw["planned_tasks"] == 2
+    assert [(t.id, t.device, t.start, t.attempts) for t in record.tasks] == [("src", "node0/cpu", None, 0),
+                                                                             ("bye", "node0/cpu", None, 0)]
+    assert record.tasks[1].estimated_finish == plan.tasks[1].finish
+
+
+def test_an_incomplete_record_whose_plan_changed_still_says_the_run_never_ended(tmp_path, capsys):
+    rows = [task("src", "source", "node0/cpu"), task("bye", "leave", "node0/cpu", ref("src"))]
+    plan = make_plan(tmp_path, EXITS, rows, devices=cpu_devices(), outputs=ref("bye"))
+    write_plan(plan, tmp_path / "p.yaml")
+    done = subprocess.run([sys.executable, "-m", "streammap.cli", "run", str(tmp_path / "p.yaml"), "--no-history",
+                           "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3
+    (tmp_path / "p.yaml").write_text((tmp_path / "p.yaml").read_text() + "\n")      # the plan changed since
+    record = read_run_record(tmp_path / "p.out.run.json")
+    assert record.status == "incomplete" and record.planned_tasks == 2 and record.tasks == []
+    assert main(["show", str(tmp_path / "p.out.run.json")]) == 0
+    out = capsys.readouterr().out
+    assert "INCOMPLETE" in out and "the plan's 2 tasks are not listed" in out
+
+
+def test_a_run_writes_its_tasks_into_the_record_once(tmp_path, monkeypatch):
+    """The record written when the run starts is a header: the tasks are written at the end only."""
+    import streammap.runtime.lifecycle as lifecycle
+
+    written = []
+
+    def counting(record, path, task_columns=None):
+        written.append((record.status, len(record.tasks) + len((task_columns or {}).get("id", ()))))
+        return write_run_record(record, path, task_columns)
+    monkeypatch.setattr(lifecycle, "write_run_record", counting)
+    rows = [task("src", "source", "node0/cpu")] + [task(f"t{k}", "source", "node0/cpu") for k in range(50)]
+    plan = make_plan(tmp_path, EXITS, rows, devices=cpu_devices(), outputs=ref("src"))
+    run_plan(plan, progress=False, telemetry=False, record_path=tmp_path / "r.run.json")
+    assert written == [("incomplete", 0), ("ok", 51)]
 
 
 def test_show_says_an_incomplete_record_never_ended(tmp_path, capsys):
     rows = [task("src", "source", "node0/cpu")]
     plan = make_plan(tmp_path, EXITS, rows, devices=cpu_devices(), outputs=ref("src"))
-    from streammap.runrecord import write_run_record
     from streammap.runtime.lifecycle import incomplete_record
     write_run_record(incomplete_record(plan, emulate=False, started="2025-01-01T00:00:00+00:00"),
                      tmp_path / "r.run.json")
