@@ -38,6 +38,14 @@ the median ``measured / estimate`` (above 1: the estimates are optimistic). A la
 pooled one, reports ``benchmarks/held_out_kernels.py`` (:data:`HELD_OUT_SAMPLES`), a program the
 compute-class rules were not checked on, outside the pooled figure.
 
+On a machine more loaded than it has cores (the one-minute load average at least the core count),
+``--first-estimate`` runs with one BLAS thread (``OPENBLAS_NUM_THREADS=1``, and the OpenMP and MKL
+equivalents, unless one is set already; the script starts itself again with them): a 2-thread
+OpenBLAS product waits for a core that another process holds, and in four runs of seven the
+matrix-product tasks ran 7-500x slower than any estimate, a figure of the machine's load, not of
+the estimates. Discovery runs in the same process, so the GEMM curve it measures is the
+one-thread curve the tasks then run at. The first line says how many BLAS threads ran.
+
 ``--all-devices`` compiles for every device discovery finds (GPUs run with CuPy) instead of the
 CPU alone; ``--check`` exits with status 1 when the pooled median after profiling misses the
 target.
@@ -48,6 +56,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -150,6 +159,8 @@ def first_estimate(args) -> int:
               f"random {_g(d.achieved_random_flops)} GFLOP/s, transcendental {_g(d.achieved_transcendental_flops)} GFLOP/s, "
               f"{_g(d.achieved_bandwidth)} GB/s" + (f" (by working set: {curve} GB/s)" if curve else "")
               + (f", call {d.call_overhead * 1e6:.3g} us" if d.call_overhead is not None else ""))
+    print(f"BLAS threads: {os.environ.get('OPENBLAS_NUM_THREADS', 'all')} (load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     print(f"target: median per-task max(measured/estimate, estimate/measured) <= {FIRST_TARGET:g} before any profile; "
           f"measured = each task's minimum over {args.runs} runs after a warm-up")
     print(f"{'':<26}" + "".join(f"{key + ': ratio':>18}{'meas/est':>10}" for key in clusters))
@@ -277,5 +288,24 @@ def main(argv=None) -> int:
     return 1 if args.check and ma > TARGET else 0
 
 
+#: Variables that set the BLAS libraries' thread counts.
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def one_blas_thread_when_loaded(argv: list[str]) -> None:
+    """Start this script again with one BLAS thread when ``--first-estimate`` runs on a machine
+    more loaded than it has cores and no BLAS thread count is set (module docstring); else return.
+
+    The variables must be set before NumPy loads its BLAS, hence a fresh process.
+    """
+    if "--first-estimate" not in argv or any(v in os.environ for v in BLAS_THREAD_VARS):
+        return
+    if os.getloadavg()[0] < (os.cpu_count() or 1):
+        return
+    os.environ.update(dict.fromkeys(BLAS_THREAD_VARS, "1"))
+    os.execv(sys.executable, [sys.executable, __file__, *argv])
+
+
 if __name__ == "__main__":
+    one_blas_thread_when_loaded(sys.argv[1:])
     sys.exit(main())
