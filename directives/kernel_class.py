@@ -21,19 +21,46 @@ per kernel, from the source alone (nothing is run):
     No factorisation, but the body calls a matrix product: the ``@`` operator, or a call of a
     function or method named ``matmul``, ``dot``, ``vdot``, ``inner``, ``einsum``,
     ``tensordot``, ``multi_dot`` or ``matrix_power``.
+``"gram"``
+    Every matrix product of the body multiplies an array by its own transpose (``l @ l.T``,
+    ``x.T @ x``, ``np.dot(a, a.T)``): a symmetric rank-k update, whose ``flops`` clause
+    conventionally counts the ``n² k`` of BLAS ``syrk`` (the symmetric half). NumPy's ``@`` does not
+    know the result is symmetric and runs the full product, ``2 n² k``: twice what the clause
+    counts. The cost model prices a ``"gram"`` task at half the GEMM curve's rate at the side of
+    the full product (:func:`streammap.cost.model.compute_rates`); a clause that already counts the full
+    product is then over-estimated 2x, a price a clause that follows the BLAS convention does not pay.
 ``"fft"``
     Not a matrix product, but the body calls an FFT: anything under an ``fft`` namespace
     (``xp.fft.rfft``, ``scipy.fft.fft``) or a function by an FFT's usual name (``fft``, ``ifft``,
     ``rfft``, ``irfft``, ``fft2``, ``fftn``, ...). An FFT runs at its own rate, between the two
     others (~3-5 GFLOP/s on that VM, counted ``5 n log2 n``), and a kernel that calls one usually
     spends its time there; discovery measures it (``achieved_fft_flops``).
+``"random"``
+    None of those, but the body draws random numbers: anything under a ``random`` namespace
+    (``np.random.default_rng``, ``cp.random.standard_normal``, ``xp.random.rand``) or a
+    Generator method by name (``standard_normal``, ``normal``, ``uniform``, ``integers``, ...), and
+    no transcendental function. A normal random number costs ~9 ns on that VM, twenty to forty
+    times an addition, and clauses count it as one FLOP; discovery measures the rate
+    (``achieved_random_flops``).
+``"transcendental"``
+    None of those, but the body calls a transcendental function NumPy evaluates one element at
+    a time (``sin``, ``cos``, ``tan`` and their inverses and hyperbolic forms, ``power``,
+    ``float_power``), or raises to a power whose exponent is not an integer literal
+    (``RHO ** d``, ``x ** 0.5``), and draws no random numbers. ``exp`` and ``log`` are *not*
+    transcendental here: NumPy evaluates them with vector instructions at ~1 ns per float64
+    element, near an addition's cost, while ``sin`` takes ~8 ns and ``**`` ~4 ns on that VM.
+    Discovery measures the rate of ``sin`` and ``**`` (``achieved_transcendental_flops``).
 ``"other"``
-    Everything else.
+    Everything else: arithmetic, reductions, indexing, and bodies that both draw random numbers
+    and call transcendental functions (a signal source with noise: a mix, priced at the measured
+    mix of both, ``achieved_other_flops``).
 
 Policy: one factorisation anywhere in the body (nested functions and branches included, whether
 or not they run) makes the whole kernel ``"lapack"``, else one matrix product makes it
-``"blas"``: a kernel that factorises or multiplies matrices usually spends its time there, and
-its ``flops`` clause counts that work; the slower of the two wins when a body has both. Functions the kernel calls
+``"blas"`` (``"gram"`` when every product is of an array with its own transpose): a kernel that
+factorises or multiplies matrices usually spends its time there, and its ``flops`` clause counts
+that work; the slower of the two wins when a body has both. Random numbers and transcendental
+functions only decide among bodies without products or FFTs. Functions the kernel calls
 are not followed (a helper defined elsewhere that multiplies matrices leaves the kernel
 ``"other"``): the look is local and cheap, and a wrong class costs an estimate, never a result.
 """
@@ -43,7 +70,8 @@ from __future__ import annotations
 import ast
 
 #: The classes, as the task graph's ``compute_class`` attribute carries them.
-LAPACK, BLAS, FFT, OTHER = "lapack", "blas", "fft", "other"
+LAPACK, BLAS, GRAM, FFT, RANDOM, TRANSCENDENTAL, OTHER = (
+    "lapack", "blas", "gram", "fft", "random", "transcendental", "other")
 
 #: Names of calls that are matrix products (BLAS level 3 underneath), whatever module or object
 #: they are reached through.
@@ -58,6 +86,16 @@ FACTOR_CALLS = frozenset({
 #: Names of calls that are FFTs, whatever module they are reached through.
 FFT_CALLS = frozenset({"fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2",
                        "irfft2", "fftn", "ifftn", "rfftn", "irfftn"})
+#: Names of Generator (and legacy ``RandomState``) methods that draw random numbers, called on a
+#: generator object whatever it is named (``rng.normal``); calls under a ``random`` namespace count too.
+RANDOM_CALLS = frozenset({"default_rng", "Generator", "RandomState", "standard_normal", "normal",
+                          "uniform", "integers", "randint", "randn", "rand", "exponential", "poisson",
+                          "binomial", "gamma", "beta", "permutation", "shuffle", "choice"})
+#: Names of the ufuncs NumPy evaluates one element at a time through libm (several ns each), not
+#: ``exp``/``log``/``sqrt``, which it runs with vector instructions near an addition's cost.
+TRANSCENDENTAL_CALLS = frozenset({"sin", "cos", "tan", "arcsin", "arccos", "arctan", "arctan2",
+                                  "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh",
+                                  "power", "float_power"})
 
 #: A namespace whose every function that is not a product counts as a factorisation
 #: (``np.linalg.norm`` too: it is rare in kernels, and a simple rule is easier to predict than an exact one).
@@ -65,8 +103,8 @@ LINALG_NAMESPACE = "linalg"
 
 
 def compute_class(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
-    """``"lapack"`` when the body of ``fn`` calls a factorisation or solver, else ``"blas"`` when it
-    calls a matrix product, else ``"fft"`` when it calls an FFT, else ``"other"`` (module docstring).
+    """The compute class of the body of ``fn``, the first that applies of ``"lapack"``,
+    ``"blas"`` (``"gram"``), ``"fft"``, ``"random"``, ``"transcendental"``, ``"other"`` (module docstring).
 
     Examples
     --------
@@ -74,20 +112,36 @@ def compute_class(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     >>> from streammap.directives.kernel_class import compute_class
     >>> compute_class(ast.parse("def f(a, b):\\n    return a @ b").body[0])
     'blas'
+    >>> compute_class(ast.parse("def f(l):\\n    return l @ l.T").body[0])
+    'gram'
     >>> compute_class(ast.parse("def f(a):\\n    return xp.linalg.cholesky(a)").body[0])
     'lapack'
     >>> compute_class(ast.parse("def f(x):\\n    return xp.fft.fft(xp.sin(x))").body[0])
     'fft'
     >>> compute_class(ast.parse("def f(x):\\n    return xp.sin(x) * 2").body[0])
+    'transcendental'
+    >>> compute_class(ast.parse("def f(i):\\n    return np.random.default_rng(i).normal(size=9)").body[0])
+    'random'
+    >>> compute_class(ast.parse("def f(x):\\n    return xp.exp(x) / x.sum()").body[0])
     'other'
     """
-    found = set()
+    found, products = set(), []
     for node in ast.walk(fn):
         if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult):
             found.add(BLAS)
+            products.append((node.target, node.value) if isinstance(node, ast.AugAssign) else (node.left, node.right))
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and not _integer_literal(node.right):
+            found.add(TRANSCENDENTAL)
         elif isinstance(node, ast.Call):
-            found.add(_call_class(node.func))
-    return next((c for c in (LAPACK, BLAS, FFT) if c in found), OTHER)
+            cls = _call_class(node.func)
+            found.add(cls)
+            if cls == BLAS:
+                products.append(_dot_operands(node))
+    if BLAS in found and LAPACK not in found and products and all(_is_gram(*ops) for ops in products):
+        return GRAM
+    if RANDOM in found and TRANSCENDENTAL in found:
+        found -= {RANDOM, TRANSCENDENTAL}         # a mix of both: the mix's rate (docstring)
+    return next((c for c in (LAPACK, BLAS, FFT, RANDOM, TRANSCENDENTAL) if c in found), OTHER)
 
 
 def _call_class(func: ast.expr) -> str:
@@ -101,7 +155,55 @@ def _call_class(func: ast.expr) -> str:
         return LAPACK
     if name in FFT_CALLS or isinstance(func, ast.Attribute) and _under(func.value, "fft"):
         return FFT
+    if name in RANDOM_CALLS or isinstance(func, ast.Attribute) and _under(func.value, "random"):
+        return RANDOM
+    if name in TRANSCENDENTAL_CALLS:
+        return TRANSCENDENTAL
     return OTHER
+
+
+def _integer_literal(expr: ast.expr) -> bool:
+    """Whether a ``**`` exponent is an integer literal (``x ** 2``, ``x ** -1``): NumPy turns those into
+    multiplications; any other exponent (``0.5``, a variable, an array) runs ``pow`` per element."""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+        expr = expr.operand
+    return isinstance(expr, ast.Constant) and type(expr.value) is int
+
+
+def _dot_operands(call: ast.Call) -> tuple:
+    """The two operands of a product call: ``np.dot(a, b)`` -> (a, b), ``a.dot(b)`` -> (a, b);
+    ``(None, None)`` for calls of another shape (``einsum``, ``multi_dot``), which are never a Gram product."""
+    args = call.args
+    if isinstance(call.func, ast.Attribute) and call.func.attr in ("dot", "matmul") and len(args) == 1:
+        return call.func.value, args[0]
+    if len(args) == 2 and isinstance(call.func, (ast.Name, ast.Attribute)) and \
+            (call.func.id if isinstance(call.func, ast.Name) else call.func.attr) in ("dot", "matmul"):
+        return args[0], args[1]
+    return None, None
+
+
+def _is_gram(left, right) -> bool:
+    """Whether ``left @ right`` multiplies an array by its own transpose: ``x @ x.T``, ``x.T @ x``
+    (also ``x.transpose()``, ``x.conj().T`` and ``.mT``), the same source text on both sides."""
+    if left is None or right is None:
+        return False
+    a, ta = _untransposed(left)
+    b, tb = _untransposed(right)
+    return ta != tb and ast.dump(a) == ast.dump(b)
+
+
+def _untransposed(expr: ast.expr) -> tuple[ast.expr, bool]:
+    """``x.T`` -> (x, True), ``x.transpose()`` -> (x, True), ``x.conj()`` -> (x, False), ``x`` -> (x, False)."""
+    transposed = False
+    while True:
+        if isinstance(expr, ast.Attribute) and expr.attr in ("T", "mT", "H"):
+            transposed, expr = not transposed, expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and not expr.args \
+                and expr.func.attr in ("transpose", "conj", "conjugate"):
+            transposed ^= expr.func.attr == "transpose"
+            expr = expr.func.value
+        else:
+            return expr, transposed
 
 
 def _under(expr: ast.expr, namespace: str) -> bool:

@@ -662,6 +662,7 @@ _FLOP_UNITS = [("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s
 #: A device's rate fields, written in readable units (the peaks, then what discovery measured).
 _RATE_FIELDS = (("flops", _FLOP_UNITS), ("mem_bandwidth", _RATE_UNITS), ("achieved_flops", _FLOP_UNITS),
                 ("achieved_other_flops", _FLOP_UNITS), ("achieved_fft_flops", _FLOP_UNITS),
+                ("achieved_random_flops", _FLOP_UNITS), ("achieved_transcendental_flops", _FLOP_UNITS),
                 ("achieved_bandwidth", _RATE_UNITS))
 
 

@@ -7,7 +7,7 @@ stay below the peak, and a task of a few microseconds of work is all overhead; s
 ``streammap discover`` (and ``streammap doctor``) run five short measurements per device and
 record what was *achieved* beside the peak figures, in the cluster file's optional
 ``achieved_flops``, ``gemm_curve``, ``achieved_other_flops``, ``achieved_fft_flops``,
-``achieved_bandwidth``, ``bandwidth_curve`` and ``call_overhead`` fields, which the cost model
+``achieved_random_flops``, ``achieved_transcendental_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` and ``call_overhead`` fields, which the cost model
 prefers when present.
 
 What is measured
@@ -50,6 +50,21 @@ What is measured
     a random generator, so FFT-heavy kernels at the mix's rate were over-estimated 3-4x; and a
     real pair ran 1-1.7x faster per counted FLOP than the complex transform, so filters built on
     real transforms at the complex one's rate were over-estimated up to 2x.
+``achieved_random_flops``
+    The mix's standard normal random numbers alone, one FLOP per number: the rate of kernels
+    whose compute class is ``"random"``. A normal random number costs ~9 ns on a 2-core EPYC VM,
+    more than ``sin`` (~8 ns) and several times a mix with an FFT in it, so kernels that draw
+    random numbers at the mix's rate were under-estimated 2-3x.
+``achieved_transcendental_flops``
+    ``sin(2 x)`` and a power ``0.5 ** abs(x)`` over as many float64s, each counted two FLOP per
+    element (the function and the operation that computes its argument), their FLOP over the
+    sum of their best times: the rate of kernels whose compute class is ``"transcendental"``
+    (the functions NumPy evaluates one element at a time through libm: ~8 ns per ``sin``, ~4 ns
+    per ``**``, against ~0.2 ns per addition). A transcendental function rarely comes alone in
+    a kernel: its argument is computed (a scaled angle, a distance), and a clause counts that
+    operation as a FLOP too, so the rate of the bare functions (one FLOP per 6 ns) estimated the
+    elementwise kernels that call them 2-3.6x slow on a 2-core EPYC VM (``RHO ** abs(p - q)``,
+    three FLOP per element, ran in ~6 ns).
 ``achieved_bandwidth``, ``bandwidth_curve``
     A streaming copy ``dst[...] = src`` at each size of :data:`COPY_SIZES` (GPU:
     :data:`GPU_COPY_SIZES`); it reads and writes each byte once, so the rate is
@@ -155,6 +170,10 @@ class Measured:
     other_flops: float | None = None
     #: FLOP/s of the mix's FFT alone (``5 n log2 n`` per transform; ``None``: not measured).
     fft_flops: float | None = None
+    #: FLOP/s of the mix's random numbers alone (one per number; ``None``: not measured).
+    random_flops: float | None = None
+    #: FLOP/s of ``sin`` and ``**`` (one per element; ``None``: not measured).
+    transcendental_flops: float | None = None
     #: ``((matrix side, FLOP/s), ...)`` of the GEMMs, smallest first, non-decreasing (``flops`` is the rate at :data:`GEMM_SIDE`).
     gemm_curve: tuple[tuple[float, float], ...] = ()
     #: The same for Cholesky factorisations (``n³/3`` FLOP each).
@@ -169,6 +188,10 @@ class Measured:
             text += f"other {_share(self.other_flops, None, _FLOP_UNITS)} ({self.other_flops / self.flops:.1%} of GEMM), "
         if self.fft_flops is not None:
             text += f"FFT {_share(self.fft_flops, None, _FLOP_UNITS)}, "
+        if self.random_flops is not None:
+            text += f"random {_share(self.random_flops, None, _FLOP_UNITS)}, "
+        if self.transcendental_flops is not None:
+            text += f"transcendental {_share(self.transcendental_flops, None, _FLOP_UNITS)}, "
         if self.factor_curve:
             text += f"Cholesky {_share(self.factor_curve[-1][1], None, _FLOP_UNITS)} (side {self.factor_curve[-1][0]:g}), "
         text += f"copy {_share(self.bandwidth, device.mem_bandwidth, _RATE_UNITS)}"
@@ -256,9 +279,11 @@ def _achieved(ms: list[Measured]) -> dict:
     others = [m.other_flops for m in ms if m.other_flops is not None]
     if others:
         fields["achieved_other_flops"] = _sig3(statistics.median(others))
-    ffts = [m.fft_flops for m in ms if m.fft_flops is not None]
-    if ffts:
-        fields["achieved_fft_flops"] = _sig3(statistics.median(ffts))
+    for attr, field in (("fft_flops", "achieved_fft_flops"), ("random_flops", "achieved_random_flops"),
+                        ("transcendental_flops", "achieved_transcendental_flops")):
+        got = [getattr(m, attr) for m in ms if getattr(m, attr) is not None]
+        if got:
+            fields[field] = _sig3(statistics.median(got))
     for key in ("gemm_curve", "factor_curve"):
         sides = [n for n, _ in getattr(ms[0], key)]
         if sides and all([n for n, _ in getattr(m, key)] == sides for m in ms):
@@ -283,6 +308,7 @@ def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...]
     runs.update((("factor", n), _cholesky(xp, n, dtype)) for n in factor_sides)
     runs.update(_other_mix(xp, other_n))
     runs["real_fft"] = _real_fft_pair(xp, other_n)
+    runs.update(_transcendentals(xp, other_n))
     runs.update((("copy", n), _copy(xp, n)) for n in sizes)
     rewarm = {*(("gemm", n) for n in sides), *(("factor", n) for n in factor_sides), *(("copy", n) for n in sizes[:-1])}
     best = _best_of_rounds(runs, sync, budget_s, rewarm=rewarm)
@@ -291,6 +317,8 @@ def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...]
             "factor_curve": monotone_curve([(n, n ** 3 / 3.0 / best["factor", n]) for n in factor_sides]),
             "other_flops": sum(_OTHER_FLOPS[k](other_n) for k in _OTHER_FLOPS) / sum(best[k] for k in _OTHER_FLOPS),
             "fft_flops": 2 * _OTHER_FLOPS["fft"](other_n) / (best["fft"] + best["real_fft"]),
+            "random_flops": _OTHER_FLOPS["normal"](other_n) / best["normal"],
+            "transcendental_flops": 2.0 * 2.0 * other_n / (best["sin_of_product"] + best["power_of_abs"]),
             "curve": curve, "bandwidth": curve[-1][1], "call_overhead": _call_overhead(xp, sync)}
 
 
@@ -347,6 +375,13 @@ def _real_fft_pair(xp, n):
     """A real FFT and its inverse over ``n`` float64s (``5 n log2 n`` FLOP together, as a complex FFT of n)."""
     y = xp.sin(xp.linspace(0.0, 100.0, n))
     return lambda: xp.fft.irfft(xp.fft.rfft(y), n=n)
+
+
+def _transcendentals(xp, n):
+    """The runs of the transcendental rate over ``n`` float64s, each two FLOP per element:
+    ``sin(2 x)`` and ``0.5 ** abs(x)`` (``RHO ** abs(p - q)``: ``pow`` per element)."""
+    x = xp.linspace(-8.0, 8.0, n)
+    return {"sin_of_product": lambda: xp.sin(2.0 * x), "power_of_abs": lambda: 0.5 ** xp.abs(x)}
 
 
 def _copy(xp, nbytes):

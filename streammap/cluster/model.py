@@ -53,6 +53,9 @@ OTHER_CLASS = "other"
 FFT_CLASS = "fft"
 BLAS_CLASS = "blas"
 LAPACK_CLASS = "lapack"
+GRAM_CLASS = "gram"
+RANDOM_CLASS = "random"
+TRANSCENDENTAL_CLASS = "transcendental"
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
 
@@ -91,6 +94,12 @@ class DeviceSpec(BaseModel):
     # FLOP/s of FFTs (counted 5 n log2 n), the rate of tasks whose compute_class is "fft"; absent:
     # achieved_other_flops (the mix the FFT is part of).
     achieved_fft_flops: Optional[Flops] = Field(default=None, gt=0)
+    # FLOP/s of random numbers (one per number drawn), the rate of tasks whose compute_class is
+    # "random"; absent: achieved_other_flops (the mix they are part of).
+    achieved_random_flops: Optional[Flops] = Field(default=None, gt=0)
+    # FLOP/s of transcendental functions NumPy evaluates element by element (sin, **; one per
+    # element), the rate of tasks whose compute_class is "transcendental"; absent: achieved_other_flops.
+    achieved_transcendental_flops: Optional[Flops] = Field(default=None, gt=0)
     # The GEMM's FLOP/s by matrix side ([side, rate] pairs, smallest first; in the dtype of the peak
     # figure: float64 on CPUs, float32 on GPUs): the rate of a "blas" task read at its own side.
     gemm_curve: Optional[list[tuple[float, Flops]]] = Field(default=None, min_length=1)
@@ -194,6 +203,8 @@ class Device:
     call_overhead: float | None = None        # seconds of a minimal kernel call; None: not measured
     achieved_other_flops: float | None = None  # FLOP/s of non-matrix-product work (discovery)
     achieved_fft_flops: float | None = None    # FLOP/s of FFTs (discovery)
+    achieved_random_flops: float | None = None           # FLOP/s of random numbers, one per number (discovery)
+    achieved_transcendental_flops: float | None = None   # FLOP/s of sin and ``**``, one per element (discovery)
     gemm_curve: tuple[tuple[float, float], ...] = ()   # (matrix side, GEMM FLOP/s), smallest first
     factor_curve: tuple[tuple[float, float], ...] = ()  # (matrix side, Cholesky FLOP/s), smallest first
 
@@ -217,13 +228,34 @@ class Device:
             return self.achieved_fft_flops
         return self.other_compute_rate
 
+    @property
+    def random_compute_rate(self) -> float:
+        """FLOP/s of random numbers (one per number): the measured figure, else :attr:`other_compute_rate`
+        (the mix that timed random numbers before they had a figure of their own)."""
+        if self.achieved_random_flops is not None:
+            return self.achieved_random_flops
+        return self.other_compute_rate
+
+    @property
+    def transcendental_compute_rate(self) -> float:
+        """FLOP/s of transcendental functions (one per element): the measured figure, else
+        :attr:`other_compute_rate`."""
+        if self.achieved_transcendental_flops is not None:
+            return self.achieved_transcendental_flops
+        return self.other_compute_rate
+
     def rate_for(self, compute_class: str | None) -> float:
         """FLOP/s the cost model divides a task's ``flops`` by, by the task's ``compute_class``:
-        :attr:`other_compute_rate` for ``"other"``, :attr:`fft_compute_rate` for ``"fft"``;
+        :attr:`other_compute_rate` for ``"other"``, :attr:`fft_compute_rate` for ``"fft"``,
+        :attr:`random_compute_rate` and :attr:`transcendental_compute_rate` for those classes;
         :attr:`compute_rate` for ``"blas"`` and for tasks of no class (imported workflows), as
-        before the classes existed."""
+        before the classes existed (the cost model reads the curves for sized products)."""
         if compute_class == FFT_CLASS:
             return self.fft_compute_rate
+        if compute_class == RANDOM_CLASS:
+            return self.random_compute_rate
+        if compute_class == TRANSCENDENTAL_CLASS:
+            return self.transcendental_compute_rate
         return self.other_compute_rate if compute_class == OTHER_CLASS else self.compute_rate
 
     @property
@@ -316,7 +348,8 @@ class Cluster:
                     achieved_flops=d.achieved_flops, achieved_bandwidth=d.achieved_bandwidth,
                     bandwidth_curve=tuple(tuple(p) for p in d.bandwidth_curve or ()),
                     call_overhead=d.call_overhead, achieved_other_flops=d.achieved_other_flops,
-                    achieved_fft_flops=d.achieved_fft_flops,
+                    achieved_fft_flops=d.achieved_fft_flops, achieved_random_flops=d.achieved_random_flops,
+                    achieved_transcendental_flops=d.achieved_transcendental_flops,
                     gemm_curve=tuple(tuple(p) for p in d.gemm_curve or ()),
                     factor_curve=tuple(tuple(p) for p in d.factor_curve or ())))
         self.devices: list[Device] = devices

@@ -58,7 +58,10 @@ In this order of preference (``design.md``, section *The cost model*):
    rate at the task's own matrix side (the measured ``gemm_curve``; on a CPU up to twice that for
    float32, as far as the task's ``bytes`` prove it), one that factorises or solves
    (``"lapack"``) the Cholesky curve's (``factor_curve``) at its side, a kernel that calls an FFT
-   (``"fft"``) the device's ``achieved_fft_flops`` (else its other rate), any other (``"other"``:
+   (``"fft"``) the device's ``achieved_fft_flops`` (else its other rate), a Gram product
+   (``"gram"``, ``l @ l.T``) half the GEMM's rate at its full product's side, kernels that draw
+   random numbers or evaluate ``sin``/``**`` (``"random"``, ``"transcendental"``) the measured
+   rates of those (else the other rate), any other (``"other"``:
    elementwise and random work, which NumPy runs at a few percent of the GEMM's rate) the device's
    ``achieved_other_flops``, else a fixed fraction of the GEMM rate (``Device.rate_for``); a task
    of no class (imported workflows) the GEMM's, as before the classes existed.
@@ -124,7 +127,17 @@ from typing import Callable, Mapping, Optional
 import networkx as nx
 import numpy as np
 
-from streammap.cluster.model import BLAS_CLASS, FFT_CLASS, LAPACK_CLASS, OTHER_CLASS, Cluster, Device
+from streammap.cluster.model import (
+    BLAS_CLASS,
+    FFT_CLASS,
+    GRAM_CLASS,
+    LAPACK_CLASS,
+    OTHER_CLASS,
+    RANDOM_CLASS,
+    TRANSCENDENTAL_CLASS,
+    Cluster,
+    Device,
+)
 from streammap.errors import StreamMapError
 from streammap.io.bulk import gc_paused
 
@@ -163,7 +176,8 @@ DEFAULT_GEMM_ITEMSIZE = 4
 
 
 def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, blas: np.ndarray,
-                  other: np.ndarray, fft: np.ndarray, lapack: np.ndarray) -> np.ndarray:
+                  other: np.ndarray, fft: np.ndarray, lapack: np.ndarray, *, gram: np.ndarray | None = None,
+                  random: np.ndarray | None = None, transcendental: np.ndarray | None = None) -> np.ndarray:
     """FLOP/s that each task's ``flops`` run at on each device, shape ``(tasks, devices)``.
 
     ``blas``, ``other`` and ``fft`` mark the tasks of those compute classes. ``"other"`` and
@@ -186,15 +200,31 @@ def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, 
     A ``"lapack"`` task (a factorisation or solver) gets the rate of the device's Cholesky curve
     (``Device.factor_rate_at``) at the side of a factorisation of its ``flops``:
     ``n = (3 flops) ** (1/3)`` (``n³/3`` FLOP each).
+
+    A ``"gram"`` task multiplies an array by its own transpose (``l @ l.T``): its clause counts
+    the symmetric update's ``n² k`` (BLAS ``syrk``), but NumPy runs the full product, ``2 n² k``
+    FLOP, so the task runs at half the GEMM curve's rate read at the full product's side
+    ``n = flops ** (1/3)``, scaled for the element size as a ``"blas"`` task is.
+    ``"random"`` and ``"transcendental"`` tasks get the device's ``random_compute_rate`` and
+    ``transcendental_compute_rate`` (``gram``, ``random``, ``transcendental``: masks like the
+    others; ``None``, no such task).
     """
-    side = np.cbrt(np.maximum(flops, 1.0) / 2.0)
+    none = np.zeros(flops.shape, dtype=bool)
+    gram = none if gram is None else gram
+    random = none if random is None else random
+    transcendental = none if transcendental is None else transcendental
+    # The square-equivalent side of the product each task's flops describe: 2 n³ for a product,
+    # 2 n³ executed for a Gram product whose clause counts n³.
+    side = np.where(gram, np.cbrt(np.maximum(flops, 1.0)), np.cbrt(np.maximum(flops, 1.0) / 2.0))
     w_max = np.where(nbytes > 0, nbytes / (3.0 * side ** 2), np.inf)
     cols = []
     for d in devices:
         ref = GEMM_ITEMSIZE.get(d.kind, DEFAULT_GEMM_ITEMSIZE)
         product = d.gemm_rate_at(side) * np.clip(ref / w_max, 1.0, ref / 4.0)
         rate = np.where(blas, product, d.compute_rate)
+        rate = np.where(gram, product / 2.0, rate)
         rate = np.where(lapack, d.factor_rate_at(np.cbrt(3.0 * np.maximum(flops, 1.0))), rate)
+        rate = np.where(random, d.random_compute_rate, np.where(transcendental, d.transcendental_compute_rate, rate))
         cols.append(np.where(fft, d.fft_compute_rate, np.where(other, d.other_compute_rate, rate)))
     return np.stack(cols, axis=1) if cols else np.zeros((flops.size, 0))
 
@@ -379,6 +409,7 @@ class CostModel:
         keys, cls_of = {}, np.empty(D, dtype=np.int64)
         for j, d in enumerate(devs):
             key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.other_compute_rate, d.fft_compute_rate,
+                   d.random_compute_rate, d.transcendental_compute_rate,
                    d.memory_rate,
                    d.bandwidth_curve, d.gemm_curve, d.factor_curve,
                    launch_overhead(d))
@@ -398,6 +429,7 @@ class CostModel:
         fft = np.zeros(T, dtype=bool)          # compute_class "fft": flops at the FFT rate
         blas = np.zeros(T, dtype=bool)         # compute_class "blas": flops at the GEMM rate of their size
         lapack = np.zeros(T, dtype=bool)       # compute_class "lapack": at the factorisation rate of their size
+        cls = np.full(T, None, dtype=object)   # every task's compute_class, for the classes masked below
         runtime = np.full(T, np.nan)
         allowed_cache: dict[str, np.ndarray] = {}
         allowed_rows: list[tuple[int, np.ndarray]] = []
@@ -435,6 +467,7 @@ class CostModel:
                 fft[i] = a.get("compute_class") == FFT_CLASS
                 blas[i] = a.get("compute_class") == BLAS_CLASS
                 lapack[i] = a.get("compute_class") == LAPACK_CLASS
+                cls[i] = a.get("compute_class")
                 src[i] = min(src[i], 1)
                 continue
             times = a.get("times")
@@ -458,7 +491,9 @@ class CostModel:
         if roof.any():
             r = np.flatnonzero(roof)
             mbw = np.stack([d.memory_rate_at(self.mem[r]) for d in reps], axis=1)    # (tasks, classes)
-            rate = compute_rates(reps, flops[r], nbytes[r], blas[r], other[r], fft[r], lapack[r])          # (tasks, classes)
+            rate = compute_rates(reps, flops[r], nbytes[r], blas[r], other[r], fft[r], lapack[r],          # (tasks, classes)
+                                 gram=cls[r] == GRAM_CLASS, random=cls[r] == RANDOM_CLASS,
+                                 transcendental=cls[r] == TRANSCENDENTAL_CLASS)
             est = np.maximum(flops[r, None] / rate, nbytes[r, None] / mbw) + c_launch[None, :]
             blk = ct[r]
             ct[r] = np.where(np.isnan(blk), est, blk)

@@ -195,3 +195,18 @@ def test_a_bad_other_rate_names_the_file_line_and_field(tmp_path):
     with pytest.raises(ClusterError) as err:
         load_cluster(p)
     assert err.value.line == 7 and "achieved_other_flops" in err.value.message
+
+
+def test_the_cpu_measurement_gives_random_and_transcendental_rates_that_round_trip(tmp_path):
+    got = microbench.measure_device(DeviceSpec(name="cpu", kind="cpu"), budget_s=0.05)
+    assert got.random_flops > 0 and got.transcendental_flops > 0
+    measured = microbench.Measured(50e9, 25e9, 0.2, other_flops=2.5e9, random_flops=0.1e9,
+                                   transcendental_flops=0.15e9)
+    found = calibrate(_node(DeviceSpec(name="cpu", kind="cpu")), measure=_fake({"cpu": measured}))
+    out = tmp_path / "cluster.yaml"
+    write_cluster(found.spec, out, found.notes)
+    text = out.read_text()
+    assert "achieved_random_flops: 100 MFLOP/s" in text and "achieved_transcendental_flops: 150 MFLOP/s" in text
+    assert "random 100 MFLOP/s" in text and "transcendental 150 MFLOP/s" in text
+    cpu = load_cluster(out).devices[0]
+    assert cpu.rate_for("random") == pytest.approx(0.1e9) and cpu.rate_for("transcendental") == pytest.approx(0.15e9)

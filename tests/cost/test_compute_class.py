@@ -1,6 +1,8 @@
 """A task's flops run at the rate of its kernel's compute class: the GEMM's for "blas" kernels (and
-for tasks of no class, such as imported workflows), the measured "other" rate for the rest; a
-cluster file without that measurement gives "other" tasks a fixed fraction of the GEMM rate."""
+for tasks of no class, such as imported workflows), the measured random, transcendental and FFT
+rates for those kernels, the measured "other" rate for the rest; a cluster file without that
+measurement gives "other" tasks a fixed fraction of the GEMM rate. A Gram product (``l @ l.T``)
+costs the full product NumPy runs, not the symmetric half its clause counts."""
 
 from __future__ import annotations
 
@@ -60,4 +62,37 @@ def test_devices_that_differ_only_in_their_other_rate_are_different_classes():
         {"name": "g1", "kind": "gpu", "model": "H100", "achieved_other_flops": "2 TFLOP/s", "call_overhead": 0}]}]})
     cost = CostModel(_graph("other"), cluster)
     assert len(set(cost.device_class)) == 2
+    assert cost.time[0, 0] == pytest.approx(2 * cost.time[0, 1], rel=1e-3)
+
+
+def test_random_and_transcendental_tasks_run_at_their_measured_rates():
+    cost = CostModel(_graph("random", "transcendental"),
+                     _cpu(achieved_other_flops=2e9, achieved_random_flops="0.1 GFLOP/s",
+                          achieved_transcendental_flops="0.2 GFLOP/s"))
+    assert cost.time[:, 0].tolist() == pytest.approx([1e9 / 0.1e9, 1e9 / 0.2e9])
+
+
+def test_without_their_own_figures_random_and_transcendental_tasks_get_the_other_rate():
+    cost = CostModel(_graph("random", "transcendental"), _cpu(achieved_other_flops=2e9))   # an older file
+    assert cost.time[:, 0].tolist() == pytest.approx([1e9 / 2e9, 1e9 / 2e9])
+
+
+def test_a_gram_task_costs_the_full_product_numpy_runs():
+    """``l @ l.T`` with a clause of ``n³`` (the symmetric update BLAS syrk counts) runs NumPy's full
+    ``2 n³`` product: twice the time of a product clause of ``n³`` read at the same side."""
+    n = 256.0
+    g = new_graph("t", "program")
+    add_task(g, "syrk", kernel="syrk", flops=n ** 3, bytes=24 * n * n, compute_class="gram")
+    add_task(g, "gemm", kernel="gemm", flops=2 * n ** 3, bytes=24 * n * n, compute_class="blas")
+    cpu = _cpu(achieved_flops=40e9, gemm_curve=[[64, 10e9], [256, 40e9]])
+    cost = CostModel(g, cpu)
+    assert cost.time[0, 0] == pytest.approx(2 * n ** 3 / 40e9)
+    assert cost.time[0, 0] == pytest.approx(cost.time[1, 0])
+
+
+def test_devices_that_differ_only_in_their_random_rate_are_different_classes():
+    cluster = cluster_from_dict({"name": "c", "nodes": [{"name": "n", "link": {"bandwidth": 1e10}, "devices": [
+        {"name": "g0", "kind": "gpu", "model": "H100", "achieved_random_flops": "1 TFLOP/s", "call_overhead": 0},
+        {"name": "g1", "kind": "gpu", "model": "H100", "achieved_random_flops": "2 TFLOP/s", "call_overhead": 0}]}]})
+    cost = CostModel(_graph("random"), cluster)
     assert cost.time[0, 0] == pytest.approx(2 * cost.time[0, 1], rel=1e-3)

@@ -1,5 +1,7 @@
-"""The front end tells factorisation kernels ("lapack"), matrix-product kernels ("blas") and FFT
-kernels ("fft") from the rest ("other") by reading their bodies, and every task of a kernel carries its class in the graph (``compute_class``)."""
+"""The front end tells factorisation kernels ("lapack"), matrix-product kernels ("blas", and "gram"
+for products of an array with its own transpose), FFT kernels ("fft"), random-number kernels
+("random") and transcendental kernels ("transcendental") from the rest ("other") by reading their
+bodies, and every task of a kernel carries its class in the graph (``compute_class``)."""
 
 from __future__ import annotations
 
@@ -60,13 +62,61 @@ def test_a_matrix_product_outweighs_an_fft_in_one_body():
 
 
 @pytest.mark.parametrize("body", [
-    "def k(n):\n    return np.sin(np.arange(n)) ** 2 + np.exp(-np.arange(n))",
-    "def k(b):\n    return np.random.default_rng(b).standard_normal((64, 64))",
     "def k(x):\n    return x.sum(axis=1) / x.max()",
     "def k(x, w):\n    return x * w",                                   # elementwise product, not @
+    "def k(x):\n    return x ** 2 + x ** -1",                           # integer powers are products
+    "def k(x):\n    e = np.exp(x - x.max())\n    return e / np.log1p(e).sum()",   # vectorised exp/log
+    "def k(n):\n    t = np.arange(n)\n    return np.sin(t) + np.random.default_rng(0).normal(size=n)",  # a mix
 ])
-def test_an_elementwise_body_is_other(body):
+def test_arithmetic_reductions_vectorised_functions_and_mixes_are_other(body):
     assert _class_of(body) == "other"
+
+
+@pytest.mark.parametrize("body", [
+    "def k(b):\n    return np.random.default_rng(b).standard_normal((64, 64))",
+    "def k(rng, n):\n    return rng.uniform(-1.0, 1.0, size=n) * 2.0",     # a generator passed in
+    "def k(n):\n    return cp.random.rand(n)",
+    "def k(x):\n    return x + xp_of(x).random.standard_normal(x.shape)",
+])
+def test_a_body_that_draws_random_numbers_is_random(body):
+    assert _class_of(body) == "random"
+
+
+@pytest.mark.parametrize("body", [
+    "def k(n):\n    return np.sin(np.arange(n)) ** 2 + np.exp(-np.arange(n))",
+    "def k(d):\n    return RHO ** np.abs(d)",                          # a scalar to an array power
+    "def k(x):\n    return x ** 0.5",
+    "def k(x, p):\n    return x ** p",                                   # an exponent unknown here
+    "def k(x):\n    return xp_of(x).power(x, 3)",
+    "def k(x):\n    return np.tanh(x) * np.arctan2(x, 1.0)",
+])
+def test_a_body_that_calls_a_transcendental_function_is_transcendental(body):
+    assert _class_of(body) == "transcendental"
+
+
+@pytest.mark.parametrize("body", [
+    "def k(a, l):\n    return a - l @ l.T",
+    "def k(x):\n    return x.T @ x",
+    "def k(x):\n    return np.dot(x, x.T)",
+    "def k(x):\n    return x.dot(x.transpose())",
+    "def k(z):\n    return z @ z.conj().T",
+])
+def test_a_product_of_an_array_with_its_own_transpose_is_gram(body):
+    assert _class_of(body) == "gram"
+
+
+@pytest.mark.parametrize("body", [
+    "def k(a, l, m):\n    return a - l @ m.T",                           # two arrays
+    "def k(x):\n    return x @ x",                                       # not transposed
+    "def k(x, y):\n    return x @ x.T + x @ y",                          # one product is not a Gram product
+])
+def test_other_products_stay_blas(body):
+    assert _class_of(body) == "blas"
+
+
+def test_products_and_ffts_outweigh_random_numbers_and_transcendental_functions():
+    assert _class_of("def k(x):\n    return np.fft.fft(np.sin(x))") == "fft"
+    assert _class_of("def k(w, b):\n    return np.random.default_rng(b).normal(size=w.shape) @ w") == "blas"
 
 
 def test_every_task_of_a_program_carries_its_kernels_class(tmp_path):
@@ -89,4 +139,4 @@ def test_every_task_of_a_program_carries_its_kernels_class(tmp_path):
         """))
     g = parse_program(path)
     assert {a["kernel"]: a["compute_class"] for _, a in g.nodes(data=True)} == \
-        {"noise": "other", "product": "blas"}
+        {"noise": "random", "product": "blas"}

@@ -1,0 +1,58 @@
+"""Held-out kernels for ``estimate_accuracy.py --first-estimate``: one of each compute class that
+the rules for random numbers, transcendental functions and Gram products (``x @ x.T``) were written
+for, but that none of the samples the rules were checked on contains.
+
+Each of JOBS jobs draws a B×B block of normal random numbers (``noise``: class ``random``), damps
+it with a cosine and a fractional power (``wave``: ``transcendental``) and forms its Gram matrix
+(``gram``: ``x @ x.T``, class ``gram``); a last kernel adds the Gram matrices. The clauses count
+as the README counts them, without looking at how fast NumPy runs each operation: one FLOP per
+random number and per element of each elementwise operation, ``B³`` for the symmetric product
+(the BLAS ``syrk`` convention, half the full product's ``2 B³``).
+
+    python benchmarks/held_out_kernels.py
+"""
+
+import numpy as np
+
+# @stream param
+JOBS = 4
+# @stream param
+B = 192
+
+OMEGA = 3.0
+
+
+# @stream kernel(flops=B*B, out=8*B*B)
+def noise(i):
+    """A block of normal random numbers with mean 1 and deviation 0.5."""
+    return np.random.default_rng(100 + i).normal(1.0, 0.5, size=(B, B))
+
+
+# @stream kernel(flops=5*B*B, bytes=32*B*B, out=8*B*B)
+def wave(x):
+    """cos(OMEGA x) |x| ** 1.5, element by element (abs, multiply, cos, power, multiply)."""
+    return np.cos(OMEGA * x) * np.abs(x) ** 1.5
+
+
+# @stream kernel(flops=B**3, bytes=16*B*B, out=8*B*B)
+def gram(x):
+    """The Gram matrix x xᵀ."""
+    return x @ x.T
+
+
+# @stream kernel(flops=JOBS*B*B, bytes=8*JOBS*B*B, out=8*B*B)
+def total(*grams):
+    """The sum of the Gram matrices."""
+    out = grams[0].copy()
+    for g in grams[1:]:
+        out += g
+    return out
+
+
+# @stream graph
+def held_out():
+    return total(*[gram(wave(noise(i))) for i in range(JOBS)])
+
+
+if __name__ == "__main__":
+    print(f"held_out_kernels: {JOBS} Gram matrices of side {B}, trace of the sum {np.trace(held_out()):.4g}")

@@ -1,0 +1,49 @@
+"""The first-estimate benchmark: the held-out program compiles into the classes it was written for,
+and the script runs with one BLAS thread only when the machine is more loaded than it has cores
+and the user set no thread count."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from streammap.directives import parse_program
+from tests.helpers.paths import ROOT
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("estimate_accuracy", ROOT / "benchmarks" / "estimate_accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_held_out_program_has_one_kernel_of_each_new_class():
+    g = parse_program(ROOT / "benchmarks" / "held_out_kernels.py")
+    assert {a["kernel"]: a["compute_class"] for _, a in g.nodes(data=True)} == {
+        "noise": "random", "wave": "transcendental", "gram": "gram", "total": "other"}
+
+
+@pytest.mark.parametrize(("argv", "env", "load", "restarts"), [
+    (["--first-estimate"], {}, 16.0, True),
+    (["--first-estimate"], {}, 0.5, False),                                  # a quiet machine
+    (["--first-estimate"], {"OPENBLAS_NUM_THREADS": "2"}, 16.0, False),      # the user's choice stands
+    ([], {}, 16.0, False),                                                   # the profile mode
+])
+def test_one_blas_thread_only_under_load_and_only_for_first_estimates(monkeypatch, argv, env, load, restarts):
+    bench = _benchmark()
+    for var in bench.BLAS_THREAD_VARS:      # set, then removed: monkeypatch restores the real environment
+        monkeypatch.setenv(var, "unset")
+        monkeypatch.delenv(var)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(bench.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(bench.os, "cpu_count", lambda: 2)
+    execs = []
+    monkeypatch.setattr(bench.os, "execv", lambda exe, args: execs.append(args))
+    bench.one_blas_thread_when_loaded(argv)
+    assert bool(execs) == restarts
+    if restarts:
+        assert execs[0][-len(argv):] == argv
+        assert all(bench.os.environ[v] == "1" for v in bench.BLAS_THREAD_VARS)
