@@ -33,6 +33,15 @@ at most 20 µs and 4 KiB per task.
 
 Each row also gives the child's CPU seconds (user + system) and CPU per task: on a loaded machine
 wall time measures the neighbours, CPU time the command.
+
+After the rows, a **growth table** (:func:`growth_table`) puts the compile rows of one cluster size
+and mapper side by side, 1k -> 10k -> 100k -> 1M: per task, wall µs, CPU µs and KiB of peak RSS,
+and the same *at the margin* (the difference from the next smaller size, divided by the tasks
+added: what one more task costs, without the interpreter's start and imports). Issue 16 asks that
+time per task stay flat, or grow no faster than log n, from 1k to 1M.
+
+Target (issue 16): ``compile --mapper heft`` of 1,000,000 tasks on 1,024 devices in at most
+5 min and 16 GiB of peak RSS (``--tasks 1000000 --devices 1024 --mapper heft --no-emulate``).
 """
 
 from __future__ import annotations
@@ -263,6 +272,35 @@ def _format(row: dict) -> str:
     return text
 
 
+def growth_table(rows: list[dict]) -> str:
+    """The compile rows per cluster size and mapper, by task count, with per-task figures.
+
+    Per task: wall µs, CPU µs and KiB of the child's peak RSS, each divided by the tasks; ``margin``
+    columns: the same differences from the previous (smaller) row of the group divided by the
+    tasks added, which leaves out what every compile pays once (interpreter start, imports).
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if "compile_s" in r and "tasks" in r:
+            groups.setdefault((r["devices"], r["mapper"]), []).append(r)
+    lines = [f"{'devs':>6} {'mapper':>8} {'tasks':>10}  {'wall µs/task':>12} {'cpu µs/task':>11} {'KiB/task':>9}"
+             f"  | margin: {'wall µs':>8} {'cpu µs':>8} {'KiB':>7}"]
+    for (devices, mapper), group in sorted(groups.items()):
+        prev = None
+        for r in sorted(group, key=lambda r: r["tasks"]):
+            n = r["tasks"]
+            text = (f"{devices:>6} {mapper:>8} {n:>10,}  {r['compile_s'] / n * 1e6:>12.1f} "
+                    f"{r['compile_cpu_s'] / n * 1e6:>11.1f} {r['compile_rss_mib'] * 1024 / n:>9.2f}  |")
+            if prev is not None and n > prev["tasks"]:
+                added = n - prev["tasks"]
+                text += (f"         {(r['compile_s'] - prev['compile_s']) / added * 1e6:>8.1f} "
+                         f"{(r['compile_cpu_s'] - prev['compile_cpu_s']) / added * 1e6:>8.1f} "
+                         f"{(r['compile_rss_mib'] - prev['compile_rss_mib']) * 1024 / added:>7.2f}")
+            lines.append(text)
+            prev = r
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, nargs="+", help="graph sizes (default 1000 10000; with --large also 100000)")
@@ -292,6 +330,8 @@ def main(argv=None) -> int:
             rows += bench_size(n, args.devices, Path(tmp), env, emulate=not args.no_emulate, phases=args.phases,
                                mapper=args.mapper)
             print(f"  ({n:,} tasks: {time.perf_counter() - t0:.0f} s for this size)", flush=True)
+    print("\ncompile, per task (growth from the smallest size to the largest):")
+    print(growth_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     missed = [r for r in rows if r.get("tasks") == 10_000 and r.get("devices") == 64 and r["compile_s"] > TARGET_10K_64]

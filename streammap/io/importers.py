@@ -26,7 +26,9 @@
     ``out`` left out stay ``None`` and the cost model applies the README default (input plus
     output bytes).
 
-Bounds: a file of at most :data:`MAX_JSON_BYTES`, at most ``max_tasks`` tasks; ids are strings
+Bounds: a file of at most :data:`MAX_JSON_BYTES`, or :data:`JSON_BYTES_PER_TASK` per task allowed
+when ``max_tasks`` asks for more (a million-task node-link graph with times for 8 device models is
+about 480 MB), at most ``max_tasks`` tasks; ids are strings
 or integers, lists are lists, attributes have the types of the clauses they stand for (a
 ``device`` is a string, ``retries`` an int >= 0, ...): anything else is an error naming the file.
 
@@ -62,6 +64,8 @@ _PASS = ("site", "code", "flops", "bytes", "mem", "out", "device", "split", "sha
          "timeout")
 #: Largest workflow file read (the largest WfInstances trace is a few MB).
 MAX_JSON_BYTES = 256 * 1024 * 1024
+#: Bytes of workflow file allowed per task of ``max_tasks`` when that exceeds :data:`MAX_JSON_BYTES`.
+JSON_BYTES_PER_TASK = 1024
 #: Default most tasks a workflow may have (``max_tasks=`` of :func:`load_graph`).
 MAX_TASKS = 200_000
 
@@ -87,10 +91,16 @@ def load_graph(path, max_tasks: int = MAX_TASKS) -> nx.DiGraph:
         an unknown task, or a cycle.
     """
     path = Path(path)
-    text = read_text_bounded(path, MAX_JSON_BYTES, what="workflow file")
+    text = read_text_bounded(path, json_size_limit(max_tasks), what="workflow file")
     # A few objects per task and edge, no cycles, kept for the whole compile: see streammap.io.bulk.
     with gc_paused(freeze=True):
         return _graph_of_text(path, text, max_tasks)
+
+
+def json_size_limit(max_tasks: int) -> int:
+    """Largest workflow file :func:`load_graph` reads for a limit of ``max_tasks`` tasks: 256 MiB, or
+    :data:`JSON_BYTES_PER_TASK` per task when that is more (raising ``--max-tasks`` raises both)."""
+    return max(MAX_JSON_BYTES, int(max_tasks) * JSON_BYTES_PER_TASK)
 
 
 def _graph_of_text(path: Path, text: str, max_tasks: int) -> nx.DiGraph:
