@@ -139,6 +139,13 @@ def _fail(msg, path, text=None, near=None, hint=None):
     raise StreamMapError(msg, path=path, line=_line_of(text, near), hint=hint)
 
 
+def _plain_number(v) -> bool:
+    """Whether ``v`` is already what :func:`_number` would return (a finite float >= 0): the common
+    case, checked without building :func:`_number`'s message (an f-string per value, millions of
+    them in a million-task file)."""
+    return type(v) is float and 0.0 <= v < math.inf
+
+
 def _number(v, what, path, text, near, allow_none=False):
     if v is None and allow_none:
         return None
@@ -356,13 +363,18 @@ def graph_from_node_link(data: dict, path, text: str | None = None, max_tasks: i
         tid = _ident(raw, "a node id", path, text, "nodes")
         if tid in g:
             _fail(f"task id {tid!r} appears twice", path, text, raw, hint="node ids must be unique")
-        runtime = _number(n.get("runtime"), f"runtime of task {tid}", path, text, raw, allow_none=True)
+        runtime = n.get("runtime")
+        if runtime is not None and not _plain_number(runtime):
+            runtime = _number(runtime, f"runtime of task {tid}", path, text, raw)
         times = n.get("times")
         if times is not None:
             if not isinstance(times, dict) or not times:
                 _fail(f"times of task {tid} must be a non-empty mapping of device model or kind to seconds",
                       path, text, raw, hint='e.g. "times": {"V100": 0.0012, "cpu": 0.02}')
-            times = {str(k): _number(v, f"times[{k!r}] of task {tid}", path, text, raw) for k, v in times.items()}
+            if all(map(_plain_number, times.values())):
+                times = dict(times)           # JSON keys are strings: nothing to convert
+            else:
+                times = {str(k): _number(v, f"times[{k!r}] of task {tid}", path, text, raw) for k, v in times.items()}
         attrs = {k: n[k] for k in _PASS if n.get(k) is not None}
         for k in ("flops", "bytes", "mem", "out"):
             if k in attrs:
@@ -385,7 +397,9 @@ def graph_from_node_link(data: dict, path, text: str | None = None, max_tasks: i
             if x not in g:
                 _fail(f"edge {u} -> {v} names {x!r}, which is not a node", path, text, raw,
                       hint="every edge's source and target must be the id of a node")
-        b = _number(e.get("bytes", 0), f"bytes of edge {u} -> {v}", path, text, e["source"])
+        b = e.get("bytes", 0)
+        if not _plain_number(b):
+            b = _number(b, f"bytes of edge {u} -> {v}", path, text, e["source"])
         if g.has_edge(u, v):
             g.edges[u, v]["bytes"] += b
         else:
