@@ -10,6 +10,7 @@ only wires the stages together; it never reaches into their internals.
 from __future__ import annotations
 
 import hashlib
+import heapq
 from pathlib import Path
 
 import networkx as nx
@@ -214,23 +215,56 @@ def build_plan(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: S
         pipeline=PipelineInfo(**pipeline) if pipeline is not None else None)
 
 
+def least_position_topological_order(cost: CostModel) -> np.ndarray:
+    """The topological order that always takes the ready task of least position next.
+
+    The same order as ``networkx.lexicographical_topological_sort(graph, key=cost.pos.__getitem__)``
+    (it is unique: positions are distinct), computed on the cost model's edge arrays with a heap
+    of positions: no graph lookups or key calls per task, which took most of the plan build on
+    100,000 tasks.
+    """
+    waiting = cost.n_pred.tolist()
+    heap = np.flatnonzero(cost.n_pred == 0).tolist()           # ascending: already a heap
+    ptr, succ = cost.succ_ptr.tolist(), cost.succ_idx.tolist()
+    order = []
+    pop, push, append = heapq.heappop, heapq.heappush, order.append
+    while heap:
+        t = pop(heap)
+        append(t)
+        for c in succ[ptr[t]:ptr[t + 1]]:
+            waiting[c] -= 1
+            if not waiting[c]:
+                push(heap, c)
+    return np.array(order, dtype=np.int64)
+
+
 def _plan_tasks(graph: nx.DiGraph, cluster: Cluster, cost: CostModel, schedule: Schedule) -> list[PlanTask]:
     """The plan's tasks in start order (ties: finish, then a lexicographic topological order)."""
-    topo = {t: i for i, t in enumerate(nx.lexicographical_topological_sort(graph, key=cost.pos.__getitem__))}
-    topo_of = np.fromiter((topo[t] for t in cost.tasks), dtype=np.int64, count=cost.n_tasks)
+    topo_of = np.empty(cost.n_tasks, dtype=np.int64)
+    topo_of[least_position_topological_order(cost)] = np.arange(cost.n_tasks)
     # Task positions by (start, finish, topological index): the last key is unique, so no ties are left.
     order = np.lexsort((topo_of, schedule.finish, schedule.start)).tolist()
+    # Each task's producers in topological order: the edges sorted by (consumer, producer's index).
+    by_consumer = np.lexsort((topo_of[cost.pred_idx], cost.pred_dst))
+    producers = cost.pred_idx[by_consumer].tolist()
+    ptr = cost.pred_ptr.tolist()
+    ids, nodes = cost.tasks, graph.nodes
+    device_ids = [d.id for d in cluster.devices]
+    # Python numbers once for all tasks (not a NumPy scalar per task and field).
+    device, start, finish = schedule.device.tolist(), schedule.start.tolist(), schedule.finish.tolist()
+    out = cost.out.tolist() if cluster.oversubscription > 1 else None
     tasks = []
     for i in order:
-        tid = cost.tasks[i]
-        node = graph.nodes[tid]
+        tid = ids[i]
+        node = nodes[tid]
+        d = device[i]
         tasks.append(PlanTask(
-            id=tid, kernel=node["kernel"], device=cluster.devices[int(schedule.device[i])].id,
-            deps=sorted(graph.predecessors(tid), key=topo.__getitem__),
-            start=float(schedule.start[i]), finish=float(schedule.finish[i]),
+            id=tid, kernel=node["kernel"], device=device_ids[d],
+            deps=[ids[p] for p in producers[ptr[i]:ptr[i + 1]]],
+            start=start[i], finish=finish[i],
             site=node.get("site"), estimate=cost.source[i], retries=int(node.get("retries") or 0),
             timeout=node.get("timeout"),
-            share=cost.share_on(i, int(schedule.device[i])), out=float(cost.out[i]) if cluster.oversubscription > 1 else None,
+            share=cost.share_on(i, d), out=None if out is None else out[i],
             stateful=bool(node.get("stateful")),
             args=node.get("args") or [], kwargs=node.get("kwargs") or {}))
     return tasks

@@ -8,9 +8,21 @@ node dictionaries in their inner loops. Everything is indexed by *task position*
 
 State (all read-only after construction)
 ----------------------------------------
+``class_time[T, C]``, ``device_class[D]``, ``class_count[C]``
+    Seconds of task t on device d are ``class_time[t, device_class[d]]``; ``inf`` where t cannot
+    run on d (its ``device`` clause does not admit d, or it has ``times`` with no entry for d and
+    no ``runtime`` to fall back on). Devices that every estimate treats alike (same kind, vendor,
+    model, speed, rates and launch overhead) form a *class* and share one column; class
+    ``device_class[d]`` has ``class_count[c]`` devices. A generated 1,024-device cluster has a
+    handful of classes, so a million tasks take C columns of float64 (tens of MiB), not the
+    8 GiB of a task x device matrix.
 ``time[T, D]``
-    Seconds of task t on device d; ``inf`` where t cannot run on d (its ``device`` clause does not
-    admit d, or it has ``times`` with no entry for d and no ``runtime`` to fall back on).
+    The same times per device, ``class_time[:, device_class]``, built on first access and kept
+    (a property). Mappers for large graphs never touch it: they read a task's row with
+    :meth:`CostModel.time_rows` (a gather of its C class times), the times of an assignment with
+    :meth:`CostModel.times_on`, and per-task reductions (:meth:`CostModel.mean_time`,
+    :meth:`CostModel.min_time`) over the classes. A view made by :meth:`CostModel.with_times`
+    holds its own dense ``time`` (times that may break the classes' symmetry).
 ``mem[T]``, ``out[T]``
     Bytes held while running, and bytes of the output kept after finishing while consumers remain
     (0 for a task without successors: an output nobody consumes leaves at once).
@@ -24,7 +36,8 @@ State (all read-only after construction)
     Device memory times the cluster's ``memory_oversubscription`` (``inf`` when not given).
 ``bw[D, D]``, ``lat[D, D]``, ``inv_bw[D, D]``
     Link bandwidth, latency and ``1 / bw`` (0 on the diagonal), from
-    :meth:`Cluster.link_matrices`.
+    :meth:`Cluster.link_matrices`: per device pair, never per edge (a transfer's time is computed
+    when a mapper needs it), so 1,024 devices take 24 MiB whatever the graph.
 ``node_of[D]``
     Index of each device's node (devices with equal values share a node link).
 ``pred_ptr``, ``pred_idx``, ``pred_bytes``, ``pred_dst`` (and ``succ_ptr``, ``succ_idx``, ``succ_bytes``)
@@ -32,9 +45,6 @@ State (all read-only after construction)
     ``pred_idx[pred_ptr[t]:pred_ptr[t+1]]``, carrying ``pred_bytes`` of the same slice
     (``pred_dst`` repeats t for each of them); sorted by position, so every loop over them is
     deterministic. ``n_pred[T]`` and ``n_succ[T]`` are the degrees.
-``class_time[T, C]``, ``device_class[D]``, ``class_count[C]``
-    Devices that every estimate treats alike (same kind, vendor, model, speed and rates) form a
-    class; ``time[:, d] == class_time[:, device_class[d]]``. Lets bounds work on C << D columns.
 ``levels``, ``topo``, ``topo_index``
     Tasks grouped by depth (sources first); ``topo`` is their concatenation, a topological order,
     and ``topo_index[t]`` the place of t in it.
@@ -99,7 +109,8 @@ and differs only where it says (shallow copies: nothing is rebuilt, the parent i
 
 :meth:`CostModel.restrict` keeps a subset of the devices. Every per-device attribute is sliced,
 the attributes and their device axes being listed once, in :data:`DEVICE_AXES` (a test checks that
-every per-device array of a model is listed there), and the device classes are renumbered.
+every per-device array of a model is listed there), and the device classes are renumbered (the
+dense ``time``, when the model holds one, is sliced with them).
 :meth:`CostModel.with_times` replaces the time matrix (a pinned task, a slowed or lost device,
 shares as work): with new class times, or with every device its own class when a change breaks
 the symmetry of a class.
@@ -151,9 +162,10 @@ SOURCES = ("history", "clauses", "times", "runtime", "default")
 
 #: Every per-device attribute of a :class:`CostModel` (an array), by name: the axes indexed by device
 #: position. :meth:`CostModel.restrict` slices each of them; a new per-device array must be listed
-#: here. ``devices`` (the list) and ``n_devices`` are per-device too, and kept beside them.
+#: here. ``devices`` (the list) and ``n_devices`` are per-device too, and kept beside them; so is the
+#: dense ``time`` when a model holds one (it is derived from ``class_time`` and ``device_class``).
 DEVICE_AXES: dict[str, tuple[int, ...]] = {
-    "time": (1,), "capacity": (0,), "shareable": (0,), "node_of": (0,), "device_class": (0,),
+    "capacity": (0,), "shareable": (0,), "node_of": (0,), "device_class": (0,),
     "bw": (0, 1), "lat": (0, 1), "inv_bw": (0, 1),
 }
 
@@ -272,6 +284,23 @@ def segment_max(values: np.ndarray, ptr: np.ndarray, rows: np.ndarray, empty: fl
         offsets = (np.cumsum(lengths) - lengths)[nz]
         out[nz] = np.maximum.reduceat(values, offsets)
     return out
+
+
+class ClassRows:
+    """Rows of the time matrix on demand: ``rows[t]`` is task t's time on every device.
+
+    Gathers the task's class times (``class_time[t, device_class]``): a new array of D floats per
+    row, which is what a list scheduler reads per task, without the T x D matrix.
+    """
+
+    __slots__ = ("class_time", "device_class")
+
+    def __init__(self, class_time: np.ndarray, device_class: np.ndarray):
+        self.class_time = class_time
+        self.device_class = device_class
+
+    def __getitem__(self, t) -> np.ndarray:
+        return self.class_time[t].take(self.device_class)
 
 
 class CostModel:
@@ -506,13 +535,53 @@ class CostModel:
         ct = np.where(np.isnan(ct), c_launch[None, :], ct)
         for i, mask in allowed_rows:
             ct[i, ~mask] = math.inf
-        self.time = np.ascontiguousarray(ct[:, cls_of])
+        self._time = None                      # the dense view, built on demand (see time)
         self.source: list[str] = [SOURCES[k] for k in src]
         #: Devices that every estimate treats alike form a class: ``time[:, d] ==
         #: class_time[:, device_class[d]]``; ``class_count[c]`` devices are in class c.
         self.device_class = cls_of
         self.class_time = ct
         self.class_count = np.bincount(cls_of, minlength=C)
+
+    @property
+    def time(self) -> np.ndarray:
+        """``float[T, D]``: seconds of each task on each device (``class_time[:, device_class]``).
+
+        Built on first access and kept: T x D floats (8 GiB for a million tasks on 1,024
+        devices), so code meant for large graphs reads :meth:`time_rows`, :meth:`times_on` or
+        ``class_time`` instead.
+        """
+        if self._time is None:
+            self._time = np.ascontiguousarray(self.class_time[:, self.device_class])
+        return self._time
+
+    def time_rows(self):
+        """Task rows of :attr:`time`: ``time_rows()[t]`` is task t's time on every device.
+
+        The dense matrix when the model holds one (a view of :meth:`with_times`, or once
+        :attr:`time` was read), else a :class:`ClassRows` that gathers each row from the task's
+        class times.
+        """
+        if self._time is not None:
+            return self._time
+        return ClassRows(self.class_time, self.device_class)
+
+    def times_on(self, device) -> np.ndarray:
+        """``time[t, device[t]]`` for every task t: the times of an assignment (device positions)."""
+        device = np.asarray(device, dtype=np.int64)
+        rows = np.arange(self.n_tasks)
+        if self._time is not None:
+            return self._time[rows, device]
+        return self.class_time[rows, self.device_class[device]]
+
+    def allowed_anywhere(self, need: np.ndarray) -> np.ndarray:
+        """``float[D]``: ``need @ allowed()``, the sum of ``need`` over the tasks each device may run.
+
+        Summed per class, then spread to the class's devices.
+        """
+        if self._time is not None:
+            return need @ np.isfinite(self._time)
+        return (need @ np.isfinite(self.class_time))[self.device_class]
 
     # ------------------------------------------------------------------ derived views
 
@@ -547,7 +616,8 @@ class CostModel:
             for axis in axes:
                 values = np.take(values, devs, axis=axis)
             setattr(view, name, values)
-        view.time = np.ascontiguousarray(view.time)
+        if self._time is not None:
+            view._time = np.ascontiguousarray(self._time[:, devs])
         kept, renumbered = np.unique(view.device_class, return_inverse=True)
         view.device_class = renumbered.reshape(-1)
         view.class_time = self.class_time[:, kept]
@@ -583,7 +653,7 @@ class CostModel:
         if np.shape(time) != (T, D):
             raise ValueError(f"time has shape {np.shape(time)}, expected {(T, D)}")
         view = copy.copy(self)
-        view.time = time
+        view._time = time
         if class_time is None:
             view.device_class = np.arange(D)
             view.class_time = time
@@ -609,21 +679,29 @@ class CostModel:
 
     def allowed(self) -> np.ndarray:
         """``bool[T, D]``: where each task can run (finite time)."""
-        return np.isfinite(self.time)
+        return np.isfinite(self.class_time)[:, self.device_class]
 
     def mean_time(self) -> np.ndarray:
-        """Mean time of each task over the devices where it can run (``inf`` where none)."""
-        fin = np.isfinite(self.time)
-        n = fin.sum(axis=1)
-        s = np.where(fin, self.time, 0.0).sum(axis=1)
+        """Mean time of each task over the devices where it can run (``inf`` where none).
+
+        Over the classes, each weighted by its number of devices; when every device is its own
+        class (a view of :meth:`with_times`), the plain sum over the devices.
+        """
+        ct, count = self.class_time, self.class_count
+        fin = np.isfinite(ct)
+        kept = np.where(fin, ct, 0.0)
+        if (count == 1).all():
+            n, s = fin.sum(axis=1), kept.sum(axis=1)
+        else:
+            n, s = fin @ count, kept @ count.astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(n > 0, s / np.maximum(n, 1), math.inf)
 
     def min_time(self) -> np.ndarray:
-        """Fastest time of each task over all devices."""
+        """Fastest time of each task over all devices (the fastest over the classes)."""
         if self.n_devices == 0:
             return np.full(self.n_tasks, math.inf)
-        return self.time.min(axis=1)
+        return self.class_time.min(axis=1)
 
     def mean_link(self) -> tuple[float, float]:
         """``(mean latency, mean 1/bandwidth)`` over ordered pairs of distinct devices."""

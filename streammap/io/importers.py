@@ -26,7 +26,9 @@
     ``out`` left out stay ``None`` and the cost model applies the README default (input plus
     output bytes).
 
-Bounds: a file of at most :data:`MAX_JSON_BYTES`, at most ``max_tasks`` tasks; ids are strings
+Bounds: a file of at most :data:`MAX_JSON_BYTES`, or :data:`JSON_BYTES_PER_TASK` per task allowed
+when ``max_tasks`` asks for more (a million-task node-link graph with times for 8 device models is
+about 480 MB), at most ``max_tasks`` tasks; ids are strings
 or integers, lists are lists, attributes have the types of the clauses they stand for (a
 ``device`` is a string, ``retries`` an int >= 0, ...): anything else is an error naming the file.
 
@@ -62,6 +64,8 @@ _PASS = ("site", "code", "flops", "bytes", "mem", "out", "device", "split", "sha
          "timeout")
 #: Largest workflow file read (the largest WfInstances trace is a few MB).
 MAX_JSON_BYTES = 256 * 1024 * 1024
+#: Bytes of workflow file allowed per task of ``max_tasks`` when that exceeds :data:`MAX_JSON_BYTES`.
+JSON_BYTES_PER_TASK = 1024
 #: Default most tasks a workflow may have (``max_tasks=`` of :func:`load_graph`).
 MAX_TASKS = 200_000
 
@@ -87,10 +91,16 @@ def load_graph(path, max_tasks: int = MAX_TASKS) -> nx.DiGraph:
         an unknown task, or a cycle.
     """
     path = Path(path)
-    text = read_text_bounded(path, MAX_JSON_BYTES, what="workflow file")
+    text = read_text_bounded(path, json_size_limit(max_tasks), what="workflow file")
     # A few objects per task and edge, no cycles, kept for the whole compile: see streammap.io.bulk.
     with gc_paused(freeze=True):
         return _graph_of_text(path, text, max_tasks)
+
+
+def json_size_limit(max_tasks: int) -> int:
+    """Largest workflow file :func:`load_graph` reads for a limit of ``max_tasks`` tasks: 256 MiB, or
+    :data:`JSON_BYTES_PER_TASK` per task when that is more (raising ``--max-tasks`` raises both)."""
+    return max(MAX_JSON_BYTES, int(max_tasks) * JSON_BYTES_PER_TASK)
 
 
 def _graph_of_text(path: Path, text: str, max_tasks: int) -> nx.DiGraph:
@@ -127,6 +137,13 @@ def _line_of(text: str | None, needle) -> int | None:
 
 def _fail(msg, path, text=None, near=None, hint=None):
     raise StreamMapError(msg, path=path, line=_line_of(text, near), hint=hint)
+
+
+def _plain_number(v) -> bool:
+    """Whether ``v`` is already what :func:`_number` would return (a finite float >= 0): the common
+    case, checked without building :func:`_number`'s message (an f-string per value, millions of
+    them in a million-task file)."""
+    return type(v) is float and 0.0 <= v < math.inf
 
 
 def _number(v, what, path, text, near, allow_none=False):
@@ -346,13 +363,18 @@ def graph_from_node_link(data: dict, path, text: str | None = None, max_tasks: i
         tid = _ident(raw, "a node id", path, text, "nodes")
         if tid in g:
             _fail(f"task id {tid!r} appears twice", path, text, raw, hint="node ids must be unique")
-        runtime = _number(n.get("runtime"), f"runtime of task {tid}", path, text, raw, allow_none=True)
+        runtime = n.get("runtime")
+        if runtime is not None and not _plain_number(runtime):
+            runtime = _number(runtime, f"runtime of task {tid}", path, text, raw)
         times = n.get("times")
         if times is not None:
             if not isinstance(times, dict) or not times:
                 _fail(f"times of task {tid} must be a non-empty mapping of device model or kind to seconds",
                       path, text, raw, hint='e.g. "times": {"V100": 0.0012, "cpu": 0.02}')
-            times = {str(k): _number(v, f"times[{k!r}] of task {tid}", path, text, raw) for k, v in times.items()}
+            if all(map(_plain_number, times.values())):
+                times = dict(times)           # JSON keys are strings: nothing to convert
+            else:
+                times = {str(k): _number(v, f"times[{k!r}] of task {tid}", path, text, raw) for k, v in times.items()}
         attrs = {k: n[k] for k in _PASS if n.get(k) is not None}
         for k in ("flops", "bytes", "mem", "out"):
             if k in attrs:
@@ -375,7 +397,9 @@ def graph_from_node_link(data: dict, path, text: str | None = None, max_tasks: i
             if x not in g:
                 _fail(f"edge {u} -> {v} names {x!r}, which is not a node", path, text, raw,
                       hint="every edge's source and target must be the id of a node")
-        b = _number(e.get("bytes", 0), f"bytes of edge {u} -> {v}", path, text, e["source"])
+        b = e.get("bytes", 0)
+        if not _plain_number(b):
+            b = _number(b, f"bytes of edge {u} -> {v}", path, text, e["source"])
         if g.has_edge(u, v):
             g.edges[u, v]["bytes"] += b
         else:

@@ -108,21 +108,32 @@ def check_placeable(cost: CostModel, memory: bool = True, times: np.ndarray | No
     A task fits on a device if it can run there (finite time: the ``device`` clause admits it and
     the task has an estimate for it) and, when ``memory``, both its ``mem`` and its ``out`` fit in
     the capacity. ``times`` replaces ``cost.time`` (e.g. restricted to some devices).
+
+    Without ``times`` the check runs on the device classes (a task fits some device of a class
+    iff it fits the class's largest), so it never builds a task x device array.
     """
-    allowed = np.isfinite(cost.time if times is None else times)
     need = np.maximum(cost.mem, cost.out)
-    ok = allowed & (need[:, None] <= cost.capacity[None, :] * (1.0 + MEM_RTOL)) if memory else allowed
+    if times is None:
+        table, cols = cost.class_time, cost.device_class
+    else:
+        table, cols = times, np.arange(cost.n_devices)
+    col_cap = np.full(table.shape[1], -math.inf)
+    np.maximum.at(col_cap, cols, cost.capacity)
+    ok = np.isfinite(table)
+    if memory:
+        ok &= need[:, None] <= col_cap[None, :] * (1.0 + MEM_RTOL)
     bad = np.flatnonzero(~ok.any(axis=1)) if cost.n_devices else np.arange(cost.n_tasks)
     if not bad.size:
         return
     i = int(bad[0])
+    allowed = np.isfinite(table[i].take(cols))          # the one row the message needs, per device
     tid = cost.tasks[i]
     node = cost.graph.nodes[tid]
     kernel = node.get("kernel")
     cons = node.get("device") or "any"
     path, line = cost.site_line(i)
     more = f" (and {bad.size - 1} more)" if bad.size > 1 else ""
-    if not allowed[i].any():
+    if not allowed.any():
         what = "no device of the cluster matches its device constraint" if cons != "any" \
             else "it has no time estimate for any device of the cluster"
         raise MappingError(
@@ -131,8 +142,8 @@ def check_placeable(cost: CostModel, memory: bool = True, times: np.ndarray | No
             path=path, line=line,
             hint="relax the kernel's device= clause, give times for these device models or kinds, "
                  "or add a matching device to the cluster")
-    cap = cost.capacity[allowed[i]].max()
-    big = cost.devices[int(np.flatnonzero(allowed[i] & (cost.capacity == cap))[0])].id
+    cap = cost.capacity[allowed].max()
+    big = cost.devices[int(np.flatnonzero(allowed & (cost.capacity == cap))[0])].id
     raise MappingError(
         f"task {tid} (kernel {kernel}) needs {_size(need[i])} of device memory but the largest "
         f"device it may run on, {big}, has {_size(cap)}{_oversub(cost)}{more}",
@@ -424,7 +435,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
         When no ready task fits anywhere (memory), or a task has no allowed device left.
     """
     T, D = cost.n_tasks, cost.n_devices
-    W = cost.time if times is None else times
+    W = cost.time_rows() if times is None else times
     lat, inv_bw = cost.lat, cost.inv_bw
     pp, pi, pb = cost.pred_ptr, cost.pred_idx, cost.pred_bytes
     mem, out = cost.mem, cost.out
@@ -441,7 +452,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
 
     # Devices where memory can bind at all: the sum of every task's need exceeds the capacity.
     need = np.maximum(mem, out)
-    total = need @ np.isfinite(cost.time) if T else np.zeros(D)
+    total = cost.allowed_anywhere(need) if T else np.zeros(D)
     tracked = (total > cap) if memory_aware else np.zeros(D, dtype=bool)
     any_tracked = bool(tracked.any())
     # Memory can only bind on a tracked device d once (largest mem placed there) + (sum of outputs
@@ -751,7 +762,7 @@ def _place_rest(cost: CostModel, order: np.ndarray, k: int, dev: np.ndarray, pla
 def _memory_deadlock(cost: CostModel, t: int):
     tid = cost.tasks[t]
     node = cost.graph.nodes[tid]
-    allowed = np.isfinite(cost.time[t])
+    allowed = np.isfinite(cost.time_rows()[t])
     path, line = cost.site_line(t)
     need = max(cost.mem[t], cost.out[t])
     cap = cost.capacity[allowed].max()

@@ -135,7 +135,7 @@ def simulate(cost: CostModel, device: Sequence[int], order: Sequence[Sequence[in
     if (seen != 1).any():
         bad = int(np.flatnonzero(seen != 1)[0])
         raise ValueError(f"task {cost.tasks[bad]} appears {seen[bad]} times in the device orders")
-    w = cost.time[np.arange(T), device]
+    w = cost.times_on(device)
     if not np.isfinite(w).all():
         bad = int(np.flatnonzero(~np.isfinite(w))[0])
         raise ValueError(f"task {cost.tasks[bad]} cannot run on {cost.devices[device[bad]].id}")

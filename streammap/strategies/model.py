@@ -71,7 +71,8 @@ def single_device_fit(cost: CostModel) -> tuple[bool, float, float]:
     d = int(np.argmax(cost.capacity))
     T = cost.n_tasks
     device = np.full(T, d, dtype=np.int64)
-    w = np.where(np.isfinite(cost.time), cost.time, 0.0).min(axis=1)[cost.topo]
+    ct = cost.class_time                                   # per device class: the same minimum
+    w = np.where(np.isfinite(ct), ct, 0.0).min(axis=1)[cost.topo]
     finish = np.empty(T)
     finish[cost.topo] = np.cumsum(w)
     start = np.empty(T)

@@ -189,3 +189,20 @@ def test_a_long_chain_and_a_wide_fan_load_without_a_cycle(tmp_path):
            "edges": [{"source": "root", "target": f"f{i}"} for i in range(n)]}
     assert load_graph(_write(tmp_path, chain, "chain.json")).number_of_nodes() == n
     assert load_graph(_write(tmp_path, fan, "fan.json")).number_of_edges() == n
+
+
+def test_raising_the_task_limit_raises_the_file_size_limit_with_it(tmp_path, monkeypatch):
+    # A million-task node-link graph is ~480 MB, over the fixed 256 MiB: --max-tasks 1000000 must
+    # let it in. Scaled down here: 100 bytes fixed, 10 bytes per task allowed.
+    from streammap.io import importers
+
+    monkeypatch.setattr(importers, "MAX_JSON_BYTES", 100)
+    monkeypatch.setattr(importers, "JSON_BYTES_PER_TASK", 10)
+    nodes = [{"id": f"t{i}", "kernel": "k", "runtime": 1.0} for i in range(3)]
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"directed": True, "nodes": nodes, "edges": []}))
+    size = path.stat().st_size
+    assert size > 100
+    with pytest.raises(StreamMapError, match=f"workflow file is too large: {size} bytes \\(limit: 100 bytes\\)"):
+        load_graph(path, max_tasks=5)
+    assert load_graph(path, max_tasks=size // 10 + 1).number_of_nodes() == 3
