@@ -584,6 +584,10 @@ class Scheduler:
             last[tenant] = q[i]
             job = self.jobs[q[i][1]]
             budget[tenant] -= 1
+            if smart and self._returns_unchanged(job, plan):
+                plan.recheck = True              # what _place_smart would have done, and all
+                self._pass_over(tenant, i, heap, budget, fair, last, plan)
+                continue
             if smart:
                 s, p = self._place_smart(job, now, plan)
                 preempted += p
@@ -599,6 +603,39 @@ class Scheduler:
         if smart:     # what each tenant holds until the next pass
             self._last_pass = self._last_pass[:2] + ({t: u.gpus for t, u in self.usage.items()},)
         return starts, preempted
+
+    def _returns_unchanged(self, job: Job, plan: "_Plan") -> bool:
+        """Whether :meth:`_place_smart` would return ``job`` at once, changing nothing but
+        ``plan.recheck``: past the reservation depth, without quotas, its shape has no model with
+        enough free devices, or (without preemption) was refused since the plan last changed."""
+        if plan.depth_left > 0 or not self._no_quotas:
+            return False
+        if not self.tenants.preemption and self._shape_of[job.id] in plan.refused:
+            return True
+        free = self.pool.free_count
+        return not any(free[o.model] >= o.gpus for o in job.demand.options)
+
+    def _pass_over(self, tenant: str, i: int, heap: list, budget: dict, fair: dict, last: dict,
+                   plan: "_Plan") -> None:
+        """Look past the job at ``q[i]`` of ``tenant``'s queue (one that returns unchanged), and
+        past every next job of the same tenant that the pass would take before any other
+        tenant's (its rank stays ahead of the heap's best) and that returns unchanged too; then
+        put the tenant back in the heap as the pass loop would have.
+
+        Each such job costs the pass loop a heap pop and push and a call that decides nothing
+        (past the depth, a pass is mostly such jobs: a rare shape keeps it from settling); here
+        it costs a rank and a set lookup. The jobs looked at, their order, and each tenant's
+        budget are exactly the loop's, so the pass decides the same."""
+        q = self._queues[tenant]
+        while budget[tenant] > 0:
+            rank = self._rank(tenant, fair, last)
+            if (heap and rank > heap[0]) or i + 1 >= len(q) or not self._returns_unchanged(self.jobs[q[i + 1][1]],
+                                                                                           plan):
+                heapq.heappush(heap, rank)
+                return
+            i += 1
+            last[tenant] = q[i]
+            budget[tenant] -= 1
 
     def _rank(self, tenant: str, fair: dict | None, last: dict) -> tuple:
         """A tenant's place in a pass's heap: the least weighted dominant share first (``drf``);
