@@ -116,7 +116,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streammap.errors import StreamMapError
-from streammap.tenancy.availability import Profile
+from streammap.tenancy.availability import Profile, Releases
 from streammap.tenancy.estimate import Demand, Option, accelerator_pools
 from streammap.tenancy.forecast import StartForecast
 from streammap.tenancy.tenants import Tenants
@@ -312,7 +312,7 @@ class Scheduler:
         self._fifo: list = []
         self._arrivals: dict[str, list] = {t.name: [] for t in tenants}   # per tenant, arrival order
         self._by_model: dict[str, dict[str, Running]] = {m: {} for m in self.pool.models}
-        self._ends = {m: _RunningEnds() for m in self.pool.models}
+        self._ends = {m: Releases() for m in self.pool.models}
         self.depth = depth
         if not slack >= 1:
             raise StreamMapError(f"placement slack must be at least 1, not {slack}",
@@ -769,8 +769,7 @@ class _Plan:
     def profile(self, model: str) -> Profile:
         p = self.profiles.get(model)
         if p is None:
-            p = self.profiles[model] = Profile(self.now, self.sched.pool.free_count[model],
-                                               self.sched._ends[model].releases(self.now))
+            p = self.profiles[model] = self.sched._ends[model].profile(self.now, self.sched.pool.free_count[model])
         return p
 
     def placement(self, options: list[Option]) -> tuple[Option, float]:
@@ -803,44 +802,3 @@ class _Plan:
                                          r.option.gpus)
         self.refused.clear()
         self.changes += 1
-
-
-class _RunningEnds:
-    """The running jobs of one model as parallel arrays (start, estimated duration, GPUs), slots
-    reused, so that a pass turns them into expected ends with a few vectorised operations instead
-    of a loop over thousands of jobs (at 10,000 GPUs, the loop was most of a pass)."""
-
-    def __init__(self):
-        self.start = np.zeros(64)
-        self.duration = np.zeros(64)
-        self.gpus = np.zeros(64)
-        self.slot: dict[str, int] = {}
-        self.spare: list[int] = list(range(63, -1, -1))
-
-    def add(self, job_id: str, start: float, duration: float, gpus: int) -> None:
-        if not self.spare:
-            n = self.start.size
-            self.start, self.duration, self.gpus = (np.r_[a, np.zeros(n)] for a in (self.start, self.duration,
-                                                                                       self.gpus))
-            self.spare = list(range(2 * n - 1, n - 1, -1))
-        i = self.slot[job_id] = self.spare.pop()
-        self.start[i], self.duration[i], self.gpus[i] = start, duration, gpus
-
-    def remove(self, job_id: str) -> None:
-        i = self.slot.pop(job_id)
-        self.gpus[i] = 0.0
-        self.spare.append(i)
-
-    def releases(self, now: float) -> np.ndarray:
-        """``(expected end, GPUs)`` rows of the running jobs: each one's estimated end, or for a job
-        already past it, the first ``start + 2^i x estimate`` after ``now`` (an overrun job is likely
-        to overrun more; taking it to end at once would plan reservations on devices that are not
-        free, and leave them idle)."""
-        held = np.flatnonzero(self.gpus > 0)
-        start, d = self.start[held], self.duration[held]
-        end = start + d
-        over = (end <= now) & (d > 0)
-        if over.any():
-            ratio = np.maximum((now - start[over]) / d[over], 1.0)
-            end[over] = start[over] + d[over] * 2.0 ** np.ceil(np.log2(ratio) + 1e-12)
-        return np.column_stack((end, self.gpus[held]))
