@@ -59,8 +59,8 @@ def test_a_long_profile_answers_as_a_scan_does_however_far_out_the_first_fit_is(
         now = float(rng.integers(0, 100))
         releases = [(now + float(rng.integers(1, 5000)), int(rng.integers(1, 3))) for _ in range(rng.integers(50, 400))]
         p = Profile(now, int(rng.integers(0, 4)), releases)
-        for _ in range(8):
-            k, d = int(rng.integers(1, 40)), float(rng.integers(0, 400))
+        for _ in range(12):
+            k, d = int(rng.integers(1, 300)), float(rng.integers(0, 2000))
             assert p.earliest_fit(k, d) == brute_force_fit(p, k, d)
             at = p.earliest_fit(k, d)
             if math.isfinite(at):
