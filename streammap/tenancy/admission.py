@@ -565,6 +565,7 @@ class Scheduler:
         if smart:
             self.estimated_starts, self.start_intervals = {}, {}
         last = {t: None for t, q in self._queues.items() if q}
+        at = dict.fromkeys(last, 0)              # where each tenant's last job looked at was
         budget = {t: max(32, max_scan // max(1, len(last))) for t in last}
         fair = self._account(now) if smart else None
         heap = [self._rank(t, fair, last) for t in last]
@@ -577,16 +578,19 @@ class Scheduler:
                 break                            # every job left is of a shape that cannot start now
             tenant = heapq.heappop(heap)[-1]
             q = self._queues[tenant]
-            # The next job after the last one looked at (the queue may have changed since).
-            i = 0 if last[tenant] is None else bisect.bisect_right(q, last[tenant])
+            # The next job after the last one looked at (the queue may have changed since: then
+            # the last one is no longer where it was, and is looked for).
+            prev, i = last[tenant], at[tenant]
+            if prev is not None:
+                i = i + 1 if i < len(q) and q[i] is prev else bisect.bisect_right(q, prev)
             if i >= len(q):
                 continue
-            last[tenant] = q[i]
+            last[tenant], at[tenant] = q[i], i
             job = self.jobs[q[i][1]]
             budget[tenant] -= 1
             if smart and self._returns_unchanged(job, plan):
                 plan.recheck = True              # what _place_smart would have done, and all
-                self._pass_over(tenant, i, heap, budget, fair, last, plan)
+                self._pass_over(tenant, heap, budget, fair, last, at, plan)
                 continue
             if smart:
                 s, p = self._place_smart(job, now, plan)
@@ -615,9 +619,9 @@ class Scheduler:
         free = self.pool.free_count
         return not any(free[o.model] >= o.gpus for o in job.demand.options)
 
-    def _pass_over(self, tenant: str, i: int, heap: list, budget: dict, fair: dict, last: dict,
+    def _pass_over(self, tenant: str, heap: list, budget: dict, fair: dict, last: dict, at: dict,
                    plan: "_Plan") -> None:
-        """Look past the job at ``q[i]`` of ``tenant``'s queue (one that returns unchanged), and
+        """Look past the job at ``q[at[tenant]]`` of ``tenant``'s queue (one that returns unchanged), and
         past every next job of the same tenant that the pass would take before any other
         tenant's (its rank stays ahead of the heap's best) and that returns unchanged too; then
         put the tenant back in the heap as the pass loop would have.
@@ -626,7 +630,7 @@ class Scheduler:
         (past the depth, a pass is mostly such jobs: a rare shape keeps it from settling); here
         it costs a rank and a set lookup. The jobs looked at, their order, and each tenant's
         budget are exactly the loop's, so the pass decides the same."""
-        q = self._queues[tenant]
+        q, i = self._queues[tenant], at[tenant]
         while budget[tenant] > 0:
             rank = self._rank(tenant, fair, last)
             if (heap and rank > heap[0]) or i + 1 >= len(q) or not self._returns_unchanged(self.jobs[q[i + 1][1]],
@@ -634,7 +638,7 @@ class Scheduler:
                 heapq.heappush(heap, rank)
                 return
             i += 1
-            last[tenant] = q[i]
+            last[tenant], at[tenant] = q[i], i
             budget[tenant] -= 1
 
     def _rank(self, tenant: str, fair: dict | None, last: dict) -> tuple:
