@@ -574,7 +574,7 @@ class Scheduler:
             if (not any(self.pool.free_count.values()) and not (smart and self.tenants.preemption)
                     and not (smart and plan.depth_left > 0)):
                 break                            # nothing can start, and nothing more is planned
-            if smart and plan.recheck and self._settled(plan):
+            if smart and plan.recheck and self._settled(plan, last, budget):
                 break                            # every job left is of a shape that cannot start now
             tenant = heapq.heappop(heap)[-1]
             q = self._queues[tenant]
@@ -722,11 +722,14 @@ class Scheduler:
             self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
         return None, []
 
-    def _settled(self, plan: "_Plan") -> bool:
+    def _settled(self, plan: "_Plan", last: dict, budget: dict) -> bool:
         """Whether no queued job can start in the rest of this pass (streammap policy, past the
-        reservation depth, no quotas, no preemption): every shape in the queue was refused since the
-        pass last changed, or has no model with enough free devices. Such a job returns at once from
-        :meth:`_place_smart` without changing anything, so stopping here decides exactly the same."""
+        reservation depth, no quotas, no preemption): every job the pass can still look at (each
+        tenant's next ones, as many as its budget) is of a shape refused since the pass last
+        changed, or with no model with enough free devices. Such a job returns at once from
+        :meth:`_place_smart` without changing anything, so stopping here decides exactly the same.
+        (Asking this of every shape in the queue instead stopped a pass only once each rare
+        shape had been met, which past the depth took a hundred jobs looked at for nothing.)"""
         plan.recheck = False
         if plan.depth_left > 0 or self.tenants.preemption or not self._no_quotas:
             return False
@@ -736,8 +739,25 @@ class Scheduler:
             return False
         plan.checked = state
         free, refused = self.pool.free_count, plan.refused
-        return all(sid in refused or not any(free[o.model] >= o.gpus for o in self._shape_options[sid])
-                   for sid in self._shapes)
+        live = {sid for sid in self._shapes
+                if sid not in refused and any(free[o.model] >= o.gpus for o in self._shape_options[sid])}
+        if not live:
+            return True
+        if plan.windows is None or plan.windows[0] != plan.changes:
+            plan.windows = (plan.changes, self._windows(last, budget))
+        return not any(live & shapes for shapes in plan.windows[1].values())
+
+    def _windows(self, last: dict, budget: dict) -> dict[str, set]:
+        """The shapes of the jobs each tenant can still be looked at in this pass: from the job after
+        its last one looked at, as many as its budget. While the plan does not change the queues do
+        not either, and each job looked at moves a window's start by one and spends one of its
+        budget: its end stays, and the shapes remembered are a superset of the window's."""
+        out = {}
+        for tenant, prev in last.items():
+            q = self._queues[tenant]
+            i = 0 if prev is None else bisect.bisect_right(q, prev)
+            out[tenant] = {self._shape_of[jid] for _, jid in q[i:i + max(0, budget[tenant])]}
+        return out
 
     def _victims(self, job: Job, o: Option) -> list[str] | None:
         """Running jobs to preempt so that ``job`` starts on ``o.model`` now, or None."""
@@ -769,6 +789,7 @@ class _Plan:
         self.recheck = False                    # a refusal since the last check whether the pass is settled
         self.changes = 0                        # reservations, starts and preemptions so far
         self.checked: tuple | None = None       # (refusals, changes) at the last check
+        self.windows: tuple | None = None       # (changes, shapes each tenant can still be looked at)
 
     def profile(self, model: str) -> Profile:
         p = self.profiles.get(model)
