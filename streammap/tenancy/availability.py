@@ -107,8 +107,12 @@ class Profile:
         """Add ``delta`` free devices over ``[t0, t1)`` (negative: a reservation takes them)."""
         if t1 <= t0:
             return
-        i0 = self._split(max(t0, self.now))
-        i1 = self._split(t1) if math.isfinite(t1) else len(self.times)
+        begin = max(t0, self.now)
+        if begin < t1 < math.inf:
+            i0, i1 = self._split_two(begin, t1)
+        else:
+            i0 = self._split(begin)
+            i1 = self._split(t1) if math.isfinite(t1) else len(self.times)
         self.free[i0:i1] += delta
         self._prefix_min = None
         if delta < 0 and self._fits:
@@ -119,6 +123,29 @@ class Profile:
     def reserve(self, start: float, k: int, duration: float) -> None:
         """Take ``k`` devices for ``[start, start + duration)``."""
         self.add(start, start + duration, -k)
+
+    def _split_two(self, a: float, b: float) -> tuple[int, int]:
+        """``(_split(a), _split(b))`` for ``a < b``, with one copy of the arrays instead of two
+        (a reservation splits twice, and the copies were most of its cost at 10,000 GPUs)."""
+        times, free = self.times, self.free
+        n = times.size
+        i, j = (int(x) for x in times.searchsorted((a, b)))
+        new_a = not (i < n and times[i] == a)
+        new_b = not (j < n and times[j] == b)
+        if new_a or new_b:
+            pieces_t, pieces_f = [times[:i]], [free[:i]]
+            if new_a:
+                pieces_t.append((a,))
+                pieces_f.append(free[i - 1:i])                      # the split segment, twice
+            pieces_t.append(times[i:j])
+            pieces_f.append(free[i:j])
+            if new_b:
+                pieces_t.append((b,))
+                pieces_f.append(free[j - 1:j])
+            pieces_t.append(times[j:])
+            pieces_f.append(free[j:])
+            self.times, self.free = np.concatenate(pieces_t), np.concatenate(pieces_f)
+        return i, j + new_a
 
     def _split(self, t: float) -> int:
         """The index of the segment that begins at ``t``, splitting the one ``t`` falls in."""
