@@ -80,8 +80,9 @@ Policies
       none themselves (with 10,000 jobs on 1,000 GPUs the queue can hold thousands, and planning
       them all on every event would cost many minutes; the jobs past the depth are the latest
       deadlines, or those of tenants above their share; a pass past the depth stops as soon as
-      every job shape left in the queue has been refused since the plan last changed, or has no
-      model with room, since each such job would return unchanged). Each reservation is shown with an
+      every job it can still look at (each tenant's next ones, up to its budget) is of a shape
+      refused since the plan last changed, or with no model with room, since each such job would
+      return unchanged). Each reservation is shown with an
       interval calibrated on how real starts compared with earlier promises (:mod:`.forecast`).
       "Earlier" is the pass's order: fair share across tenants, priority and the slowdown
       deadline within one; a newly arrived job that this order puts
