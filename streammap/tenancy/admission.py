@@ -84,8 +84,9 @@ Policies
       none themselves (with 10,000 jobs on 1,000 GPUs the queue can hold thousands, and planning
       them all on every event would cost many minutes; the jobs past the depth are the latest
       deadlines, or those of tenants above their share; a pass past the depth stops as soon as
-      every job shape left in the queue has been refused since the plan last changed, or has no
-      model with room, since each such job would return unchanged). Each reservation is shown with an
+      every job it can still look at (each tenant's next ones, up to its budget) is of a shape
+      refused since the plan last changed, or with no model with room, since each such job would
+      return unchanged). Each reservation is shown with an
       interval calibrated on how real starts compared with earlier promises (:mod:`.forecast`).
       "Earlier" is the pass's order: fair share across tenants, priority and the slowdown
       deadline within one; a newly arrived job that this order puts
@@ -120,7 +121,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streammap.errors import StreamMapError
-from streammap.tenancy.availability import Profile
+from streammap.tenancy.availability import Profile, Releases
 from streammap.tenancy.estimate import Demand, Option, accelerator_pools
 from streammap.tenancy.forecast import StartForecast
 from streammap.tenancy.packing import SharedDevices, expected_end, free_over
@@ -330,7 +331,7 @@ class Scheduler:
         self._fifo: list = []
         self._arrivals: dict[str, list] = {t.name: [] for t in tenants}   # per tenant, arrival order
         self._by_model: dict[str, dict[str, Running]] = {m: {} for m in self.pool.models}
-        self._ends = {m: _RunningEnds() for m in self.pool.models}
+        self._ends = {m: Releases() for m in self.pool.models}
         self.depth = depth
         if not slack >= 1:
             raise StreamMapError(f"placement slack must be at least 1, not {slack}",
@@ -624,6 +625,7 @@ class Scheduler:
         if smart:
             self.estimated_starts, self.start_intervals = {}, {}
         last = {t: None for t, q in self._queues.items() if q}
+        at = dict.fromkeys(last, 0)              # where each tenant's last job looked at was
         budget = {t: max(32, max_scan // max(1, len(last))) for t in last}
         fair = self._account(now) if smart else None
         heap = [self._rank(t, fair, last) for t in last]
@@ -633,17 +635,24 @@ class Scheduler:
                     and not (smart and plan.depth_left > 0)
                     and not (self._fractions_queued and self.packing.used)):   # joint placement: open devices
                 break                            # nothing can start, and nothing more is planned
-            if smart and plan.recheck and self._settled(plan):
+            if smart and plan.recheck and self._settled(plan, last, budget):
                 break                            # every job left is of a shape that cannot start now
             tenant = heapq.heappop(heap)[-1]
             q = self._queues[tenant]
-            # The next job after the last one looked at (the queue may have changed since).
-            i = 0 if last[tenant] is None else bisect.bisect_right(q, last[tenant])
+            # The next job after the last one looked at (the queue may have changed since: then
+            # the last one is no longer where it was, and is looked for).
+            prev, i = last[tenant], at[tenant]
+            if prev is not None:
+                i = i + 1 if i < len(q) and q[i] is prev else bisect.bisect_right(q, prev)
             if i >= len(q):
                 continue
-            last[tenant] = q[i]
+            last[tenant], at[tenant] = q[i], i
             job = self.jobs[q[i][1]]
             budget[tenant] -= 1
+            if smart and self._returns_unchanged(job, plan):
+                plan.recheck = True              # what _place_smart would have done, and all
+                self._pass_over(tenant, heap, budget, fair, last, at, plan)
+                continue
             if smart:
                 s, p = self._place_smart(job, now, plan)
                 preempted += p
@@ -659,6 +668,39 @@ class Scheduler:
         if smart:     # what each tenant holds until the next pass
             self._last_pass = self._last_pass[:2] + ({t: u.gpus for t, u in self.usage.items()},)
         return starts, preempted
+
+    def _returns_unchanged(self, job: Job, plan: "_Plan") -> bool:
+        """Whether :meth:`_place_smart` would return ``job`` at once, changing nothing but
+        ``plan.recheck``: past the reservation depth, without quotas, its shape has no model with
+        enough free devices, or (without preemption) was refused since the plan last changed."""
+        if plan.depth_left > 0 or not self._no_quotas:
+            return False
+        if not self.tenants.preemption and self._shape_of[job.id] in plan.refused:
+            return True
+        free = self.pool.free_count
+        return not any(free[o.model] >= o.gpus for o in job.demand.options)
+
+    def _pass_over(self, tenant: str, heap: list, budget: dict, fair: dict, last: dict, at: dict,
+                   plan: "_Plan") -> None:
+        """Look past the job at ``q[at[tenant]]`` of ``tenant``'s queue (one that returns unchanged), and
+        past every next job of the same tenant that the pass would take before any other
+        tenant's (its rank stays ahead of the heap's best) and that returns unchanged too; then
+        put the tenant back in the heap as the pass loop would have.
+
+        Each such job costs the pass loop a heap pop and push and a call that decides nothing
+        (past the depth, a pass is mostly such jobs: a rare shape keeps it from settling); here
+        it costs a rank and a set lookup. The jobs looked at, their order, and each tenant's
+        budget are exactly the loop's, so the pass decides the same."""
+        q, i = self._queues[tenant], at[tenant]
+        while budget[tenant] > 0:
+            rank = self._rank(tenant, fair, last)
+            if (heap and rank > heap[0]) or i + 1 >= len(q) or not self._returns_unchanged(self.jobs[q[i + 1][1]],
+                                                                                           plan):
+                heapq.heappush(heap, rank)
+                return
+            i += 1
+            last[tenant], at[tenant] = q[i], i
+            budget[tenant] -= 1
 
     def _rank(self, tenant: str, fair: dict | None, last: dict) -> tuple:
         """A tenant's place in a pass's heap: the least weighted dominant share first (``drf``);
@@ -743,11 +785,14 @@ class Scheduler:
             self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
         return None, []
 
-    def _settled(self, plan: "_Plan") -> bool:
+    def _settled(self, plan: "_Plan", last: dict, budget: dict) -> bool:
         """Whether no queued job can start in the rest of this pass (streammap policy, past the
-        reservation depth, no quotas, no preemption): every shape in the queue was refused since the
-        pass last changed, or has no model with enough free devices. Such a job returns at once from
-        :meth:`_place_smart` without changing anything, so stopping here decides exactly the same."""
+        reservation depth, no quotas, no preemption): every job the pass can still look at (each
+        tenant's next ones, as many as its budget) is of a shape refused since the pass last
+        changed, or with no model with enough free devices. Such a job returns at once from
+        :meth:`_place_smart` without changing anything, so stopping here decides exactly the same.
+        (Asking this of every shape in the queue instead stopped a pass only once each rare
+        shape had been met, which past the depth took a hundred jobs looked at for nothing.)"""
         plan.recheck = False
         if plan.depth_left > 0 or self.tenants.preemption or not self._no_quotas or self._fractions_queued:
             return False                         # (fractional jobs: joint placement may still fit them)
@@ -757,8 +802,25 @@ class Scheduler:
             return False
         plan.checked = state
         free, refused = self.pool.free_count, plan.refused
-        return all(sid in refused or not any(free[o.model] >= o.gpus for o in self._shape_options[sid])
-                   for sid in self._shapes)
+        live = {sid for sid in self._shapes
+                if sid not in refused and any(free[o.model] >= o.gpus for o in self._shape_options[sid])}
+        if not live:
+            return True
+        if plan.windows is None or plan.windows[0] != plan.changes:
+            plan.windows = (plan.changes, self._windows(last, budget))
+        return not any(live & shapes for shapes in plan.windows[1].values())
+
+    def _windows(self, last: dict, budget: dict) -> dict[str, set]:
+        """The shapes of the jobs each tenant can still be looked at in this pass: from the job after
+        its last one looked at, as many as its budget. While the plan does not change the queues do
+        not either, and each job looked at moves a window's start by one and spends one of its
+        budget: its end stays, and the shapes remembered are a superset of the window's."""
+        out = {}
+        for tenant, prev in last.items():
+            q = self._queues[tenant]
+            i = 0 if prev is None else bisect.bisect_right(q, prev)
+            out[tenant] = {self._shape_of[jid] for _, jid in q[i:i + max(0, budget[tenant])]}
+        return out
 
     def _place_fraction(self, job: Job, now: float, plan: "_Plan", allowed: list[Option]) -> Start | None:
         """Joint placement (:mod:`.packing`) of a fractional job, around the pass's plan: it starts
@@ -850,12 +912,12 @@ class _Plan:
         self.recheck = False                    # a refusal since the last check whether the pass is settled
         self.changes = 0                        # reservations, starts and preemptions so far
         self.checked: tuple | None = None       # (refusals, changes) at the last check
+        self.windows: tuple | None = None       # (changes, shapes each tenant can still be looked at)
 
     def profile(self, model: str) -> Profile:
         p = self.profiles.get(model)
         if p is None:
-            p = self.profiles[model] = Profile(self.now, self.sched.pool.free_count[model],
-                                               self.sched._ends[model].releases(self.now))
+            p = self.profiles[model] = self.sched._ends[model].profile(self.now, self.sched.pool.free_count[model])
         return p
 
     def placement(self, options: list[Option]) -> tuple[Option, float]:
@@ -888,44 +950,3 @@ class _Plan:
                                          r.option.gpus)
         self.refused.clear()
         self.changes += 1
-
-
-class _RunningEnds:
-    """The running jobs of one model as parallel arrays (start, estimated duration, GPUs), slots
-    reused, so that a pass turns them into expected ends with a few vectorised operations instead
-    of a loop over thousands of jobs (at 10,000 GPUs, the loop was most of a pass)."""
-
-    def __init__(self):
-        self.start = np.zeros(64)
-        self.duration = np.zeros(64)
-        self.gpus = np.zeros(64)
-        self.slot: dict[str, int] = {}
-        self.spare: list[int] = list(range(63, -1, -1))
-
-    def add(self, job_id: str, start: float, duration: float, gpus: int) -> None:
-        if not self.spare:
-            n = self.start.size
-            self.start, self.duration, self.gpus = (np.r_[a, np.zeros(n)] for a in (self.start, self.duration,
-                                                                                       self.gpus))
-            self.spare = list(range(2 * n - 1, n - 1, -1))
-        i = self.slot[job_id] = self.spare.pop()
-        self.start[i], self.duration[i], self.gpus[i] = start, duration, gpus
-
-    def remove(self, job_id: str) -> None:
-        i = self.slot.pop(job_id)
-        self.gpus[i] = 0.0
-        self.spare.append(i)
-
-    def releases(self, now: float) -> np.ndarray:
-        """``(expected end, GPUs)`` rows of the running jobs: each one's estimated end, or for a job
-        already past it, the first ``start + 2^i x estimate`` after ``now`` (an overrun job is likely
-        to overrun more; taking it to end at once would plan reservations on devices that are not
-        free, and leave them idle)."""
-        held = np.flatnonzero(self.gpus > 0)
-        start, d = self.start[held], self.duration[held]
-        end = start + d
-        over = (end <= now) & (d > 0)
-        if over.any():
-            ratio = np.maximum((now - start[over]) / d[over], 1.0)
-            end[over] = start[over] + d[over] * 2.0 ** np.ceil(np.log2(ratio) + 1e-12)
-        return np.column_stack((end, self.gpus[held]))

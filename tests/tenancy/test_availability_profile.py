@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from streammap.tenancy.availability import Profile
+from streammap.tenancy.availability import Profile, Releases
 
 
 def brute_force_fit(p: Profile, k: int, duration: float) -> float:
@@ -49,3 +49,54 @@ def test_a_reservation_inside_a_remembered_window_moves_the_answer():
     assert p.earliest_fit(4, 10.0) == 15.0
     p.reserve(50.0, 8, 10.0)                 # after the window [15, 25): the answer stands
     assert p.earliest_fit(4, 10.0) == 15.0
+
+
+def test_a_long_profile_answers_as_a_scan_does_however_far_out_the_first_fit_is():
+    # Hundreds of segments: the search looks at a prefix first and widens it, and must still
+    # find the first window with room, near the start or far out.
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        now = float(rng.integers(0, 100))
+        releases = [(now + float(rng.integers(1, 5000)), int(rng.integers(1, 3))) for _ in range(rng.integers(50, 400))]
+        p = Profile(now, int(rng.integers(0, 4)), releases)
+        for _ in range(12):
+            k, d = int(rng.integers(1, 300)), float(rng.integers(0, 2000))
+            assert p.earliest_fit(k, d) == brute_force_fit(p, k, d)
+            at = p.earliest_fit(k, d)
+            if math.isfinite(at):
+                p.reserve(at, k, max(d, 1.0))
+
+
+def rebuilt_profile(runs: dict, now: float, free_now: int) -> Profile:
+    """The profile from scratch: every running job's expected end, one by one, in any order."""
+    releases = []
+    for start, duration, gpus in runs.values():
+        end = start + duration
+        if end <= now and duration > 0:        # past its estimate: the next start + 2^i x estimate
+            i = 1
+            while start + duration * 2.0 ** i <= now:
+                i += 1
+            end = start + duration * 2.0 ** i
+        releases.append((end, gpus))
+    return Profile(now, free_now, reversed(releases))
+
+
+def test_a_profile_kept_up_to_date_as_jobs_start_and_finish_equals_one_built_from_scratch():
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        kept, runs, now, free = Releases(), {}, 0.0, 64
+        for step in range(80):
+            now += float(rng.choice([0, 1, 7, 50]))      # whole seconds: ties and overruns happen
+            if runs and (rng.random() < 0.4 or free == 0):
+                job = str(rng.choice(sorted(runs)))
+                free += runs.pop(job)[2]
+                kept.remove(job)
+            else:
+                gpus = int(rng.integers(1, min(free, 8) + 1))
+                duration = float(rng.choice([0, 1, 10, int(rng.integers(1, 200))]))
+                runs[f"j{step}"] = (now, duration, gpus)
+                kept.add(f"j{step}", now, duration, gpus)
+                free -= gpus
+            p, q = kept.profile(now, free), rebuilt_profile(runs, now, free)
+            assert p.times.tolist() == q.times.tolist()
+            assert p.free.tolist() == q.free.tolist()
