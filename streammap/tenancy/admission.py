@@ -523,7 +523,7 @@ class Scheduler:
         """Joint placement: the availability profiles see an open device as one device held until
         its last holder's expected end (an entry of its own among the running jobs' ends)."""
         key, ends = "\0" + device, self._ends[model]
-        if key in ends.slot:
+        if key in ends:
             ends.remove(key)
         last = self.packing.last_holder(device)
         if last is not None:

@@ -185,6 +185,9 @@ class Releases:
         self.ids.insert(i, job_id)
         self._runs[job_id] = (start, duration)
 
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self._runs
+
     def remove(self, job_id: str) -> None:
         if job_id not in self._runs:
             return
