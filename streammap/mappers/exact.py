@@ -58,11 +58,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streammap.cost.model import CostModel
+from streammap.cost.model import CostModel, fork_join_bound, lower_bound
 from streammap.errors import MappingError
 from streammap.mappers.schedule import MEM_RTOL, Schedule, fits, peak_memory, simulate
 
-__all__ = ["ExactResult", "available", "model_size", "solve_exact", "MAX_TICKS", "MAX_BYTE_UNITS"]
+__all__ = ["ExactResult", "available", "interchangeable_groups", "model_size", "solve_exact", "MAX_TICKS",
+           "MAX_BYTE_UNITS"]
 
 #: Largest horizon in ticks (the tick grows by powers of ten past 1 ns to stay below it).
 MAX_TICKS = 2**31
@@ -70,6 +71,9 @@ MAX_TICKS = 2**31
 MAX_BYTE_UNITS = 2**20
 #: CP-SAT's search workers, interleaved deterministically (``interleave_search``).
 WORKERS = 4
+#: Share of the budget of an interleaved solve that one worker gets first (it stops at a proof).
+SINGLE_SHARE = 0.3
+FEATURES = {"symmetry": True, "cumulative": False, "bound": True}
 
 
 def available() -> bool:
@@ -139,12 +143,68 @@ def _down(x, unit) -> np.ndarray:
     return np.floor(q * (1.0 - 1e-12)).astype(np.int64)
 
 
+def analytic_bound(cost: CostModel) -> float:
+    """The largest of the critical-path, area and fork-join bounds (:mod:`streammap.cost.model`)."""
+    return max(lower_bound(cost), fork_join_bound(cost))
+
+
 def memory_devices(cost: CostModel) -> np.ndarray:
     """Devices where memory can bind: the needs of the tasks that may run there exceed the capacity
     (the same test as the list scheduler's)."""
     need = np.maximum(cost.mem, cost.out)
     total = need @ np.isfinite(cost.time) if cost.n_tasks else np.zeros(cost.n_devices)
     return total > cost.capacity * (1.0 + MEM_RTOL)
+
+
+def interchangeable_groups(cost: CostModel) -> list[list[int]]:
+    """Devices any plan can swap without changing its makespan or its memory peaks.
+
+    Two devices are interchangeable when they are of one class (the same time for every task) on
+    one node, with the same capacity and shareability, and exchanging them leaves every link of the
+    cluster (latency and bandwidth, in both directions) as it was. Swapping is an automorphism of
+    the model, so the relation is an equivalence; the groups are its classes of two or more
+    devices, each in ascending device order.
+    """
+    groups: list[list[int]] = []
+    for d in range(cost.n_devices):
+        for g in groups:
+            if _swappable(cost, g[0], d):
+                g.append(d)
+                break
+        else:
+            groups.append([d])
+    return [g for g in groups if len(g) > 1]
+
+
+def _swappable(cost: CostModel, a: int, b: int) -> bool:
+    if (cost.device_class[a] != cost.device_class[b] or cost.node_of[a] != cost.node_of[b]
+            or cost.capacity[a] != cost.capacity[b] or cost.shareable[a] != cost.shareable[b]):
+        return False
+    perm = np.arange(cost.n_devices)
+    perm[[a, b]] = [b, a]
+    return all(np.array_equal(m[np.ix_(perm, perm)], m) for m in (cost.lat, cost.inv_bw))
+
+
+def canonical_devices(device: np.ndarray, groups: list[list[int]], order: np.ndarray) -> np.ndarray:
+    """``device`` with each group's devices renamed in the order of their first task in ``order``.
+
+    The plan is the same plan (the renaming is a swap of interchangeable devices), and it
+    satisfies the model's symmetry-breaking constraints: within a group, the first task (in
+    ``order``) of each device comes after the first task of the device before it, and the unused
+    devices come last.
+    """
+    out = np.array(device, dtype=np.int64, copy=True)
+    for g in groups:
+        first = {d: len(order) for d in g}
+        for i, t in enumerate(order.tolist()):
+            d = int(device[t])
+            if d in first and first[d] == len(order):
+                first[d] = i
+        rename = dict(zip(sorted(g, key=lambda d: (first[d], d)), g))
+        for t in range(len(out)):
+            if int(device[t]) in rename:
+                out[t] = rename[int(device[t])]
+    return out
 
 
 def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
@@ -258,8 +318,21 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
             if items and sum(demands) > cap_u[d]:
                 m.AddCumulative(items, demands, int(cap_u[d]))
 
+    # Symmetry: interchangeable devices are used in the order of their first task (topological).
+    groups = interchangeable_groups(cost) if FEATURES["symmetry"] else []
+    order = np.asarray(cost.topo, dtype=np.int64)
+    for g in groups:
+        _break_symmetry(m, g, order, x)
+        if FEATURES["cumulative"]:
+            _group_cumulative(m, g, devs, dur, x, s, e)
+
     # Objective: the makespan, over the sinks (every other task ends before a successor starts).
     M = m.NewIntVar(0, H, "makespan")
+    if FEATURES["bound"]:
+        # Every real plan is at least the analytic bound long, and its rounded-down integer image
+        # can take M = floor(its makespan / tick): the model stays a relaxation.
+        lb = int(_down(analytic_bound(cost), tick))
+        m.Add(M >= min(lb, H))
     for t in np.flatnonzero(cost.n_succ == 0).tolist():
         m.Add(M >= e[t])
     # Redundant: no device is busy longer than the makespan (a strong cut when computation
@@ -269,32 +342,34 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
             m.Add(sum(int(dur[t, d]) * x[t][d] for t, _ in by_dev[d]) <= M)
     m.Minimize(M)
 
-    _add_hint(m, cost, hint, tick, dur, x, s, e, M, last_use)
+    if groups:
+        hint = Schedule(hint.mapper, canonical_devices(hint.device, groups, order), hint.start, hint.finish,
+                        hint.makespan, n_devices=D, seq=hint.seq)
+    _add_hint(m, cost, hint, tick, dur, x, s, e, M, last_use, lb if FEATURES["bound"] else 0)
 
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    # Deterministic parallel search: the subsolvers (the complete search and the large-neighbourhood
-    # ones, which find short plans far sooner than one worker's tree search) run in batches
-    # synchronised in a fixed order, so the result does not depend on the number of threads nor on
-    # their timing.
-    # (Only on request: on a model it proves optimal early, the interleaved search still spends its
-    # whole budget, so the ``optimal`` mapper's long budget keeps the single-worker search, which stops
-    # at the proof.)
-    if interleave:
-        prm.num_workers = WORKERS
-        prm.interleave_search = True
-    else:
-        prm.num_workers = 1
-    prm.random_seed = int(seed)
-    prm.max_deterministic_time = float(work)
-    # Full linear relaxation: on these models it proves optimality several times sooner.
-    prm.linearization_level = 2
-    prm.log_search_progress = False
-    status = solver.Solve(m)
-    name = solver.StatusName(status)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    floor = 0.0                         # a bound proved by the first stage, kept beside the second's
+    solver = _solve(m, 1, seed, work * SINGLE_SHARE if interleave else work)
+    status = solver.StatusName(solver.Solve(m)) if not interleave or SINGLE_SHARE > 0 else "UNKNOWN"
+    if interleave and status != "OPTIMAL":
+        # One worker first (above): on the models it proves quickly it stops at the proof, where
+        # the interleaved search would spend its whole budget; the rest of the budget, warm-started
+        # from what it found, goes to the interleaved search (short plans far sooner).
+        first, first_status = solver, status
+        if first_status == "FEASIBLE":
+            floor = first.BestObjectiveBound()
+            m.ClearHints()
+            for v in [*s, *e, M, *(lit for xt in x for lit in xt.values()), *last_use.values()]:
+                m.AddHint(v, first.Value(v))
+        solver = _solve(m, WORKERS, seed, work * (1.0 - SINGLE_SHARE))
+        status = solver.StatusName(solver.Solve(m))
+        if first_status == "FEASIBLE" and (
+                status not in ("OPTIMAL", "FEASIBLE") or first.ObjectiveValue() < solver.ObjectiveValue()):
+            # the interleaved search may repair a hint into a worse plan: keep the better one
+            solver, status = first, "FEASIBLE"
+    name = status
+    if status not in ("OPTIMAL", "FEASIBLE"):
         return ExactResult(None, 0.0, False, name)
-    bound = max(0.0, float(solver.BestObjectiveBound())) * tick
+    bound = max(0.0, float(solver.BestObjectiveBound()), float(floor)) * tick
     device = np.array([next(d for d in devs[t] if solver.BooleanValue(x[t][d])) for t in range(T)], dtype=np.int64)
     s_val = np.array([solver.Value(v) for v in s], dtype=np.int64)
     e_val = np.array([solver.Value(v) for v in e], dtype=np.int64)
@@ -302,10 +377,60 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
     if schedule is not None and tracked.any() and \
             not bool(fits(peak_memory(cost, schedule.device, schedule.start, schedule.finish), cost.capacity).all()):
         schedule = None
-    return ExactResult(schedule, bound, status == cp_model.OPTIMAL, name)
+    return ExactResult(schedule, bound, status == "OPTIMAL", name)
 
 
-def _add_hint(m, cost: CostModel, hint: Schedule, tick: float, dur, x, s, e, M, last_use) -> None:
+def _solve(m, workers: int, seed: int, work: float):
+    """A CP-SAT solver set up for ``m`` (not yet run): ``workers`` subsolvers (more than one:
+    the deterministic interleaved search), ``seed``, ``work`` deterministic seconds."""
+    from ortools.sat.python import cp_model  # noqa: PLC0415
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    # Deterministic parallel search: the subsolvers (the complete search and the large-neighbourhood
+    # ones, which find short plans far sooner than one worker's tree search) run in batches
+    # synchronised in a fixed order, so the result does not depend on the number of threads nor on
+    # their timing.
+    prm.num_workers = workers
+    if workers > 1:
+        prm.interleave_search = True
+    prm.random_seed = int(seed)
+    prm.max_deterministic_time = float(work)
+    # Full linear relaxation: on these models it proves optimality several times sooner.
+    prm.linearization_level = 2
+    prm.log_search_progress = False
+    return solver
+
+
+def _break_symmetry(m, group: list[int], order: np.ndarray, x) -> None:
+    """Device ``group[j]`` (j >= 1) takes a task only after ``group[j - 1]`` took an earlier one in
+    ``order``: of the plans equal up to renaming the group's devices, only the one of
+    :func:`canonical_devices` stays."""
+    for prev, dev in zip(group, group[1:]):
+        earlier = []
+        for t in order.tolist():
+            lit = x[t].get(dev)
+            if lit is not None:
+                m.Add(lit <= sum(earlier)) if earlier else m.Add(lit == 0)
+            if prev in x[t]:
+                earlier.append(x[t][prev])
+
+
+def _group_cumulative(m, group: list[int], devs, dur, x, s, e) -> None:
+    """Redundant: at most ``len(group)`` tasks run at once on the group (energetic reasoning over
+    the group's devices together, which the per-device no-overlaps do not see)."""
+    items = []
+    for t in range(len(x)):
+        lits = [x[t][d] for d in group if d in x[t]]
+        if not lits:
+            continue
+        on = m.NewBoolVar(f"g{t}_{group[0]}")
+        m.Add(on == sum(lits))
+        items.append(m.NewOptionalIntervalVar(s[t], int(dur[t, group[0]]), e[t], on, f"gi{t}_{group[0]}"))
+    if len(items) > len(group):
+        m.AddCumulative(items, [1] * len(items), len(group))
+
+
+def _add_hint(m, cost: CostModel, hint: Schedule, tick: float, dur, x, s, e, M, last_use, lb: int = 0) -> None:
     """Hint ``hint``'s assignment and times, rounded down to ticks as the model's times are (so the
     hint satisfies every constraint: ``floor(a) + floor(b) <= floor(a + b)``)."""
     start = _down(np.maximum(hint.start, 0.0), tick)
@@ -319,7 +444,7 @@ def _add_hint(m, cost: CostModel, hint: Schedule, tick: float, dur, x, s, e, M, 
     for t, L in last_use.items():
         succ = cost.succ_idx[cost.succ_ptr[t]:cost.succ_ptr[t + 1]]
         m.AddHint(L, int(start[succ].max()))
-    m.AddHint(M, int(end.max()))
+    m.AddHint(M, max(int(end.max()), lb))
 
 
 def _retime(cost: CostModel, device: np.ndarray, s_val: np.ndarray, e_val: np.ndarray) -> Schedule | None:
