@@ -279,3 +279,20 @@ def test_the_solver_proves_a_plan_on_many_identical_devices_optimal():
     assert res.optimal and res.status == "OPTIMAL"
     assert check(cost, res.schedule) == pytest.approx(26.0)
     assert res.bound == pytest.approx(26.0, rel=1e-6)
+
+
+def test_autos_short_solve_proves_small_models_and_gives_the_same_plan_every_time():
+    # auto's solve: one worker on part of the budget first (it stops at the proof), then the
+    # interleaved search on the rest; both deterministic.
+    from streammap.mappers.exact import solve_exact
+    rng = np.random.default_rng(11)
+    times = [{"A": float(rng.uniform(1, 5)), "B": float(rng.uniform(1, 5))} for _ in range(10)]
+    edges = [(u, v, float(rng.uniform(0, 3))) for u in range(10) for v in range(u + 1, 10) if rng.random() < 0.3]
+    cost = CostModel(graph(times, edges), identical_devices(3))
+    runs = [solve_exact(cost, heft(cost), work=0.5, interleave=True) for _ in range(2)]
+    assert runs[0].status == runs[1].status == "OPTIMAL"
+    assert runs[0].bound == runs[1].bound == pytest.approx(runs[0].schedule.makespan, rel=1e-6)
+    assert np.array_equal(runs[0].schedule.device, runs[1].schedule.device)
+    assert np.array_equal(runs[0].schedule.start, runs[1].schedule.start)
+    assert check(cost, runs[0].schedule) <= heft(cost).makespan
+    assert runs[0].bound <= runs[0].schedule.makespan * (1 + 1e-12)
