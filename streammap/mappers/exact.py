@@ -25,8 +25,9 @@ present when ``x[t, d]``; exactly one ``x[t, ·]`` holds. Then, as the benchmark
   benchmark README's residency), against the capacity (with :data:`~streammap.mappers.schedule.MEM_RTOL`);
 * **objective**: the makespan ``M >= e[t]`` for every sink, minimised; and, redundant but a strong
   cut for the linear relaxation, ``M >= sum over t of dur[t, d] x[t, d]`` on every device, and
-  ``M >=`` the analytic bound (critical path, area, fork-join; :func:`analytic_bound`) in ticks;
-* **symmetry breaking**: devices that are interchangeable (one class on one node, the same
+  ``M >=`` the analytic bound (critical path, area, fork-join; :func:`analytic_bound`) in ticks
+  (optional, off by default: :data:`FEATURES`);
+* **symmetry breaking** (optional, off by default: :data:`FEATURES`): devices that are interchangeable (one class on one node, the same
   capacity, and swapping them changes no link: :func:`interchangeable_groups`) are loaded in
   order: ``sum over t of dur[t, d] x[t, d]`` does not increase along a group. Every plan has a
   renaming of that form (:func:`canonical_devices`, applied to the hint), so the optimum is
@@ -91,10 +92,11 @@ MAX_BYTE_UNITS = 2**20
 WORKERS = 4
 #: Share of the budget of an interleaved solve that one worker gets first (it stops at a proof).
 SINGLE_SHARE = 0.3
-#: The model's optional parts, on by default (switched off only to measure what each brings):
-#: ``symmetry`` (symmetry breaking among interchangeable devices), ``bound`` (the analytic lower
-#: bound as a constraint on the makespan).
-FEATURES = {"symmetry": True, "bound": True}
+#: The model's optional parts: ``symmetry`` (symmetry breaking among interchangeable devices),
+#: ``bound`` (the analytic lower bound as a constraint on the makespan). Both off: on the random
+#: DAGs of 30-50 tasks neither proved a case the plain model did not within 2 deterministic
+#: seconds, and with symmetry breaking the plans found were longer (README, "auto's exact search").
+FEATURES = {"symmetry": False, "bound": False}
 
 
 def available() -> bool:

@@ -248,8 +248,16 @@ def test_a_plan_renamed_to_its_canonical_form_is_the_same_plan():
     assert simulate(cost, device, renamed).makespan == pytest.approx(simulate(cost, s.device, order).makespan)
 
 
+@pytest.fixture
+def symmetry_breaking(monkeypatch):
+    """The model with its optional parts on: symmetry breaking and the analytic bound."""
+    from streammap.mappers import exact
+    monkeypatch.setitem(exact.FEATURES, "symmetry", True)
+    monkeypatch.setitem(exact.FEATURES, "bound", True)
+
+
 @pytest.mark.parametrize("seed", range(3))
-def test_symmetry_breaking_keeps_the_optimum_of_exhaustive_search(seed):
+def test_symmetry_breaking_keeps_the_optimum_of_exhaustive_search(seed, symmetry_breaking):
     # Three interchangeable devices and an odd one: exhaustive search over every plan (no symmetry
     # breaking) and the solver (with it) agree on the optimum, and the solver proves it.
     rng = np.random.default_rng(100 + seed)
@@ -266,7 +274,7 @@ def test_symmetry_breaking_keeps_the_optimum_of_exhaustive_search(seed):
     assert best * (1 - 1e-6) <= s.bound <= best * (1 + 1e-12)
 
 
-def test_the_solver_proves_a_plan_on_many_identical_devices_optimal():
+def test_the_solver_proves_a_plan_on_many_identical_devices_optimal(symmetry_breaking):
     # Twelve independent 1..12 s tasks on three identical devices: 26 s each is a perfect split
     # (12+11+3, 10+9+5+2, 8+7+6+4+1); without symmetry breaking the proof must rule out each of
     # the 3! renamings of every plan.
@@ -299,7 +307,7 @@ def test_autos_short_solve_proves_small_models_and_gives_the_same_plan_every_tim
 
 
 @needs_shared
-def test_symmetry_breaking_leaves_a_model_with_many_identical_devices_feasible():
+def test_symmetry_breaking_leaves_a_model_with_many_identical_devices_feasible(symmetry_breaking):
     # 30 tasks at CCR 10 on small-memory (two identical T4s, three identical A2s): the first-task
     # form of symmetry breaking made CP-SAT's presolve report this feasible model INFEASIBLE.
     from streammap.bench.cases import shared_random_cases
