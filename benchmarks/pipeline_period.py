@@ -25,7 +25,9 @@ Usage::
     python benchmarks/pipeline_period.py            # samples + 12 generated graphs x 4 clusters
     python benchmarks/pipeline_period.py --quick    # fewer generated graphs, no DAG baseline
 
-Target (issue 5): period at most 1.15 x the lower bound.
+Targets: period at most 1.15 x the lower bound (issue 5); period at most 1.05 x the floor in
+every case (issue 17: the mapping is as good as this model allows; where the floor is not
+computed, period / lower bound stands in for period / floor, which it bounds from above).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ from streammap.strategies.pipeline import period_floor, pipeline_schedule, stage
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTERS = ROOT.parent / "shared" / "benchmarks" / "clusters"
 TARGET = 1.15
+#: Largest period / floor (issue 17).
+FLOOR_TARGET = 1.05
 #: Largest unrolled graph (tasks) the DAG-mapper baseline is run on (it maps every item's tasks).
 BASELINE_UP_TO = 2500
 
@@ -106,6 +110,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="4 generated graphs, no DAG-mapper baseline")
     ap.add_argument("--items", type=int, default=32, help="items per generated stream (default 32)")
+    ap.add_argument("--no-baseline", action="store_true", help="every generated graph, without the DAG-mapper baseline")
     args = ap.parse_args(argv)
     clusters = [load_cluster(p) for p in sorted(CLUSTERS.glob("*.yaml")) if p.stem != "topcuoglu-3p"]
     if not clusters:
@@ -116,13 +121,13 @@ def main(argv=None) -> int:
     cases += [(f"gen{n}-s{seed}", stream_graph(n, seed, args.items)) for seed, n in enumerate(sizes)]
     rows = []
     print(f"{'case':<14} {'cluster':<14} {'stages':>6} {'period':>11} {'lower bd':>11} {'ratio':>6} "
-          f"{'floor/LB':>8} {'pipe/item':>11} {'DAG/item':>11} {'map s':>6}")
+          f"{'floor/LB':>8} {'P/floor':>7} {'pipe/item':>11} {'DAG/item':>11} {'map s':>6}")
     for name, graph in cases:
         for cl in clusters:
-            r = run_case(name, graph, cl, baseline=not args.quick and graph.number_of_nodes() <= BASELINE_UP_TO)
+            r = run_case(name, graph, cl, baseline=not (args.quick or args.no_baseline) and graph.number_of_nodes() <= BASELINE_UP_TO)
             rows.append(r)
             print(f"{r['case']:<14} {r['cluster']:<14} {r['stages']:>6} {r['period'] * 1e3:>9.4f}ms "
-                  f"{r['lb'] * 1e3:>9.4f}ms {r['ratio']:>6.3f} {r['floor']:>8.3f} {r['pipe'] * 1e3:>9.4f}ms "
+                  f"{r['lb'] * 1e3:>9.4f}ms {r['ratio']:>6.3f} {r['floor']:>8.3f} {r['ratio'] / r['floor']:>7.3f} {r['pipe'] * 1e3:>9.4f}ms "
                   f"{r['dag'] * 1e3:>9.4f}ms {r['map_s']:>6.2f}",
                   flush=True)
     ratios = np.array([r["ratio"] for r in rows])
@@ -141,6 +146,15 @@ def main(argv=None) -> int:
                if not math.isnan(r["floor"]) else "the floor is not computed (too many stateful kernels)")
         print(f"  over the target: {r['case']} on {r['cluster']} ({r['ratio']:.3f}): {why}")
     print(f"target: period <= {TARGET} x lower bound in every case: {'PASS' if within == len(rows) else 'FAIL'}")
+    # The floor is never below the lower bound (the same LP, with transfers and the stateful
+    # placements): where it is not computed, period / lower bound is an upper bound on period / floor.
+    over_floor = [r["ratio"] / r["floor"] if not math.isnan(r["floor"]) else r["ratio"] for r in rows]
+    off = [(r, f) for r, f in zip(rows, over_floor) if f > FLOOR_TARGET]
+    for r, f in off:
+        print(f"  over the floor target: {r['case']} on {r['cluster']}: period {f:.3f} x the floor")
+    print(f"target: period <= {FLOOR_TARGET} x floor in every case (worst {max(over_floor):.3f}; "
+          f"{sum(math.isnan(r['floor']) for r in rows)} cases without a floor checked against the lower bound): "
+          f"{'PASS' if not off else 'FAIL'}")
     return 0
 
 

@@ -24,7 +24,24 @@ present when ``x[t, d]``; exactly one ``x[t, ·]`` holds. Then, as the benchmark
   and ``out[t]`` over ``[e[t], L[t])``, ``L[t]`` the latest start among t's consumers (the
   benchmark README's residency), against the capacity (with :data:`~streammap.mappers.schedule.MEM_RTOL`);
 * **objective**: the makespan ``M >= e[t]`` for every sink, minimised; and, redundant but a strong
-  cut for the linear relaxation, ``M >= sum over t of dur[t, d] x[t, d]`` on every device.
+  cut for the linear relaxation, ``M >= sum over t of dur[t, d] x[t, d]`` on every device, and
+  ``M >=`` the analytic bound (critical path, area, fork-join; :func:`analytic_bound`) in ticks
+  (optional, off by default: :data:`FEATURES`);
+* **symmetry breaking** (optional, off by default: :data:`FEATURES`): devices that are interchangeable (one class on one node, the same
+  capacity, and swapping them changes no link: :func:`interchangeable_groups`) are loaded in
+  order: ``sum over t of dur[t, d] x[t, d]`` does not increase along a group. Every plan has a
+  renaming of that form (:func:`canonical_devices`, applied to the hint), so the optimum is
+  unchanged while the search no longer visits all ``k!`` renamings of each plan on a group of
+  ``k`` devices.
+
+Ordering the devices of a group by their *first task* instead (device j takes a task only after
+device j - 1 took an earlier one, topologically) was tried first and left out: with it, CP-SAT
+9.15's presolve reported some feasible models INFEASIBLE (the 30- and 40-task ``small-memory``
+and 50-task ``hetero-2x4`` random DAGs at CCR 10; the same model with the hint fixed, or without
+presolve, is feasible), a wrong answer the load order does not give on them.
+A cumulative constraint per group of interchangeable devices (at most ``k`` of its tasks at once)
+was tried as a further redundant constraint and left out: on the 30-task random DAGs it slowed the
+search (a case proved in 2 deterministic seconds without it was not proved with it).
 
 Rounding
 --------
@@ -43,7 +60,10 @@ solver may hold a task back on an idle device to save memory; a plan cannot) is 
 
 Determinism
 -----------
-One worker, or on request (``auto``) CP-SAT's interleaved search (``interleave_search``: :data:`WORKERS` subsolvers, among them
+One worker, or on request (``auto``) one worker on :data:`SINGLE_SHARE` of the budget (on graphs
+of at most :data:`SINGLE_FIRST_MAX_TASKS` tasks: it stops at a proof, which small models reach at
+once) and then, warm-started from its plan, CP-SAT's
+interleaved search (``interleave_search``: :data:`WORKERS` subsolvers, among them
 large-neighbourhood search, run in batches that synchronise in a fixed order, which the solver
 documents as independent of the number of threads and of their timing), a fixed seed, and a work
 budget in CP-SAT's *deterministic time* (``max_deterministic_time``, roughly seconds of work on a
@@ -58,11 +78,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streammap.cost.model import CostModel
+from streammap.cost.model import CostModel, fork_join_bound, lower_bound
 from streammap.errors import MappingError
 from streammap.mappers.schedule import MEM_RTOL, Schedule, fits, peak_memory, simulate
 
-__all__ = ["ExactResult", "available", "model_size", "solve_exact", "MAX_TICKS", "MAX_BYTE_UNITS"]
+__all__ = ["ExactResult", "available", "interchangeable_groups", "model_size", "solve_exact", "MAX_TICKS",
+           "MAX_BYTE_UNITS"]
 
 #: Largest horizon in ticks (the tick grows by powers of ten past 1 ns to stay below it).
 MAX_TICKS = 2**31
@@ -70,6 +91,17 @@ MAX_TICKS = 2**31
 MAX_BYTE_UNITS = 2**20
 #: CP-SAT's search workers, interleaved deterministically (``interleave_search``).
 WORKERS = 4
+#: Share of the budget of an interleaved solve that one worker gets first (it stops at a proof) ...
+SINGLE_SHARE = 0.3
+#: ... on graphs of at most this many tasks. Measured on the random DAGs (README, "auto's exact
+#: search"): at 10-20 tasks the same plans for a third of the CPU; at 30-40 tasks nothing is proven
+#: in auto's budget and the interleaved search, given all of it, finds plans up to 7% shorter.
+SINGLE_FIRST_MAX_TASKS = 20
+#: The model's optional parts: ``symmetry`` (symmetry breaking among interchangeable devices),
+#: ``bound`` (the analytic lower bound as a constraint on the makespan). Both off: on the random
+#: DAGs of 30-50 tasks neither proved a case the plain model did not within 2 deterministic
+#: seconds, and with symmetry breaking the plans found were longer (README, "auto's exact search").
+FEATURES = {"symmetry": False, "bound": False}
 
 
 def available() -> bool:
@@ -139,12 +171,64 @@ def _down(x, unit) -> np.ndarray:
     return np.floor(q * (1.0 - 1e-12)).astype(np.int64)
 
 
+def analytic_bound(cost: CostModel) -> float:
+    """The largest of the critical-path, area and fork-join bounds (:mod:`streammap.cost.model`)."""
+    return max(lower_bound(cost), fork_join_bound(cost))
+
+
 def memory_devices(cost: CostModel) -> np.ndarray:
     """Devices where memory can bind: the needs of the tasks that may run there exceed the capacity
     (the same test as the list scheduler's)."""
     need = np.maximum(cost.mem, cost.out)
     total = need @ np.isfinite(cost.time) if cost.n_tasks else np.zeros(cost.n_devices)
     return total > cost.capacity * (1.0 + MEM_RTOL)
+
+
+def interchangeable_groups(cost: CostModel) -> list[list[int]]:
+    """Devices any plan can swap without changing its makespan or its memory peaks.
+
+    Two devices are interchangeable when they are of one class (the same time for every task) on
+    one node, with the same capacity and shareability, and exchanging them leaves every link of the
+    cluster (latency and bandwidth, in both directions) as it was. Swapping is an automorphism of
+    the model, so the relation is an equivalence; the groups are its classes of two or more
+    devices, each in ascending device order.
+    """
+    groups: list[list[int]] = []
+    for d in range(cost.n_devices):
+        for g in groups:
+            if _swappable(cost, g[0], d):
+                g.append(d)
+                break
+        else:
+            groups.append([d])
+    return [g for g in groups if len(g) > 1]
+
+
+def _swappable(cost: CostModel, a: int, b: int) -> bool:
+    if (cost.device_class[a] != cost.device_class[b] or cost.node_of[a] != cost.node_of[b]
+            or cost.capacity[a] != cost.capacity[b] or cost.shareable[a] != cost.shareable[b]):
+        return False
+    perm = np.arange(cost.n_devices)
+    perm[[a, b]] = [b, a]
+    return all(np.array_equal(m[np.ix_(perm, perm)], m) for m in (cost.lat, cost.inv_bw))
+
+
+def canonical_devices(device: np.ndarray, groups: list[list[int]], dur: np.ndarray) -> np.ndarray:
+    """``device`` with each group's devices renamed in non-increasing order of their load (the sum
+    of ``dur[t, d]`` over their tasks; ties keep the device order).
+
+    The plan is the same plan (the renaming is a swap of interchangeable devices), and it
+    satisfies the model's symmetry-breaking constraints.
+    """
+    out = np.array(device, dtype=np.int64, copy=True)
+    T = len(device)
+    for g in groups:
+        load = {d: int(dur[np.flatnonzero(device == d), d].sum()) if T else 0 for d in g}
+        rename = dict(zip(sorted(g, key=lambda d: (-load[d], d)), g))
+        for t in range(T):
+            if int(device[t]) in rename:
+                out[t] = rename[int(device[t])]
+    return out
 
 
 def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
@@ -162,9 +246,10 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
     seed : int
         CP-SAT's ``random_seed``.
     interleave : bool
-        Use the deterministic interleaved search (:data:`WORKERS` subsolvers, large-neighbourhood
-        search among them: short plans far sooner, for ``auto``'s short budget) instead of one
-        worker's tree search (which stops as soon as it proves optimality).
+        After one worker's tree search on :data:`SINGLE_SHARE` of the budget (graphs of at most
+        :data:`SINGLE_FIRST_MAX_TASKS` tasks; it stops as soon as it proves optimality), spend the rest on the deterministic interleaved search
+        (:data:`WORKERS` subsolvers, large-neighbourhood search among them: short plans far
+        sooner, for ``auto``'s short budget). Otherwise the whole budget goes to one worker.
 
     Returns
     -------
@@ -258,8 +343,18 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
             if items and sum(demands) > cap_u[d]:
                 m.AddCumulative(items, demands, int(cap_u[d]))
 
+    # Symmetry: interchangeable devices are loaded in non-increasing order.
+    groups = interchangeable_groups(cost) if FEATURES["symmetry"] else []
+    for g in groups:
+        _break_symmetry(m, g, dur, x)
+
     # Objective: the makespan, over the sinks (every other task ends before a successor starts).
     M = m.NewIntVar(0, H, "makespan")
+    if FEATURES["bound"]:
+        # Every real plan is at least the analytic bound long, and its rounded-down integer image
+        # can take M = floor(its makespan / tick): the model stays a relaxation.
+        lb = int(_down(analytic_bound(cost), tick))
+        m.Add(M >= min(lb, H))
     for t in np.flatnonzero(cost.n_succ == 0).tolist():
         m.Add(M >= e[t])
     # Redundant: no device is busy longer than the makespan (a strong cut when computation
@@ -269,32 +364,35 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
             m.Add(sum(int(dur[t, d]) * x[t][d] for t, _ in by_dev[d]) <= M)
     m.Minimize(M)
 
-    _add_hint(m, cost, hint, tick, dur, x, s, e, M, last_use)
+    if groups:
+        hint = Schedule(hint.mapper, canonical_devices(hint.device, groups, dur), hint.start, hint.finish,
+                        hint.makespan, n_devices=D, seq=hint.seq)
+    _add_hint(m, cost, hint, tick, dur, x, s, e, M, last_use, lb if FEATURES["bound"] else 0)
 
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    # Deterministic parallel search: the subsolvers (the complete search and the large-neighbourhood
-    # ones, which find short plans far sooner than one worker's tree search) run in batches
-    # synchronised in a fixed order, so the result does not depend on the number of threads nor on
-    # their timing.
-    # (Only on request: on a model it proves optimal early, the interleaved search still spends its
-    # whole budget, so the ``optimal`` mapper's long budget keeps the single-worker search, which stops
-    # at the proof.)
-    if interleave:
-        prm.num_workers = WORKERS
-        prm.interleave_search = True
-    else:
-        prm.num_workers = 1
-    prm.random_seed = int(seed)
-    prm.max_deterministic_time = float(work)
-    # Full linear relaxation: on these models it proves optimality several times sooner.
-    prm.linearization_level = 2
-    prm.log_search_progress = False
-    status = solver.Solve(m)
-    name = solver.StatusName(status)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    floor = 0.0                         # a bound proved by the first stage, kept beside the second's
+    share = SINGLE_SHARE if T <= SINGLE_FIRST_MAX_TASKS else 0.0
+    solver = _solve(m, 1, seed, work * share if interleave else work)
+    status = solver.StatusName(solver.Solve(m)) if not interleave or share > 0 else "UNKNOWN"
+    if interleave and status != "OPTIMAL":
+        # One worker first (above): on the models it proves quickly it stops at the proof, where
+        # the interleaved search would spend its whole budget; the rest of the budget, warm-started
+        # from what it found, goes to the interleaved search (short plans far sooner).
+        first, first_status = solver, status
+        if first_status == "FEASIBLE":
+            floor = first.BestObjectiveBound()
+            m.ClearHints()
+            for v in [*s, *e, M, *(lit for xt in x for lit in xt.values()), *last_use.values()]:
+                m.AddHint(v, first.Value(v))
+        solver = _solve(m, WORKERS, seed, work * (1.0 - share))
+        status = solver.StatusName(solver.Solve(m))
+        if first_status == "FEASIBLE" and (
+                status not in ("OPTIMAL", "FEASIBLE") or first.ObjectiveValue() < solver.ObjectiveValue()):
+            # the interleaved search may repair a hint into a worse plan: keep the better one
+            solver, status = first, "FEASIBLE"
+    name = status
+    if status not in ("OPTIMAL", "FEASIBLE"):
         return ExactResult(None, 0.0, False, name)
-    bound = max(0.0, float(solver.BestObjectiveBound())) * tick
+    bound = max(0.0, float(solver.BestObjectiveBound()), float(floor)) * tick
     device = np.array([next(d for d in devs[t] if solver.BooleanValue(x[t][d])) for t in range(T)], dtype=np.int64)
     s_val = np.array([solver.Value(v) for v in s], dtype=np.int64)
     e_val = np.array([solver.Value(v) for v in e], dtype=np.int64)
@@ -302,10 +400,40 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
     if schedule is not None and tracked.any() and \
             not bool(fits(peak_memory(cost, schedule.device, schedule.start, schedule.finish), cost.capacity).all()):
         schedule = None
-    return ExactResult(schedule, bound, status == cp_model.OPTIMAL, name)
+    return ExactResult(schedule, bound, status == "OPTIMAL", name)
 
 
-def _add_hint(m, cost: CostModel, hint: Schedule, tick: float, dur, x, s, e, M, last_use) -> None:
+def _solve(m, workers: int, seed: int, work: float):
+    """A CP-SAT solver set up for ``m`` (not yet run): ``workers`` subsolvers (more than one:
+    the deterministic interleaved search), ``seed``, ``work`` deterministic seconds."""
+    from ortools.sat.python import cp_model  # noqa: PLC0415
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    # Deterministic parallel search: the subsolvers (the complete search and the large-neighbourhood
+    # ones, which find short plans far sooner than one worker's tree search) run in batches
+    # synchronised in a fixed order, so the result does not depend on the number of threads nor on
+    # their timing.
+    prm.num_workers = workers
+    if workers > 1:
+        prm.interleave_search = True
+    prm.random_seed = int(seed)
+    prm.max_deterministic_time = float(work)
+    # Full linear relaxation: on these models it proves optimality several times sooner.
+    prm.linearization_level = 2
+    prm.log_search_progress = False
+    return solver
+
+
+def _break_symmetry(m, group: list[int], dur, x) -> None:
+    """Devices of ``group`` are busy in non-increasing order of their load (total task time): of
+    the plans equal up to renaming the group's devices, only those of :func:`canonical_devices`
+    stay."""
+    load = [sum(int(dur[t, d]) * x[t][d] for t in range(len(x)) if d in x[t]) for d in group]
+    for a, b in zip(load, load[1:]):
+        m.Add(a >= b)
+
+
+def _add_hint(m, cost: CostModel, hint: Schedule, tick: float, dur, x, s, e, M, last_use, lb: int = 0) -> None:
     """Hint ``hint``'s assignment and times, rounded down to ticks as the model's times are (so the
     hint satisfies every constraint: ``floor(a) + floor(b) <= floor(a + b)``)."""
     start = _down(np.maximum(hint.start, 0.0), tick)
@@ -319,7 +447,7 @@ def _add_hint(m, cost: CostModel, hint: Schedule, tick: float, dur, x, s, e, M, 
     for t, L in last_use.items():
         succ = cost.succ_idx[cost.succ_ptr[t]:cost.succ_ptr[t + 1]]
         m.AddHint(L, int(start[succ].max()))
-    m.AddHint(M, int(end.max()))
+    m.AddHint(M, max(int(end.max()), lb))
 
 
 def _retime(cost: CostModel, device: np.ndarray, s_val: np.ndarray, e_val: np.ndarray) -> Schedule | None:

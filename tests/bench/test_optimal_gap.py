@@ -30,6 +30,7 @@ def test_gap_rows_prove_small_cases_and_auto_after_is_never_worse_than_before():
     assert r["after"] <= r["before"] <= r["heft"] * (1 + 1e-12)
     assert r["optimum"] <= r["after"]
     assert r["best_bound"] >= r["lower_bound"]
+    assert r["after_cpu_s"] > 0 and r["before_cpu_s"] > 0     # CPU beside plan quality
     (per_ccr, total) = summarize_gaps(rows)
     assert total["proven"] == 1 and total["after_gm"] >= 1.0
 
