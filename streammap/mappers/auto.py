@@ -69,10 +69,12 @@ import numpy as np
 
 from streammap.cost.model import CostModel, concat_ranges, fork_join_bound, lower_bound, segment_max
 from streammap.errors import MappingError
+from streammap.mappers.clustering import chain_schedule
 from streammap.mappers.exact import available as exact_available
 from streammap.mappers.exact import model_size, solve_exact
 from streammap.mappers.heft import check_placeable, heft, list_schedule, priority_order
 from streammap.mappers.local_search import improve
+from streammap.mappers.lookahead import lookahead_heft
 from streammap.mappers.partition import GroupTimes, device_speed, partition_tasks
 from streammap.mappers.partition import available as metis_available
 from streammap.mappers.peft import peft
@@ -338,6 +340,18 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
             gt = GroupTimes(cost, groups, part)
             attempt(f"part-{name}", lambda mem, gt=gt: list_schedule(cost, order, times=gt, memory_aware=mem,
                                                                    mapper="part"))
+
+    # Linear clustering: chains of heavy edges kept on one device, on the whole cluster and on
+    # the subsets above.
+    if tier <= 1:
+        attempt("chains", lambda mem: chain_schedule(cost, memory_aware=mem))
+        attempt("lookahead", lambda mem: lookahead_heft(cost, memory_aware=mem))
+        for name, devs in subsets:
+            if devs.size > 1:
+                attempt(f"chains-{name}", lambda mem, devs=devs, name=name: chain_schedule(
+                    cost, devices=devs, memory_aware=mem, mapper=f"chains-{name}"))
+                attempt(f"lookahead-{name}", lambda mem, devs=devs, name=name: lookahead_heft(
+                    cost, devices=devs, memory_aware=mem, mapper=f"lookahead-{name}"))
 
     if not results:
         if plain is None:
