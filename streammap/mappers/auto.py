@@ -97,6 +97,8 @@ LARGE_PASSES = ("heft", "peft")
 #: to :data:`SMALL_WORK`; larger graphs get :data:`SEARCH_BUDGET_LARGE`.
 SEARCH_BUDGET = 700_000
 SEARCH_BUDGET_LARGE = 100_000
+#: Local searches, from the best distinct candidates, sharing the re-timing budget.
+SEARCH_STARTS = 2
 #: Most re-timings for one local search.
 SEARCH_MAX_RUNS = 1500
 #: The exact model runs on graphs of at most this many tasks ...
@@ -346,7 +348,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     if tier <= 1:
         attempt("chains", lambda mem: chain_schedule(cost, memory_aware=mem))
         attempt("lookahead", lambda mem: lookahead_heft(cost, memory_aware=mem))
-        for name, devs in subsets:
+        for name, devs in (subsets if tier == 0 else []):
             if devs.size > 1:
                 attempt(f"chains-{name}", lambda mem, devs=devs, name=name: chain_schedule(
                     cost, devices=devs, memory_aware=mem, mapper=f"chains-{name}"))
@@ -369,7 +371,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                 continue
             seen.add(key)
             starts.append((name, s))
-            if len(starts) == 2:
+            if len(starts) == SEARCH_STARTS:
                 break
         share = runs // len(starts)
         for name, s in starts:
