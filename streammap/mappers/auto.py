@@ -303,6 +303,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         for name, w in (("heft-minrank", cost.min_time()), ("heft-hrank", hmean)):
             r = upward_rank_with(cost, w)
             attempt(name, lambda mem, r=r, name=name: heft(cost, memory_aware=mem, rank=r, mapper=name))
+            la = name.replace("heft", "lookahead")
+            attempt(la, lambda mem, r=r, la=la: lookahead_heft(cost, rank=r, memory_aware=mem, mapper=la))
 
     speed = device_speed(cost)
     by_speed = np.lexsort((np.arange(D), -speed))

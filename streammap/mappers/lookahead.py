@@ -114,8 +114,8 @@ def lookahead_assignment(cost: CostModel, order: np.ndarray | None = None,
     return dev
 
 
-def lookahead_heft(cost: CostModel, *, devices: np.ndarray | None = None, memory_aware: bool = True,
-                   mapper: str = "lookahead") -> Schedule:
+def lookahead_heft(cost: CostModel, *, devices: np.ndarray | None = None, rank: np.ndarray | None = None,
+                   memory_aware: bool = True, mapper: str = "lookahead") -> Schedule:
     """The lookahead assignment (:func:`lookahead_assignment`) re-timed by the insertion list
     scheduler in HEFT's order.
 
@@ -124,6 +124,9 @@ def lookahead_heft(cost: CostModel, *, devices: np.ndarray | None = None, memory
     cost : CostModel
     devices : ndarray of int, optional
         Restrict the tasks to these devices.
+    rank : ndarray, optional
+        Priorities (default HEFT's upward rank), turned into an order by
+        :func:`~streammap.mappers.heft.priority_order`.
     memory_aware : bool
         Keep every device within capacity when re-timing (raises
         :class:`~streammap.errors.MappingError` when the assignment cannot).
@@ -134,7 +137,7 @@ def lookahead_heft(cost: CostModel, *, devices: np.ndarray | None = None, memory
     -------
     Schedule
     """
-    order = priority_order(cost)
+    order = priority_order(cost, rank)
     dev = lookahead_assignment(cost, order, devices)
     rows = GroupTimes(cost, [np.array([d]) for d in range(cost.n_devices)], dev)
     return list_schedule(cost, order, times=rows, memory_aware=memory_aware, mapper=mapper)
