@@ -21,7 +21,8 @@ Candidates, in order:
 2. **PEFT** (:func:`~streammap.mappers.peft.peft`): optimistic-cost-table ranking and device choice
    (a lookahead to where the successors can run fast).
 2b. **HEFT in other priority orders** (small graphs): upward rank with each task's fastest time,
-   and with its harmonic-mean time over the devices.
+   and with its harmonic-mean time over the devices; in each of these two orders also the
+   lookahead of candidate 4c.
 3. **Device subsets**: HEFT, and PEFT where affordable, on the fastest device alone, on the fastest
    k devices for k = 2, 4, 8, ... below D, and on each of the two fastest nodes. Decisive when
    communication dominates (CCR 10): using fewer, faster, better-connected devices avoids
@@ -30,6 +31,15 @@ Candidates, in order:
    one part per node, and into one part per device of the fastest 2, 4, ... devices, with edges
    weighted by bytes and parts weighted by speed; HEFT then places each task on the devices of
    its part. Keeps heavy edges inside a node or a device.
+4b. **Chains** (:func:`streammap.mappers.clustering.chain_schedule`, graphs up to
+   :data:`MEDIUM_WORK`): linear clustering (Kim & Browne 1988) cuts the graph into paths, each
+   mapped whole onto one device HEFT-style, so heavy edges along a path cost nothing; on the whole
+   cluster, and (small graphs) restricted to each subset of candidate 3.
+4c. **Lookahead HEFT** (:func:`streammap.mappers.lookahead.lookahead_heft`, Bittencourt et al.
+   2010): HEFT's order, each task on the device where its children could finish earliest, which
+   keeps a fork-join branch beside its join when transfers are dear (CCR 10); on the whole cluster
+   and (small graphs) on each subset. One pass costs ``O(E·D²)``; neither 4b nor 4c runs above
+   :data:`LARGE_WORK`, so the mapping time at scale is unchanged.
 5. **Local search** (:func:`streammap.mappers.local_search.improve`) from the best few distinct
    candidates: tasks on the critical path are moved to other devices, or swapped with a task of
    another device, while the makespan (then the sum of finish times) falls; at a local optimum
