@@ -21,7 +21,8 @@ Candidates, in order:
 2. **PEFT** (:func:`~streammap.mappers.peft.peft`): optimistic-cost-table ranking and device choice
    (a lookahead to where the successors can run fast).
 2b. **HEFT in other priority orders** (small graphs): upward rank with each task's fastest time,
-   and with its harmonic-mean time over the devices.
+   and with its harmonic-mean time over the devices; in each of these two orders also the
+   lookahead of candidate 4c.
 3. **Device subsets**: HEFT, and PEFT where affordable, on the fastest device alone, on the fastest
    k devices for k = 2, 4, 8, ... below D, and on each of the two fastest nodes. Decisive when
    communication dominates (CCR 10): using fewer, faster, better-connected devices avoids
@@ -30,6 +31,15 @@ Candidates, in order:
    one part per node, and into one part per device of the fastest 2, 4, ... devices, with edges
    weighted by bytes and parts weighted by speed; HEFT then places each task on the devices of
    its part. Keeps heavy edges inside a node or a device.
+4b. **Chains** (:func:`streammap.mappers.clustering.chain_schedule`, graphs up to
+   :data:`MEDIUM_WORK`): linear clustering (Kim & Browne 1988) cuts the graph into paths, each
+   mapped whole onto one device HEFT-style, so heavy edges along a path cost nothing; on the whole
+   cluster, and (small graphs) restricted to each subset of candidate 3.
+4c. **Lookahead HEFT** (:func:`streammap.mappers.lookahead.lookahead_heft`, Bittencourt et al.
+   2010): HEFT's order, each task on the device where its children could finish earliest, which
+   keeps a fork-join branch beside its join when transfers are dear (CCR 10); on the whole cluster
+   and (small graphs) on each subset. One pass costs ``O(E·D²)``; neither 4b nor 4c runs above
+   :data:`LARGE_WORK`, so the mapping time at scale is unchanged.
 5. **Local search** (:func:`streammap.mappers.local_search.improve`) from the best few distinct
    candidates: tasks on the critical path are moved to other devices, or swapped with a task of
    another device, while the makespan (then the sum of finish times) falls; at a local optimum
@@ -69,10 +79,12 @@ import numpy as np
 
 from streammap.cost.model import CostModel, concat_ranges, fork_join_bound, lower_bound, segment_max
 from streammap.errors import MappingError
+from streammap.mappers.clustering import chain_schedule
 from streammap.mappers.exact import available as exact_available
 from streammap.mappers.exact import model_size, solve_exact
 from streammap.mappers.heft import check_placeable, heft, list_schedule, priority_order
 from streammap.mappers.local_search import improve
+from streammap.mappers.lookahead import lookahead_heft
 from streammap.mappers.partition import GroupTimes, device_speed, partition_tasks
 from streammap.mappers.partition import available as metis_available
 from streammap.mappers.peft import peft
@@ -95,6 +107,8 @@ LARGE_PASSES = ("heft", "peft")
 #: to :data:`SMALL_WORK`; larger graphs get :data:`SEARCH_BUDGET_LARGE`.
 SEARCH_BUDGET = 700_000
 SEARCH_BUDGET_LARGE = 100_000
+#: Local searches, from the best distinct candidates, sharing the re-timing budget.
+SEARCH_STARTS = 2
 #: Most re-timings for one local search.
 SEARCH_MAX_RUNS = 1500
 #: The exact model runs on graphs of at most this many tasks ...
@@ -299,6 +313,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         for name, w in (("heft-minrank", cost.min_time()), ("heft-hrank", hmean)):
             r = upward_rank_with(cost, w)
             attempt(name, lambda mem, r=r, name=name: heft(cost, memory_aware=mem, rank=r, mapper=name))
+            la = name.replace("heft", "lookahead")
+            attempt(la, lambda mem, r=r, la=la: lookahead_heft(cost, rank=r, memory_aware=mem, mapper=la))
 
     speed = device_speed(cost)
     by_speed = np.lexsort((np.arange(D), -speed))
@@ -339,6 +355,18 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
             attempt(f"part-{name}", lambda mem, gt=gt: list_schedule(cost, order, times=gt, memory_aware=mem,
                                                                    mapper="part"))
 
+    # Linear clustering: chains of heavy edges kept on one device, on the whole cluster and on
+    # the subsets above.
+    if tier <= 1:
+        attempt("chains", lambda mem: chain_schedule(cost, memory_aware=mem))
+        attempt("lookahead", lambda mem: lookahead_heft(cost, memory_aware=mem))
+        for name, devs in (subsets if tier == 0 else []):
+            if devs.size > 1:
+                attempt(f"chains-{name}", lambda mem, devs=devs, name=name: chain_schedule(
+                    cost, devices=devs, memory_aware=mem, mapper=f"chains-{name}"))
+                attempt(f"lookahead-{name}", lambda mem, devs=devs, name=name: lookahead_heft(
+                    cost, devices=devs, memory_aware=mem, mapper=f"lookahead-{name}"))
+
     if not results:
         if plain is None:
             raise errors[0]
@@ -355,7 +383,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                 continue
             seen.add(key)
             starts.append((name, s))
-            if len(starts) == 2:
+            if len(starts) == SEARCH_STARTS:
                 break
         share = runs // len(starts)
         for name, s in starts:
