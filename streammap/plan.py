@@ -53,6 +53,7 @@ import hashlib
 import itertools
 import json
 import math
+import operator
 import os
 import re
 from pathlib import Path
@@ -726,6 +727,24 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
     device_ids = {d.id for d in plan.devices}
     if len(device_ids) != len(plan.devices):
         raise PlanError("a device id appears twice in 'devices'", path=path, line=lines.get(("devices",)))
+    seen = _check_tasks(plan, device_ids, path, lines)
+    for r in spec_refs(plan.outputs):
+        if r not in seen:
+            raise PlanError(f"the plan's outputs name unknown task {r!r}", path=path, line=lines.get(("outputs",)))
+    check_plan_shares(plan, path=path, lines=lines)
+    check_plan_colocation(plan, path=path, lines=lines)
+    if plan.pipeline is not None:
+        _validate_pipeline(plan, path, lines)
+
+
+def _check_tasks(plan: Plan, device_ids: set, path, lines: dict) -> set[str]:
+    """The per-task rules of :func:`validate_plan`, task by task: raise for the first task at
+    fault; the set of the task ids when none is.
+
+    A task's deps must all be ids already seen (one ``issuperset``, the dep at fault only found
+    when one is missing); a plain ``{"ref": ...}`` argument is one look-up in the deps, nested
+    arguments are walked.
+    """
     seen: set[str] = set()
     for i, t in enumerate(plan.tasks):
         # the checks one task at a time, cheapest first; the error's line only once one fails
@@ -735,30 +754,30 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
             raise PlanError(f"task {t.id!r} is placed on unknown device {t.device!r}", path=path,
                             line=lines.get(("tasks", i)), hint=f"devices of this plan: {', '.join(sorted(device_ids))}")
         deps = t.deps
-        for dep in deps:
-            if dep not in seen:
-                known = dep in {u.id for u in plan.tasks}
-                why = "comes later in the task list (tasks must follow their deps; a cycle?)" if known else "is not a task of this plan"
-                raise PlanError(f"task {t.id!r} depends on {dep!r}, which {why}", path=path, line=lines.get(("tasks", i)))
+        if deps and not seen.issuperset(deps):
+            dep = next(dep for dep in deps if dep not in seen)
+            known = dep in {u.id for u in plan.tasks}
+            why = "comes later in the task list (tasks must follow their deps; a cycle?)" if known else "is not a task of this plan"
+            raise PlanError(f"task {t.id!r} depends on {dep!r}, which {why}", path=path, line=lines.get(("tasks", i)))
         if len(deps) > 8:
             deps = set(deps)               # a fan-in of 100,000 deps: not a list scan per ref
         for spec in (t.args if not t.kwargs else (*t.args, *t.kwargs.values())):
-            if "value" in spec and len(spec) == 1:
+            if "ref" in spec:              # a plain ref: one look-up, no walk
+                missing = spec["ref"]
+                if missing in deps:
+                    continue
+            elif "value" in spec and len(spec) == 1:
                 continue                   # a constant (the common case): no refs to walk
-            missing = [r for r in ((spec["ref"],) if "ref" in spec else spec_refs(spec)) if r not in deps]
-            if missing:
-                raise PlanError(f"task {t.id!r} uses the result of {missing[0]!r} but does not list it in deps",
-                                path=path, line=lines.get(("tasks", i)))
+            else:
+                missing = next((r for r in spec_refs(spec) if r not in deps), None)
+                if missing is None:
+                    continue
+            raise PlanError(f"task {t.id!r} uses the result of {missing!r} but does not list it in deps",
+                            path=path, line=lines.get(("tasks", i)))
         if t.finish < t.start:
             raise PlanError(f"task {t.id!r} finishes before it starts", path=path, line=lines.get(("tasks", i)))
         seen.add(t.id)
-    for r in spec_refs(plan.outputs):
-        if r not in seen:
-            raise PlanError(f"the plan's outputs name unknown task {r!r}", path=path, line=lines.get(("outputs",)))
-    check_plan_shares(plan, path=path, lines=lines)
-    check_plan_colocation(plan, path=path, lines=lines)
-    if plan.pipeline is not None:
-        _validate_pipeline(plan, path, lines)
+    return seen
 
 
 def share_profile(intervals) -> list[tuple[float, float, int]]:
@@ -796,7 +815,8 @@ def check_plan_shares(plan: Plan, path=None, lines: dict | None = None) -> None:
     lines = lines or {}
     spec = plan.cluster.spec or {}
     limit = spec.get("max_tasks_per_device") or math.inf
-    index = {t.id: i for i, t in enumerate(plan.tasks)}
+    if min(map(operator.attrgetter("share"), plan.tasks), default=1.0) >= 1.0 - SHARE_EPS:
+        return                                 # no task shares its device (the common plan)
     for d, tasks in plan.tasks_by_device().items():
         # Only devices that share: whole-device tasks run one at a time whatever their estimated
         # times say (a re-mapped plan may keep finished tasks' estimates overlapping new ones).
@@ -813,6 +833,7 @@ def check_plan_shares(plan: Plan, path=None, lines: dict | None = None) -> None:
                 else:
                     what = f"{n} tasks run at once, above max_tasks_per_device={int(limit)}"
                     hint = "raise max_tasks_per_device in the cluster file, or compile again"
+                index = {x.id: i for i, x in enumerate(plan.tasks)}
                 raise PlanError(f"device {d} is oversubscribed at t={t:.6g} s: {what} ({names}{more})",
                                 path=path, line=lines.get(("tasks", index[running[0].id])) if running else None,
                                 hint=hint)
@@ -827,6 +848,8 @@ def check_plan_colocation(plan: Plan, path=None, lines: dict | None = None) -> N
         Naming the kernel, its devices and the first call on a second device.
     """
     lines = lines or {}
+    if not any(map(operator.attrgetter("stateful"), plan.tasks)):
+        return                                 # no stateful kernel (the common plan)
     home: dict[str, tuple[str, str]] = {}          # kernel -> (device, first task)
     for i, t in enumerate(plan.tasks):
         if not t.stateful:
