@@ -416,10 +416,16 @@ def read_plan(path) -> Plan:
             raise PlanError("the plan has both 'tasks' and 'tasks_file'", path=path, line=lines.get(("tasks_file",)),
                             hint="a plan lists its tasks in one place: remove one of them, or compile again")
         data["tasks"] = []
+    rows = data.get("tasks")
+    built = _tasks_of_plain_rows(rows) if isinstance(rows, list) else None
+    if built is not None:
+        data["tasks"] = []
     try:
         plan = Plan.model_validate(data)
     except pydantic.ValidationError as exc:
         raise validation_error(exc, path, lines, PlanError, "plan") from None
+    if built is not None:
+        plan.tasks = built
     if tasks_file is not None:
         plan.tasks = read_tasks_file(path, tasks_file, [d.id for d in plan.devices], lines.get(("tasks_file",)))
     src = Path(plan.source.path)
@@ -659,6 +665,95 @@ def _json_values(texts: list[str], kind: type, key: str, bad) -> list:
                 raise bad(f"task #{i}: {key} is not a {kind.__name__}")
             values.append(v)
     return values
+
+
+def _tasks_of_plain_rows(rows: list) -> list[PlanTask] | None:
+    """The :class:`PlanTask` of each row of a YAML task list, or ``None`` for pydantic to decide.
+
+    A row passes here only when pydantic would take every value of it as it is: the field's own
+    type (an ``int`` where a float goes becomes that float, as pydantic's lax mode makes it),
+    within the field's bounds, no unknown key, every required key. The task is then built
+    without a second, per-object validation (:func:`_task_builder`); its lists and dict are
+    copies, as pydantic's (the YAML reader shares one parsed flow among the rows that repeat
+    it). Any other row (a string for a number, a bool for a count, a missing field) sends the
+    whole list to pydantic, which refuses it with the error and line it always gave.
+    """
+    known = frozenset(PlanTask.model_fields)
+    build = _task_builder()
+    try:
+        return _plain_rows(rows, known, build)
+    except OverflowError:                            # an int past the floats: pydantic says so
+        return None
+
+
+def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
+    """:func:`_tasks_of_plain_rows`'s loop (``float()`` of a huge int raises ``OverflowError``)."""
+    str_, float_, int_, list_, dict_ = str, float, int, list, dict
+    tasks = []
+    for row in rows:
+        if type(row) is not dict_ or not known.issuperset(row):
+            return None
+        get = row.get
+        tid, kernel, device = get("id"), get("kernel"), get("device")
+        start, finish = get("start"), get("finish")
+        if type(tid) is not str_ or type(kernel) is not str_ or type(device) is not str_:
+            return None
+        if type(start) is not float_:
+            if type(start) is not int_:
+                return None
+            start = float(start)
+        if type(finish) is not float_:
+            if type(finish) is not int_:
+                return None
+            finish = float(finish)
+        if not (start >= 0 and finish >= 0):         # also refuses NaN, as ge=0 does
+            return None
+        deps = get("deps", ())
+        if type(deps) is not list_ and deps != ():
+            return None
+        deps = list(deps)
+        if not all(type(d) is str_ for d in deps):
+            return None
+        site, estimate = get("site"), get("estimate")
+        if (site is not None and type(site) is not str_) or (estimate is not None and type(estimate) is not str_):
+            return None
+        retries = get("retries", 0)
+        if type(retries) is not int_ or retries < 0:
+            return None
+        timeout, share, out = get("timeout"), get("share", 1.0), get("out")
+        if timeout is not None:
+            if type(timeout) is not float_:
+                if type(timeout) is not int_:
+                    return None
+                timeout = float(timeout)
+            if not timeout > 0:
+                return None
+        if type(share) is not float_:
+            if type(share) is not int_:
+                return None
+            share = float(share)
+        if not 0 < share <= 1:
+            return None
+        if out is not None:
+            if type(out) is not float_:
+                if type(out) is not int_:
+                    return None
+                out = float(out)
+            if not out >= 0:
+                return None
+        stateful = get("stateful", False)
+        if type(stateful) is not bool:
+            return None
+        args, kwargs = get("args", ()), get("kwargs")
+        if (type(args) is not list_ and args != ()) or (kwargs is not None and type(kwargs) is not dict_):
+            return None
+        if kwargs and not all(type(k) is str_ for k in kwargs):
+            return None
+        tasks.append(build({"id": tid, "kernel": kernel, "device": device, "deps": deps, "start": start,
+                            "finish": finish, "site": site, "estimate": estimate, "retries": retries,
+                            "timeout": timeout, "share": share, "out": out, "stateful": stateful,
+                            "args": list(args), "kwargs": dict(kwargs) if kwargs else {}}))
+    return tasks
 
 
 def _task_builder():
