@@ -435,15 +435,16 @@ class LocalExecutor:
                     kinds = shapes[k]
                     call = None
                     if kinds is not None:
+                        values = baked[k]
+                        baked[k] = None            # the call holds its values: free the list now
                         make = makers.get(kinds, False)
                         if make is False:
                             make = makers[kinds] = call_factory(tuple([(None, c) for c in kinds]))
                         if make is not None:
-                            call = make(fn, *baked[k])
+                            call = make(fn, *values)
                         elif len(kinds) > 1 and kinds.count("r") == len(kinds):
                             # a fan-in of plain refs: one C call gets them all, as in :meth:`_call`
-                            get_all = operator.itemgetter(*baked[k])
-                            call = _fan_in(fn, get_all)
+                            call = _fan_in(fn, operator.itemgetter(*values))
                     if call is None:
                         call = self._call(t, fn, dev, dev_of)
                     if deadline is not None:
