@@ -255,27 +255,62 @@ class LocalExecutor:
         self._on_gpu = [on_gpu.get(d, False) for d in dev_of]      # per task: its device is a GPU
 
         # Data consumers: producer -> {consumer device: last consumer}. Plain refs are the
-        # common case and are read without walking the spec.
+        # common case and are read without walking the spec. The same pass notes the *shape* of
+        # each argument list that :func:`call_factory` can bake (positional refs to host results,
+        # indexed refs, constants): ``shapes[k]`` is its kinds as a string (``"rv"``), ``None``
+        # when the task needs :meth:`_call`'s general path; ``baked[k]`` the values, in order.
         last_use: dict[int, dict[str, int]] = {}
+        task_on_gpu = self._on_gpu
+        shapes: list = [None] * n
+        baked: list = [None] * n
         for k, t in enumerate(tasks):
-            if k in carried:
+            if carried and k in carried:
                 continue
             d = dev_of[k]
-            specs = t.args if not t.kwargs else (*t.args, *t.kwargs.values())
-            for spec in specs:
+            kw = t.kwargs
+            kinds = "" if not kw else None         # keyword arguments: the general path
+            values = []
+            for spec in (t.args if not kw else (*t.args, *kw.values())):
                 if "ref" in spec:
-                    refs = (spec["ref"],)
-                elif "value" in spec:          # a constant: no refs (no walk, no list)
-                    continue
-                else:
-                    refs = spec_refs(spec)
-                for r in refs:
-                    i = index[r]
+                    i = index[spec["ref"]]
                     uses = last_use.get(i)
                     if uses is None:
                         last_use[i] = {d: k}
                     else:
                         uses[d] = k            # tasks are visited in order: k is the latest
+                    if kinds is not None:
+                        size = len(spec)
+                        if task_on_gpu[i] or size > 2:
+                            kinds = None
+                        elif size == 1:
+                            kinds += "r"
+                            values.append(i)
+                        elif "index" in spec:
+                            kinds += "i"
+                            values.append(i)
+                            values.append(spec["index"])
+                        else:
+                            kinds = None
+                    continue
+                if "value" in spec:            # a constant: no refs (no walk, no list)
+                    if kinds is not None:
+                        if len(spec) == 1:
+                            kinds += "v"
+                            values.append(spec["value"])
+                        else:
+                            kinds = None
+                    continue
+                kinds = None
+                for r in spec_refs(spec):
+                    i = index[r]
+                    uses = last_use.get(i)
+                    if uses is None:
+                        last_use[i] = {d: k}
+                    else:
+                        uses[d] = k
+            if kinds is not None:
+                shapes[k] = kinds
+                baked[k] = values
         outputs = {index[r] for r in spec_refs(plan.outputs)}
         frees: dict[int, list[int]] = {}
         shared_frees: dict[int, list[tuple]] = {}
@@ -368,9 +403,16 @@ class LocalExecutor:
         self.steps: dict[str, list] = {}
         signals, on_gpu = self.signals, self._on_gpu
         none = ()
+        # ``tuple.__new__`` of the fields in order, as ``_make`` does without its frame: calling
+        # the class costs ~0.3 µs a task more (~1 µs with keywords), a tenth of the executor's
+        # whole per-task cost
+        new = tuple.__new__
+        makers: dict = {}                      # shape string -> its call factory (or None)
         for d, ks in by_dev.items():
             dev = devices[d]
+            gpu = dev.is_gpu
             steps = []
+            append = steps.append
             for k in ks:
                 t = tasks[k]
                 fn = kernels[t.kernel]
@@ -382,20 +424,32 @@ class LocalExecutor:
                 fr = tuple(fr) if fr else none
                 sh = shared_frees.get(k)
                 sh = tuple(sh) if sh else none
-                # ``_make`` of the fields in order: calling the class costs ~0.3 µs a task more (~1 µs
-                # with keywords), a tenth of the executor's whole per-task cost
-                if dev.is_gpu:
+                if gpu:
                     w = tuple([Wait._make((i, signals[i], devices[dev_of[i]].is_gpu)) for i in w])
                     argg, kwg = self._resolver(t, dev, dev_of)
                     if deadline is not None:
                         fn = with_deadline(fn, deadline, dev)
-                    steps.append(GpuStep._make((k, fn, argg, kwg, w, signals[k], wk, fr, sh, store[k], t.retries)))
+                    append(new(GpuStep, (k, fn, argg, kwg, w, signals[k], wk, fr, sh, store[k], t.retries)))
                 else:
                     gw = tuple([i for i in w if on_gpu[i]]) if w else none
-                    call = self._call(t, fn, dev, dev_of)
+                    kinds = shapes[k]
+                    call = None
+                    if kinds is not None:
+                        values = baked[k]
+                        baked[k] = None            # the call holds its values: free the list now
+                        make = makers.get(kinds, False)
+                        if make is False:
+                            make = makers[kinds] = call_factory(tuple([(None, c) for c in kinds]))
+                        if make is not None:
+                            call = make(fn, *values)
+                        elif len(kinds) > 1 and kinds.count("r") == len(kinds):
+                            # a fan-in of plain refs: one C call gets them all, as in :meth:`_call`
+                            call = _fan_in(fn, operator.itemgetter(*values))
+                    if call is None:
+                        call = self._call(t, fn, dev, dev_of)
                     if deadline is not None:
                         call = with_deadline(call, deadline, dev)
-                    steps.append(HostStep._make((k, call, gw, signals[k], wk, fr, sh, store[k], t.retries)))
+                    append(new(HostStep, (k, call, gw, signals[k], wk, fr, sh, store[k], t.retries)))
             self.steps[d] = steps
         for h, d in enumerate(self.host_order):
             first = self.steps[d][0].index
@@ -826,6 +880,12 @@ class LocalExecutor:
 _FACTORIES: dict = {}
 #: Arguments a shape may have; longer lists resolve through getters.
 MAX_SHAPE = 16
+
+
+def _fan_in(fn: Callable, get_all: Callable) -> Callable:
+    """``call(results)`` of ``fn`` on the results ``get_all`` (an ``operator.itemgetter`` of
+    several indices) picks."""
+    return lambda r: fn(*get_all(r))
 
 
 def call_factory(shape: tuple) -> Optional[Callable]:

@@ -53,6 +53,7 @@ import hashlib
 import itertools
 import json
 import math
+import operator
 import os
 import re
 from pathlib import Path
@@ -415,10 +416,16 @@ def read_plan(path) -> Plan:
             raise PlanError("the plan has both 'tasks' and 'tasks_file'", path=path, line=lines.get(("tasks_file",)),
                             hint="a plan lists its tasks in one place: remove one of them, or compile again")
         data["tasks"] = []
+    rows = data.get("tasks")
+    built = _tasks_of_plain_rows(rows) if isinstance(rows, list) else None
+    if built is not None:
+        data["tasks"] = []
     try:
         plan = Plan.model_validate(data)
     except pydantic.ValidationError as exc:
         raise validation_error(exc, path, lines, PlanError, "plan") from None
+    if built is not None:
+        plan.tasks = built
     if tasks_file is not None:
         plan.tasks = read_tasks_file(path, tasks_file, [d.id for d in plan.devices], lines.get(("tasks_file",)))
     src = Path(plan.source.path)
@@ -660,6 +667,95 @@ def _json_values(texts: list[str], kind: type, key: str, bad) -> list:
     return values
 
 
+def _tasks_of_plain_rows(rows: list) -> list[PlanTask] | None:
+    """The :class:`PlanTask` of each row of a YAML task list, or ``None`` for pydantic to decide.
+
+    A row passes here only when pydantic would take every value of it as it is: the field's own
+    type (an ``int`` where a float goes becomes that float, as pydantic's lax mode makes it),
+    within the field's bounds, no unknown key, every required key. The task is then built
+    without a second, per-object validation (:func:`_task_builder`); its lists and dict are
+    copies, as pydantic's (the YAML reader shares one parsed flow among the rows that repeat
+    it). Any other row (a string for a number, a bool for a count, a missing field) sends the
+    whole list to pydantic, which refuses it with the error and line it always gave.
+    """
+    known = frozenset(PlanTask.model_fields)
+    build = _task_builder()
+    try:
+        return _plain_rows(rows, known, build)
+    except OverflowError:                            # an int past the floats: pydantic says so
+        return None
+
+
+def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
+    """:func:`_tasks_of_plain_rows`'s loop (``float()`` of a huge int raises ``OverflowError``)."""
+    str_, float_, int_, list_, dict_ = str, float, int, list, dict
+    tasks = []
+    for row in rows:
+        if type(row) is not dict_ or not known.issuperset(row):
+            return None
+        get = row.get
+        tid, kernel, device = get("id"), get("kernel"), get("device")
+        start, finish = get("start"), get("finish")
+        if type(tid) is not str_ or type(kernel) is not str_ or type(device) is not str_:
+            return None
+        if type(start) is not float_:
+            if type(start) is not int_:
+                return None
+            start = float(start)
+        if type(finish) is not float_:
+            if type(finish) is not int_:
+                return None
+            finish = float(finish)
+        if not (start >= 0 and finish >= 0):         # also refuses NaN, as ge=0 does
+            return None
+        deps = get("deps", ())
+        if type(deps) is not list_ and deps != ():
+            return None
+        deps = list(deps)
+        if not all(type(d) is str_ for d in deps):
+            return None
+        site, estimate = get("site"), get("estimate")
+        if (site is not None and type(site) is not str_) or (estimate is not None and type(estimate) is not str_):
+            return None
+        retries = get("retries", 0)
+        if type(retries) is not int_ or retries < 0:
+            return None
+        timeout, share, out = get("timeout"), get("share", 1.0), get("out")
+        if timeout is not None:
+            if type(timeout) is not float_:
+                if type(timeout) is not int_:
+                    return None
+                timeout = float(timeout)
+            if not timeout > 0:
+                return None
+        if type(share) is not float_:
+            if type(share) is not int_:
+                return None
+            share = float(share)
+        if not 0 < share <= 1:
+            return None
+        if out is not None:
+            if type(out) is not float_:
+                if type(out) is not int_:
+                    return None
+                out = float(out)
+            if not out >= 0:
+                return None
+        stateful = get("stateful", False)
+        if type(stateful) is not bool:
+            return None
+        args, kwargs = get("args", ()), get("kwargs")
+        if (type(args) is not list_ and args != ()) or (kwargs is not None and type(kwargs) is not dict_):
+            return None
+        if kwargs and not all(type(k) is str_ for k in kwargs):
+            return None
+        tasks.append(build({"id": tid, "kernel": kernel, "device": device, "deps": deps, "start": start,
+                            "finish": finish, "site": site, "estimate": estimate, "retries": retries,
+                            "timeout": timeout, "share": share, "out": out, "stateful": stateful,
+                            "args": list(args), "kwargs": dict(kwargs) if kwargs else {}}))
+    return tasks
+
+
 def _task_builder():
     """``build(fields)``: a :class:`PlanTask` of ``fields`` (every field, in the model's order,
     values already checked), made as ``model_construct`` makes one, without its per-call work.
@@ -726,6 +822,24 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
     device_ids = {d.id for d in plan.devices}
     if len(device_ids) != len(plan.devices):
         raise PlanError("a device id appears twice in 'devices'", path=path, line=lines.get(("devices",)))
+    seen = _check_tasks(plan, device_ids, path, lines)
+    for r in spec_refs(plan.outputs):
+        if r not in seen:
+            raise PlanError(f"the plan's outputs name unknown task {r!r}", path=path, line=lines.get(("outputs",)))
+    check_plan_shares(plan, path=path, lines=lines)
+    check_plan_colocation(plan, path=path, lines=lines)
+    if plan.pipeline is not None:
+        _validate_pipeline(plan, path, lines)
+
+
+def _check_tasks(plan: Plan, device_ids: set, path, lines: dict) -> set[str]:
+    """The per-task rules of :func:`validate_plan`, task by task: raise for the first task at
+    fault; the set of the task ids when none is.
+
+    A task's deps must all be ids already seen (one ``issuperset``, the dep at fault only found
+    when one is missing); a plain ``{"ref": ...}`` argument is one look-up in the deps, nested
+    arguments are walked.
+    """
     seen: set[str] = set()
     for i, t in enumerate(plan.tasks):
         # the checks one task at a time, cheapest first; the error's line only once one fails
@@ -735,30 +849,30 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
             raise PlanError(f"task {t.id!r} is placed on unknown device {t.device!r}", path=path,
                             line=lines.get(("tasks", i)), hint=f"devices of this plan: {', '.join(sorted(device_ids))}")
         deps = t.deps
-        for dep in deps:
-            if dep not in seen:
-                known = dep in {u.id for u in plan.tasks}
-                why = "comes later in the task list (tasks must follow their deps; a cycle?)" if known else "is not a task of this plan"
-                raise PlanError(f"task {t.id!r} depends on {dep!r}, which {why}", path=path, line=lines.get(("tasks", i)))
+        if deps and not seen.issuperset(deps):
+            dep = next(dep for dep in deps if dep not in seen)
+            known = dep in {u.id for u in plan.tasks}
+            why = "comes later in the task list (tasks must follow their deps; a cycle?)" if known else "is not a task of this plan"
+            raise PlanError(f"task {t.id!r} depends on {dep!r}, which {why}", path=path, line=lines.get(("tasks", i)))
         if len(deps) > 8:
             deps = set(deps)               # a fan-in of 100,000 deps: not a list scan per ref
         for spec in (t.args if not t.kwargs else (*t.args, *t.kwargs.values())):
-            if "value" in spec and len(spec) == 1:
+            if "ref" in spec:              # a plain ref: one look-up, no walk
+                missing = spec["ref"]
+                if missing in deps:
+                    continue
+            elif "value" in spec and len(spec) == 1:
                 continue                   # a constant (the common case): no refs to walk
-            missing = [r for r in ((spec["ref"],) if "ref" in spec else spec_refs(spec)) if r not in deps]
-            if missing:
-                raise PlanError(f"task {t.id!r} uses the result of {missing[0]!r} but does not list it in deps",
-                                path=path, line=lines.get(("tasks", i)))
+            else:
+                missing = next((r for r in spec_refs(spec) if r not in deps), None)
+                if missing is None:
+                    continue
+            raise PlanError(f"task {t.id!r} uses the result of {missing!r} but does not list it in deps",
+                            path=path, line=lines.get(("tasks", i)))
         if t.finish < t.start:
             raise PlanError(f"task {t.id!r} finishes before it starts", path=path, line=lines.get(("tasks", i)))
         seen.add(t.id)
-    for r in spec_refs(plan.outputs):
-        if r not in seen:
-            raise PlanError(f"the plan's outputs name unknown task {r!r}", path=path, line=lines.get(("outputs",)))
-    check_plan_shares(plan, path=path, lines=lines)
-    check_plan_colocation(plan, path=path, lines=lines)
-    if plan.pipeline is not None:
-        _validate_pipeline(plan, path, lines)
+    return seen
 
 
 def share_profile(intervals) -> list[tuple[float, float, int]]:
@@ -796,7 +910,8 @@ def check_plan_shares(plan: Plan, path=None, lines: dict | None = None) -> None:
     lines = lines or {}
     spec = plan.cluster.spec or {}
     limit = spec.get("max_tasks_per_device") or math.inf
-    index = {t.id: i for i, t in enumerate(plan.tasks)}
+    if min(map(operator.attrgetter("share"), plan.tasks), default=1.0) >= 1.0 - SHARE_EPS:
+        return                                 # no task shares its device (the common plan)
     for d, tasks in plan.tasks_by_device().items():
         # Only devices that share: whole-device tasks run one at a time whatever their estimated
         # times say (a re-mapped plan may keep finished tasks' estimates overlapping new ones).
@@ -813,6 +928,7 @@ def check_plan_shares(plan: Plan, path=None, lines: dict | None = None) -> None:
                 else:
                     what = f"{n} tasks run at once, above max_tasks_per_device={int(limit)}"
                     hint = "raise max_tasks_per_device in the cluster file, or compile again"
+                index = {x.id: i for i, x in enumerate(plan.tasks)}
                 raise PlanError(f"device {d} is oversubscribed at t={t:.6g} s: {what} ({names}{more})",
                                 path=path, line=lines.get(("tasks", index[running[0].id])) if running else None,
                                 hint=hint)
@@ -827,6 +943,8 @@ def check_plan_colocation(plan: Plan, path=None, lines: dict | None = None) -> N
         Naming the kernel, its devices and the first call on a second device.
     """
     lines = lines or {}
+    if not any(map(operator.attrgetter("stateful"), plan.tasks)):
+        return                                 # no stateful kernel (the common plan)
     home: dict[str, tuple[str, str]] = {}          # kernel -> (device, first task)
     for i, t in enumerate(plan.tasks):
         if not t.stateful:

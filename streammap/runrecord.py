@@ -194,7 +194,17 @@ def _number_texts(values: Sequence) -> list[str]:
     """
     if not values:
         return []
-    texts = json.dumps(list(values))[1:-1].split(", ")
+    values = list(values)
+    distinct = set(values)
+    if (len(distinct) * 4 <= len(values) and len(set(map(type, values))) == 1
+            and not (0 in distinct and type(values[0]) is float)):
+        # A column that repeats (estimates, attempts): each distinct number encoded once. One
+        # type only: 1 and 1.0 are one key of a set, but "1" and "1.0" in JSON; and no float
+        # zero, as 0.0 and -0.0 are one key too.
+        keys = list(distinct)
+        codes = dict(zip(keys, _number_texts(keys)))
+        return list(map(codes.__getitem__, values))
+    texts = json.dumps(values)[1:-1].split(", ")
     if "N" in "".join(texts) or "I" in "".join(texts):      # NaN, Infinity, -Infinity
         texts = ["null" if t in ("NaN", "Infinity", "-Infinity") else t for t in texts]
     return texts

@@ -7,6 +7,7 @@ plan written as YAML; ``show`` and :func:`~streammap.runrecord.read_run_record` 
 whatever its size.
 """
 
+import json
 import math
 
 import numpy as np
@@ -128,3 +129,18 @@ def test_columns_of_unequal_length_are_refused_before_anything_is_written(tmp_pa
     with pytest.raises(ValueError, match="differ in length"):
         write_run_record(header, tmp_path / "r.run.json", columns)
     assert not (tmp_path / "r.run.json").exists()
+
+
+def test_a_streamed_record_writes_repeated_numbers_as_each_would_be_written_alone(tmp_path):
+    """Columns that repeat (estimates, attempts) are encoded once per distinct number; the text
+    is still each number's own: -0.0 stays -0.0 beside 0.0, NaN is null, an int stays an int."""
+    header, columns = run_record_parts(_fan_plan(tmp_path), _outcome(42), emulate=True, started="x")
+    columns["estimated_start"] = [0.0] * 20 + [-0.0] * 20 + [1e-6, 1e-6]
+    columns["estimated_finish"] = [2.5e-6] * 30 + [math.nan] * 12
+    columns["attempts"] = [1] * 40 + [3, 0]
+    write_run_record(header, tmp_path / "r.run.json", columns)
+    data = json.loads((tmp_path / "r.run.json").read_text())
+    for name in ("estimated_start", "estimated_finish", "attempts"):
+        written = [t[name] for t in data["tasks"]]
+        expected = [None if isinstance(v, float) and math.isnan(v) else v for v in columns[name]]
+        assert json.dumps(written) == json.dumps(expected)

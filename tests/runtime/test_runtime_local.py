@@ -598,3 +598,27 @@ def test_plan_file_path_is_accepted_and_named_in_the_record(tmp_path):
     record = json.loads((tmp_path / "o.run.json").read_text())
     assert record["plan"] == str(tmp_path / "plan.yaml") and len(record["plan_sha256"]) == 64
     assert record["outputs"] == str(tmp_path / "o.npz") and record["backend"] == "local"
+
+
+def test_host_calls_get_each_argument_form_in_place(tmp_path):
+    """Plain refs, indexed refs and constants in one positional list; fan-ins of plain refs and of
+    indexed refs longer than a baked call shape holds: each kernel gets exactly its arguments."""
+    src = """
+def pair(k):
+    return (k, 10 * k)
+
+def args(*xs):
+    return list(xs)
+"""
+    wide = 20                                   # more than runtime.local.MAX_SHAPE arguments
+    tasks = [task(f"p{k}", "pair", "node0/cpu", k) for k in range(wide)]
+    tasks += [task("mixed", "args", "node0/cpu", ref("p1", 1), 7, ref("p2"), ref("p3", 0), "s"),
+              task("fan", "args", "node0/cpu", *[ref(f"p{k}") for k in range(wide)]),
+              task("fan_items", "args", "node0/cpu", *[ref(f"p{k}", 1) for k in range(wide)]),
+              task("all", "args", "node0/cpu", ref("mixed"), ref("fan"), ref("fan_items"))]
+    plan = make_plan(tmp_path, src, tasks, devices=cpu_devices(), outputs=ref("all"))
+    out = run_plan(plan, progress=False)
+    mixed, fan, fan_items = out["result_0"], out["result_1"], out["result_2"]
+    assert mixed.tolist() == [10, 7, (2, 20), 3, "s"]
+    assert fan.tolist() == [[k, 10 * k] for k in range(wide)]
+    assert fan_items.tolist() == [10 * k for k in range(wide)]
