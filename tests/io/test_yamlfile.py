@@ -287,15 +287,7 @@ def test_a_task_list_the_writer_would_not_write_is_left_to_the_loader(tmp_path, 
     assert yamlfile.read_block_list(body) is None
     path = tmp_path / "p.yaml"
     path.write_bytes(f"name: p\ntasks:\n{body}tail: 1\n".encode())
-    try:
-        want = load_yaml(path)
-    except StreamMapError as exc:
-        with pytest.raises(StreamMapError) as info:
-            load_yaml(path, long_list="tasks")
-        assert (info.value.message, info.value.line) == (exc.message, exc.line)
-    else:
-        data, lines = load_yaml(path, long_list="tasks")
-        assert data == want[0] and dict(lines) == want[1]
+    assert_read_as_the_loader_reads(path)
 
 
 @pytest.mark.parametrize("text", [
@@ -308,15 +300,7 @@ def test_a_task_list_the_writer_would_not_write_is_left_to_the_loader(tmp_path, 
 def test_a_file_around_the_task_list_is_read_as_the_loader_reads_it(tmp_path, text):
     path = tmp_path / "p.yaml"
     path.write_text(text)
-    try:
-        want = load_yaml(path)
-    except StreamMapError as exc:
-        with pytest.raises(StreamMapError) as info:
-            load_yaml(path, long_list="tasks")
-        assert (info.value.message, info.value.line) == (exc.message, exc.line)
-    else:
-        data, lines = load_yaml(path, long_list="tasks")
-        assert data == want[0] and dict(lines) == want[1]
+    assert_read_as_the_loader_reads(path)
 
 
 def test_an_error_in_a_plan_read_directly_names_its_line(samples, tmp_path):
@@ -343,3 +327,17 @@ def test_repeated_rows_read_into_containers_of_their_own():
     assert items == [{"id": "a", "deps": ["s"], "args": [{"ref": "s"}]},
                      {"id": "b", "deps": ["s"], "args": [{"ref": "s"}]}]
     assert items[0]["deps"] is not items[1]["deps"] and items[0]["args"][0] is not items[1]["args"][0]
+
+
+def assert_read_as_the_loader_reads(path):
+    """Reading ``path`` with the direct task-list reader gives the loader's data and lines, or
+    the loader's error at the same line."""
+    try:
+        want = load_yaml(path)
+    except StreamMapError as exc:
+        with pytest.raises(StreamMapError) as info:
+            load_yaml(path, long_list="tasks")
+        assert (info.value.message, info.value.line) == (exc.message, exc.line)
+    else:
+        data, lines = load_yaml(path, long_list="tasks")
+        assert data == want[0] and dict(lines) == want[1]
