@@ -61,6 +61,7 @@ import numpy as np
 
 from streammap.cost.model import CostModel, concat_ranges, segment_max
 from streammap.errors import MappingError
+from streammap.mappers.gaps import GapList
 from streammap.mappers.schedule import MEM_RTOL, Schedule
 
 __all__ = ["heft", "heft_plain", "list_schedule", "restrict_times", "upward_rank", "priority_order",
@@ -446,8 +447,9 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
     finish = np.zeros(T)
     avail = np.zeros(D)
     maxgap = np.zeros(D)                      # upper bound of the longest idle gap per device
-    gap_s: list[list[float]] = [[] for _ in range(D)]
-    gap_e: list[list[float]] = [[] for _ in range(D)]
+    gaps = [GapList() for _ in range(D)]      # idle gaps per device, with an index of their lengths
+    gap_s = [g.s for g in gaps]               # the same lists, read by the memory-aware search
+    gap_e = [g.e for g in gaps]
     zeros = np.zeros(D)
 
     # Devices where memory can bind at all: the sum of every task's need exceeds the capacity.
@@ -470,11 +472,16 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
     def gap_fit(d, r, w):
         """Earliest gap on d that holds [max(gap start, r), +w): (index, start) or None."""
         gs, ge = gap_s[d], gap_e[d]
-        for i in range(bisect_left(ge, r + w), len(ge)):
-            st = gs[i] if gs[i] > r else r
-            if st + w <= ge[i]:
-                return i, st
-        return None
+        i = bisect_left(ge, r + w)
+        if i == len(ge):
+            return None
+        st = gs[i] if gs[i] > r else r
+        if st + w <= ge[i]:
+            return i, st
+        # Later gaps start at or after ge[i] >= r + w, so there the start is the gap's own start
+        # and the test is s + w <= e: the index finds the first that passes.
+        i = gaps[d].first_fit(i + 1, w)
+        return None if i is None else (i, gs[i])
 
     def profile(d):
         prof = profiles.get(d)
@@ -627,8 +634,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
         dev[t], start[t], finish[t], seq[t] = d, st, ft, k
         if best_gap is None:
             if st > avail[d]:
-                gap_s[d].append(float(avail[d]))
-                gap_e[d].append(st)
+                gaps[d].append(float(avail[d]), st)
                 if st - avail[d] > maxgap[d]:
                     maxgap[d] = st - avail[d]
             avail[d] = ft
@@ -642,10 +648,9 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
             if g1 > ft:
                 repl_s.append(ft)
                 repl_e.append(g1)
-            gs[best_gap:best_gap + 1] = repl_s
-            ge[best_gap:best_gap + 1] = repl_e
+            gaps[d].replace(best_gap, repl_s, repl_e)
             if g1 - g0 >= maxgap[d]:
-                maxgap[d] = max((y - x for x, y in zip(gs, ge)), default=0.0)
+                maxgap[d] = gaps[d].longest()
         # Memory bookkeeping.
         if any_tracked:
             if tracked[d]:
