@@ -450,6 +450,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
     gaps = [GapList() for _ in range(D)]      # idle gaps per device, with an index of their lengths
     gap_s = [g.s for g in gaps]               # the same lists, read by the memory-aware search
     gap_e = [g.e for g in gaps]
+    gap_end = np.full(D, -math.inf)           # end of each device's last idle gap
     zeros = np.zeros(D)
 
     # Devices where memory can bind at all: the sum of every task's need exceeds the capacity.
@@ -599,7 +600,9 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
         best_gap = None
         # Devices where a better slot may exist: an idle gap before the append position (pruned
         # by the longest-gap bound), or any slot on a device whose memory must be checked.
-        maybe = (ready < avail) & (maxgap >= w)
+        # A gap can only hold t if it ends at or after ready + w: the last gap's end decides for
+        # the whole device, as the search's first bisection would.
+        maybe = (ready < avail) & (maxgap >= w) & (gap_end >= ready + w)
         if tight is not None:
             maybe |= tight
         maybe &= lb <= best_eft
@@ -635,6 +638,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
         if best_gap is None:
             if st > avail[d]:
                 gaps[d].append(float(avail[d]), st)
+                gap_end[d] = st
                 if st - avail[d] > maxgap[d]:
                     maxgap[d] = st - avail[d]
             avail[d] = ft
@@ -649,6 +653,7 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
                 repl_s.append(ft)
                 repl_e.append(g1)
             gaps[d].replace(best_gap, repl_s, repl_e)
+            gap_end[d] = ge[-1] if ge else -math.inf
             if g1 - g0 >= maxgap[d]:
                 maxgap[d] = gaps[d].longest()
         # Memory bookkeeping.
