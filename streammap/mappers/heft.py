@@ -35,8 +35,9 @@ Policy
    retries places nothing does HEFT give up with a :class:`~streammap.errors.MappingError`.
 
 State kept during the sweep: per task its device, start and finish; per device the end of its
-last task (``avail``), its idle gaps (sorted lists) and an upper bound of the longest gap (to skip
-gap searches that cannot win), and, for devices where memory can bind, a step function of memory
+last task (``avail``), its idle gaps (a :class:`~streammap.mappers.gaps.GapList`: sorted lists with
+an index of their lengths by blocks), an upper bound of the longest gap and the end of the last gap
+(to skip gap searches that cannot win), and, for devices where memory can bind, a step function of memory
 use; per task the number of consumers not yet placed and the latest start among those placed.
 
 Every estimate this mapper writes is reproduced exactly by :func:`streammap.mappers.schedule.simulate`
@@ -350,10 +351,13 @@ def heft(cost: CostModel, *, memory_aware: bool = True, rank: np.ndarray | None 
     give the same schedule. Cost is O(E·D) NumPy work plus, per task, a gap search on the few
     devices where a gap could beat the best append position (a gap ending before
     ``ready + time`` or shorter than the task, or a device whose ``ready + time`` already loses
-    to the best append, is never searched). Memory checks only happen on devices where memory can
-    bind; each tried start costs a few range maxima over the device's step function (a bisection
-    plus one vectorised maximum each), and the gaps that the device's open outputs rule out are
-    crossed by bisection rather than one by one.
+    to the best append, is never searched; a device whose last gap ends before ``ready + time`` is
+    ruled out by one vector comparison for all devices). A search finds the first gap long enough
+    in O(32 + gaps / 32) comparisons, most of them C-level maxima over blocks of gap lengths
+    (:class:`~streammap.mappers.gaps.GapList`), with the linear scan's answer. Memory checks only
+    happen on devices where memory can bind; each tried start costs a few range maxima over the
+    device's step function (a bisection plus one vectorised maximum each), and the gaps that the
+    device's open outputs rule out are crossed by bisection rather than one by one.
 
     Examples
     --------
