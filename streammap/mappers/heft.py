@@ -35,8 +35,9 @@ Policy
    retries places nothing does HEFT give up with a :class:`~streammap.errors.MappingError`.
 
 State kept during the sweep: per task its device, start and finish; per device the end of its
-last task (``avail``), its idle gaps (sorted lists) and an upper bound of the longest gap (to skip
-gap searches that cannot win), and, for devices where memory can bind, a step function of memory
+last task (``avail``), its idle gaps (a :class:`~streammap.mappers.gaps.GapList`: sorted lists with
+an index of their lengths by blocks), an upper bound of the longest gap and the end of the last gap
+(to skip gap searches that cannot win), and, for devices where memory can bind, a step function of memory
 use; per task the number of consumers not yet placed and the latest start among those placed.
 
 Every estimate this mapper writes is reproduced exactly by :func:`streammap.mappers.schedule.simulate`
@@ -61,6 +62,7 @@ import numpy as np
 
 from streammap.cost.model import CostModel, concat_ranges, segment_max
 from streammap.errors import MappingError
+from streammap.mappers.gaps import GapList
 from streammap.mappers.schedule import MEM_RTOL, Schedule
 
 __all__ = ["heft", "heft_plain", "list_schedule", "restrict_times", "upward_rank", "priority_order",
@@ -349,10 +351,13 @@ def heft(cost: CostModel, *, memory_aware: bool = True, rank: np.ndarray | None 
     give the same schedule. Cost is O(E·D) NumPy work plus, per task, a gap search on the few
     devices where a gap could beat the best append position (a gap ending before
     ``ready + time`` or shorter than the task, or a device whose ``ready + time`` already loses
-    to the best append, is never searched). Memory checks only happen on devices where memory can
-    bind; each tried start costs a few range maxima over the device's step function (a bisection
-    plus one vectorised maximum each), and the gaps that the device's open outputs rule out are
-    crossed by bisection rather than one by one.
+    to the best append, is never searched; a device whose last gap ends before ``ready + time`` is
+    ruled out by one vector comparison for all devices). A search finds the first gap long enough
+    in O(32 + gaps / 32) comparisons, most of them C-level maxima over blocks of gap lengths
+    (:class:`~streammap.mappers.gaps.GapList`), with the linear scan's answer. Memory checks only
+    happen on devices where memory can bind; each tried start costs a few range maxima over the
+    device's step function (a bisection plus one vectorised maximum each), and the gaps that the
+    device's open outputs rule out are crossed by bisection rather than one by one.
 
     Examples
     --------
@@ -446,8 +451,10 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
     finish = np.zeros(T)
     avail = np.zeros(D)
     maxgap = np.zeros(D)                      # upper bound of the longest idle gap per device
-    gap_s: list[list[float]] = [[] for _ in range(D)]
-    gap_e: list[list[float]] = [[] for _ in range(D)]
+    gaps = [GapList() for _ in range(D)]      # idle gaps per device, with an index of their lengths
+    gap_s = [g.s for g in gaps]               # the same lists, read by the memory-aware search
+    gap_e = [g.e for g in gaps]
+    gap_end = np.full(D, -math.inf)           # end of each device's last idle gap
     zeros = np.zeros(D)
 
     # Devices where memory can bind at all: the sum of every task's need exceeds the capacity.
@@ -470,11 +477,16 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
     def gap_fit(d, r, w):
         """Earliest gap on d that holds [max(gap start, r), +w): (index, start) or None."""
         gs, ge = gap_s[d], gap_e[d]
-        for i in range(bisect_left(ge, r + w), len(ge)):
-            st = gs[i] if gs[i] > r else r
-            if st + w <= ge[i]:
-                return i, st
-        return None
+        i = bisect_left(ge, r + w)
+        if i == len(ge):
+            return None
+        st = gs[i] if gs[i] > r else r
+        if st + w <= ge[i]:
+            return i, st
+        # Later gaps start at or after ge[i] >= r + w, so there the start is the gap's own start
+        # and the test is s + w <= e: the index finds the first that passes.
+        i = gaps[d].first_fit(i + 1, w)
+        return None if i is None else (i, gs[i])
 
     def profile(d):
         prof = profiles.get(d)
@@ -592,7 +604,9 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
         best_gap = None
         # Devices where a better slot may exist: an idle gap before the append position (pruned
         # by the longest-gap bound), or any slot on a device whose memory must be checked.
-        maybe = (ready < avail) & (maxgap >= w)
+        # A gap can only hold t if it ends at or after ready + w: the last gap's end decides for
+        # the whole device, as the search's first bisection would.
+        maybe = (ready < avail) & (maxgap >= w) & (gap_end >= ready + w)
         if tight is not None:
             maybe |= tight
         maybe &= lb <= best_eft
@@ -627,8 +641,8 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
         dev[t], start[t], finish[t], seq[t] = d, st, ft, k
         if best_gap is None:
             if st > avail[d]:
-                gap_s[d].append(float(avail[d]))
-                gap_e[d].append(st)
+                gaps[d].append(float(avail[d]), st)
+                gap_end[d] = st
                 if st - avail[d] > maxgap[d]:
                     maxgap[d] = st - avail[d]
             avail[d] = ft
@@ -642,10 +656,10 @@ def list_schedule(cost: CostModel, order: np.ndarray, *, times=None, bias=None, 
             if g1 > ft:
                 repl_s.append(ft)
                 repl_e.append(g1)
-            gs[best_gap:best_gap + 1] = repl_s
-            ge[best_gap:best_gap + 1] = repl_e
+            gaps[d].replace(best_gap, repl_s, repl_e)
+            gap_end[d] = ge[-1] if ge else -math.inf
             if g1 - g0 >= maxgap[d]:
-                maxgap[d] = max((y - x for x, y in zip(gs, ge)), default=0.0)
+                maxgap[d] = gaps[d].longest()
         # Memory bookkeeping.
         if any_tracked:
             if tracked[d]:
