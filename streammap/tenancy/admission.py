@@ -222,7 +222,16 @@ class Running:
 
 
 class Pool:
-    """Free accelerators by model and node; grants whole devices, packing a gang onto few nodes."""
+    """Free accelerators by model and node; grants whole devices, packing a gang onto few nodes.
+
+    State: ``free[model][node]``, the node's free device ids (a take pops from the end, a give
+    appends), ``free_count[model]``, and per model *buckets*: ``buckets[model][c]``, the names of
+    the nodes with exactly ``c`` free devices, sorted. A take looks only at the buckets (a node
+    has at most a few dozen devices, so there are few), not at every node of the model: at 10,000
+    GPUs a model has 1,250 nodes, and scanning them on every start was a tenth of a pass. The
+    choice is the one a scan makes: the fitting node with the fewest free devices (then the least
+    name), else the nodes with the most free devices first (then by name).
+    """
 
     def __init__(self, cluster):
         self.models = accelerator_pools(cluster)
@@ -232,11 +241,18 @@ class Pool:
         self.model_of = {d.id: m for m, ds in self.models.items() for d in ds}
         self.node_of = {d.id: d.node for ds in self.models.values() for d in ds}
         self.free: dict[str, dict[str, list[str]]] = {}
+        self.buckets: dict[str, list[list[str]]] = {}
         for m, ds in self.models.items():
             nodes: dict[str, list[str]] = {}
             for d in ds:
                 nodes.setdefault(d.node, []).append(d.id)
             self.free[m] = nodes
+            buckets: list[list[str]] = [[] for _ in range(max(map(len, nodes.values()), default=0) + 1)]
+            for n, ids in nodes.items():
+                buckets[len(ids)].append(n)
+            for names in buckets:
+                names.sort()
+            self.buckets[m] = buckets
         self.free_count = dict(self.size)
         self.total_gpus = sum(self.size.values())
         self.total_memory = sum(self.memory_of.values())
@@ -245,17 +261,19 @@ class Pool:
         """``k`` free devices of ``model`` (the fullest-fitting single node, else the fullest nodes), or None."""
         if self.free_count.get(model, 0) < k:
             return None
-        nodes = self.free[model]
-        fit = [n for n, ids in nodes.items() if len(ids) >= k]
-        if fit:
-            order = [min(fit, key=lambda n: (len(nodes[n]), n))]     # best fit: keep big holes for big gangs
+        nodes, buckets = self.free[model], self.buckets[model]
+        fit = next((names[0] for names in buckets[max(k, 1):] if names), None)
+        if fit is not None:
+            order = [fit]                       # best fit: keep big holes for big gangs
         else:
-            order = sorted((n for n in nodes if nodes[n]), key=lambda n: (-len(nodes[n]), n))
+            order = [n for names in reversed(buckets[1:]) for n in names]
         got: list[str] = []
         for n in order:
             ids = nodes[n]
+            before = len(ids)
             while ids and len(got) < k:
                 got.append(ids.pop())
+            self._moved(model, n, before, len(ids))
             if len(got) == k:
                 break
         self.free_count[model] -= k
@@ -264,15 +282,28 @@ class Pool:
     def take_exact(self, devices) -> None:
         """Mark these devices busy (a grant found again after a restart)."""
         for dev in devices:
-            m = self.model_of[dev]
-            self.free[m][self.node_of[dev]].remove(dev)
+            m, n = self.model_of[dev], self.node_of[dev]
+            ids = self.free[m][n]
+            ids.remove(dev)
+            self._moved(m, n, len(ids) + 1, len(ids))
             self.free_count[m] -= 1
 
     def give(self, devices) -> None:
         for dev in devices:
-            m = self.model_of[dev]
-            self.free[m][self.node_of[dev]].append(dev)
+            m, n = self.model_of[dev], self.node_of[dev]
+            ids = self.free[m][n]
+            ids.append(dev)
+            self._moved(m, n, len(ids) - 1, len(ids))
             self.free_count[m] += 1
+
+    def _moved(self, model: str, node: str, before: int, after: int) -> None:
+        """Node ``node`` went from ``before`` to ``after`` free devices: move it between buckets."""
+        if before == after:
+            return
+        buckets = self.buckets[model]
+        names = buckets[before]
+        del names[bisect.bisect_left(names, node)]
+        bisect.insort(buckets[after], node)
 
 
 @dataclass

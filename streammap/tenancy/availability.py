@@ -65,6 +65,7 @@ class Profile:
         last[:-1] = ends[1:] != ends[:-1]
         self.times = np.concatenate(([now], ends[last]))
         self.free = np.concatenate(([float(free_now)], free_now + gained[last]))
+        self._times_buf, self._free_buf = self.times, self.free     # grown by _insert, viewed by times/free
         self._prefix_min: np.ndarray | None = None
         self._fits: dict[tuple, float] = {}     # earliest fits asked since the last change (jobs repeat shapes)
 
@@ -125,26 +126,16 @@ class Profile:
         self.add(start, start + duration, -k)
 
     def _split_two(self, a: float, b: float) -> tuple[int, int]:
-        """``(_split(a), _split(b))`` for ``a < b``, with one copy of the arrays instead of two
-        (a reservation splits twice, and the copies were most of its cost at 10,000 GPUs)."""
-        times, free = self.times, self.free
+        """``(_split(a), _split(b))`` for ``a < b``: one binary search for both, and at most one
+        shift of the segments after each new boundary (a reservation splits twice; fresh copies of
+        the arrays were most of its cost at 10,000 GPUs)."""
+        times = self.times
         n = times.size
-        i, j = (int(x) for x in times.searchsorted((a, b)))
-        new_a = not (i < n and times[i] == a)
-        new_b = not (j < n and times[j] == b)
+        i, j = times.searchsorted((a, b)).tolist()
+        new_a = i == n or times[i] != a
+        new_b = j == n or times[j] != b
         if new_a or new_b:
-            pieces_t, pieces_f = [times[:i]], [free[:i]]
-            if new_a:
-                pieces_t.append((a,))
-                pieces_f.append(free[i - 1:i])                      # the split segment, twice
-            pieces_t.append(times[i:j])
-            pieces_f.append(free[i:j])
-            if new_b:
-                pieces_t.append((b,))
-                pieces_f.append(free[j - 1:j])
-            pieces_t.append(times[j:])
-            pieces_f.append(free[j:])
-            self.times, self.free = np.concatenate(pieces_t), np.concatenate(pieces_f)
+            self._insert(i, a if new_a else None, j, b if new_b else None)
         return i, j + new_a
 
     def _split(self, t: float) -> int:
@@ -152,9 +143,35 @@ class Profile:
         i = int(self.times.searchsorted(t))
         if i < len(self.times) and self.times[i] == t:
             return i
-        self.times = np.concatenate((self.times[:i], [t], self.times[i:]))
-        self.free = np.concatenate((self.free[:i], self.free[i - 1:]))      # the split segment, twice
+        self._insert(i, t, i, None)
         return i
+
+    def _insert(self, i: int, a: float | None, j: int, b: float | None) -> None:
+        """Begin new segments at ``a`` (before old segment ``i``) and ``b`` (before old segment
+        ``j >= i``), each a copy of the segment it splits (``None``: no new segment there).
+
+        ``times`` and ``free`` are views of buffers with room to grow (doubled when full), so a
+        split moves only the segments after it, in place; reservations mostly land near the end
+        of the profile, behind the pass's earlier ones, where few segments follow."""
+        n, grow = self.times.size, (a is not None) + (b is not None)
+        free_a = float(self.free[i - 1]) if a is not None else 0.0       # the split segments, read
+        free_b = float(self.free[j - 1]) if b is not None else 0.0       # before anything moves
+        if n + grow > self._times_buf.size:
+            cap = 2 * (n + grow)
+            times_buf, free_buf = np.empty(cap), np.empty(cap)
+            times_buf[:n], free_buf[:n] = self.times, self.free
+            self._times_buf, self._free_buf = times_buf, free_buf
+        tb, fb = self._times_buf, self._free_buf
+        tb[j + grow:n + grow] = tb[j:n]                 # numpy copies overlapping slices correctly
+        fb[j + grow:n + grow] = fb[j:n]
+        if a is not None:
+            tb[i + 1:j + 1] = tb[i:j]
+            fb[i + 1:j + 1] = fb[i:j]
+            tb[i], fb[i] = a, free_a
+        if b is not None:
+            k = j + (a is not None)
+            tb[k], fb[k] = b, free_b
+        self.times, self.free = tb[:n + grow], fb[:n + grow]
 
 
 class Releases:

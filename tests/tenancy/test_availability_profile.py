@@ -100,3 +100,20 @@ def test_a_profile_kept_up_to_date_as_jobs_start_and_finish_equals_one_built_fro
             p, q = kept.profile(now, free), rebuilt_profile(runs, now, free)
             assert p.times.tolist() == q.times.tolist()
             assert p.free.tolist() == q.free.tolist()
+
+
+def test_a_profile_split_again_and_again_is_the_step_function_of_its_reservations():
+    # Reservations split segments in place (the arrays grow in buffers): the free devices at
+    # every instant must still be the start's, less every reservation covering that instant.
+    rng = np.random.default_rng(18)
+    for _ in range(100):
+        p = Profile(0.0, 40)
+        taken = []
+        for _ in range(int(rng.integers(1, 60))):
+            start, length = float(rng.integers(0, 200)), float(rng.integers(1, 50))
+            p.reserve(start, 1, length)
+            taken.append((start, start + length))
+        assert np.all(np.diff(p.times) > 0)
+        for t in np.arange(0.0, 260.0, 0.5):
+            i = int(p.times.searchsorted(t, "right")) - 1
+            assert p.free[i] == 40 - sum(a <= t < b for a, b in taken)
