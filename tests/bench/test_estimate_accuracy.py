@@ -4,19 +4,15 @@ and the user set no thread count."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from streammap.directives import parse_program
+from tests.helpers.modules import load_file
 from tests.helpers.paths import ROOT
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("estimate_accuracy", ROOT / "benchmarks" / "estimate_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "benchmarks" / "estimate_accuracy.py", "estimate_accuracy")
 
 
 def test_the_held_out_program_has_one_kernel_of_each_new_class():

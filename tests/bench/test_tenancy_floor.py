@@ -1,6 +1,5 @@
 """The admission benchmark's average-JCT floor: what no policy can beat on the same arrivals."""
 
-import importlib.util
 
 import pytest
 
@@ -9,15 +8,13 @@ from streammap.tenancy.admission import Job
 from streammap.tenancy.estimate import Demand, Option
 from streammap.tenancy.simulate import simulate
 from streammap.tenancy.tenants import tenants_from_dict
+from tests.helpers.modules import load_file
 from tests.helpers.paths import ROOT
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("tenancy_policies_bench", ROOT / "benchmarks" / "tenancy_policies.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "benchmarks" / "tenancy_policies.py", "tenancy_policies_bench")
 
 
 def a100_and_v100():

@@ -4,7 +4,6 @@ different states. The compiler co-locates them, re-mapping keeps them where thei
 plan that spreads them (edited by hand) is refused when read."""
 
 import collections
-import importlib.util
 import textwrap
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from streammap.plan import read_plan, write_plan
 from streammap.remap import RemapError, remap_plan
 from streammap.runtime import run_plan
 from streammap.strategies import Mapped, choose_strategy
+from tests.helpers.modules import load_file
 
 
 def program(heavy: str, accumulate: str, entry: str) -> str:
@@ -85,9 +85,7 @@ def write(tmp_path, text, name="prog.py") -> Path:
 
 def sequential(path: Path, call: str, n: int = 6) -> list:
     """The plain-Python result (a fresh module, so a fresh state)."""
-    spec = importlib.util.spec_from_file_location(f"seq_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file(path, f"seq_{path.stem}")
     if call == "main":
         return module.main()
     return [module.stream(i) for i in range(n)]

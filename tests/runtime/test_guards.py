@@ -461,13 +461,20 @@ def leave(x):
 """
 
 
-def test_a_kernel_ending_the_process_leaves_an_incomplete_record_that_says_so(tmp_path):
+def run_a_plan_whose_kernel_ends_the_process(tmp_path):
+    """``streammap run`` of a two-task plan whose second kernel calls ``os._exit(3)``, in a child
+    process; the plan (written to ``tmp_path / "p.yaml"``)."""
     rows = [task("src", "source", "node0/cpu"), task("bye", "leave", "node0/cpu", ref("src"))]
     plan = make_plan(tmp_path, EXITS, rows, devices=cpu_devices(), outputs=ref("bye"))
     write_plan(plan, tmp_path / "p.yaml")
     done = subprocess.run([sys.executable, "-m", "streammap.cli", "run", str(tmp_path / "p.yaml"), "--no-history",
                            "--no-progress"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 3
+    return plan
+
+
+def test_a_kernel_ending_the_process_leaves_an_incomplete_record_that_says_so(tmp_path):
+    plan = run_a_plan_whose_kernel_ends_the_process(tmp_path)
     record = read_run_record(tmp_path / "p.out.run.json")
     assert record.status == "incomplete" and not (tmp_path / "p.out.npz").exists()
     assert record.error.startswith("the run's process ended before the run finished: a kernel may have ended "
@@ -483,12 +490,7 @@ def test_a_kernel_ending_the_process_leaves_an_incomplete_record_that_says_so(tm
 
 
 def test_an_incomplete_record_whose_plan_changed_still_says_the_run_never_ended(tmp_path, capsys):
-    rows = [task("src", "source", "node0/cpu"), task("bye", "leave", "node0/cpu", ref("src"))]
-    plan = make_plan(tmp_path, EXITS, rows, devices=cpu_devices(), outputs=ref("bye"))
-    write_plan(plan, tmp_path / "p.yaml")
-    done = subprocess.run([sys.executable, "-m", "streammap.cli", "run", str(tmp_path / "p.yaml"), "--no-history",
-                           "--no-progress"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 3
+    run_a_plan_whose_kernel_ends_the_process(tmp_path)
     (tmp_path / "p.yaml").write_text((tmp_path / "p.yaml").read_text() + "\n")      # the plan changed since
     record = read_run_record(tmp_path / "p.out.run.json")
     assert record.status == "incomplete" and record.planned_tasks == 2 and record.tasks == []

@@ -5,7 +5,6 @@ devices (``--cluster local``), and emulated on the 8-GPU ``hetero-2x4`` cluster,
 cross-device paths are exercised without GPUs. Sizes are shrunk with params to keep the suite fast.
 """
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 import streammap
 from streammap.cli import main
+from tests.helpers.modules import load_file
 from tests.helpers.paths import SAMPLES
 
 # (sample, entry, small params)
@@ -28,9 +28,7 @@ CASES = [
 
 def direct(sample: str, entry: str, params: dict):
     """Import the sample as plain Python, set the params as module globals, call its graph function."""
-    spec = importlib.util.spec_from_file_location(f"sample_{Path(sample).stem}", SAMPLES / sample)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file(SAMPLES / sample, f"sample_{Path(sample).stem}")
     for name, value in params.items():
         setattr(module, name, value)
     return getattr(module, entry)()

@@ -2,7 +2,6 @@
 for stream programs, model parallelism by memory, and ``--strategy auto`` choosing the least
 estimate. Every run is checked against the plain-Python result."""
 
-import importlib.util
 import textwrap
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from streammap.strategies.pipeline import (
     stage_groups,
     stage_of,
 )
+from tests.helpers.modules import load_file
 from tests.helpers.paths import SAMPLES
 
 TINY = SAMPLES / "clusters" / "tiny-gpus.yaml"
@@ -38,9 +38,7 @@ def two_gpus(memory="80GiB", n=2):
 
 
 def load(sample: str, **params):
-    spec = importlib.util.spec_from_file_location(f"direct_{Path(sample).stem}", SAMPLES / sample)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file(SAMPLES / sample, f"direct_{Path(sample).stem}")
     for k, v in params.items():
         setattr(module, k, v)
     return module

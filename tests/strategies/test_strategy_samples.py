@@ -2,7 +2,6 @@
 run directly in plain Python and through StreamMAP, locally and emulated on ``hetero-2x4``, with
 the same results. Sizes are shrunk with params to keep the suite fast."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 import streammap
 from streammap.cli import main
+from tests.helpers.modules import load_file
 from tests.helpers.paths import SAMPLES
 
 # (sample, entry, small params)
@@ -25,9 +25,7 @@ IDS = [c[0] for c in CASES]
 
 def direct(sample: str, entry: str, params: dict) -> dict:
     """Import the sample as plain Python with the params set; its outputs named as in the .npz."""
-    spec = importlib.util.spec_from_file_location(f"plain_{Path(sample).stem}", SAMPLES / sample)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file(SAMPLES / sample, f"plain_{Path(sample).stem}")
     for name, value in params.items():
         setattr(module, name, value)
     fn = getattr(module, entry)
