@@ -20,13 +20,15 @@ after one profile run), and where the second plan's estimates came from.
 and two above the compiled size), so that every estimate comes from the history's regression
 over sizes rather than from an exact match.
 
-``--first-estimate`` measures the estimates a user gets *before* any profile, against four
+``--first-estimate`` measures the estimates a user gets *before* any profile, against five
 cluster files of this machine: the peak figures alone (``streammap discover --no-calibrate``);
 round 1's calibration (the side-256 GEMM rate for every task, the copy's bandwidth curve and the
 call overhead); round 2's (besides, the "other" and FFT rates for kernels of those compute
 classes); and the whole calibration ("new": besides, every matrix product at the rate of the GEMM
 curve at its own side and element size, and every factorisation or solver at the rate of the
-Cholesky curve at its side). The first two give every task the GEMM rate, as the cost
+Cholesky curve at its side, and plain arithmetic at the element-wise rate; the column "mix for
+other" is that file without the element-wise rate, arithmetic at the "other" mix's rate, as files
+calibrated before the figure price it). The first two give every task the GEMM rate, as the cost
 model did before kernels had compute classes. Each sample is compiled without history against
 each, and every task's estimate compared with its measured time: the task's *minimum* over
 ``--runs`` runs after a warm-up (on a shared, loaded machine every disturbance only adds time, so
@@ -93,8 +95,8 @@ SAMPLES = [
     ("mandelbrot", ROOT / "samples" / "mandelbrot.py", {"ROWS": 256, "COLS": 256, "ITER": 64}),
     ("model_parallel_mlp", ROOT / "samples" / "model_parallel_mlp.py", {"BATCHES": 4, "ROWS": 64, "WIDTH": 512}),
 ]
-#: --first-estimate: a program none of the compute-class rules was checked on (a random, a
-#: transcendental and a Gram kernel), reported beside the samples and left out of the pooled figure.
+#: --first-estimate: a program none of the compute-class rules was checked on (a random, an
+#: arithmetic, a transcendental and a Gram kernel), reported beside the samples and left out of the pooled figure.
 HELD_OUT_SAMPLES = [("held_out_kernels", ROOT / "benchmarks" / "held_out_kernels.py", {"JOBS": 4, "B": 192})]
 
 
@@ -147,7 +149,7 @@ def first_estimate(args) -> int:
     calibrated = local_cluster(args.all_devices, calibrated=True, found=found)
     peak = local_cluster(args.all_devices, found=found)
     clusters = {"peak": one_rate(peak), "round 1": one_rate(calibrated), "round 2": no_gemm_curve(calibrated),
-                "new": calibrated}
+                "mix for other": mix_for_other(calibrated), "new": calibrated}
     for d in calibrated.devices:
         curve = ", ".join(f"{n / 2**20:.3g} MiB {r / 1e9:.3g}" for n, r in d.bandwidth_curve)
         gemm = ", ".join(f"{n:g} {r / 1e9:.3g}" for n, r in d.gemm_curve)
@@ -155,7 +157,7 @@ def first_estimate(args) -> int:
         print(f"device {d.id} ({d.model or d.kind}): peak {d.flops / 1e9:.4g} GFLOP/s, {d.mem_bandwidth / 1e9:.4g} GB/s; "
               f"achieved GEMM {_g(d.achieved_flops)} GFLOP/s" + (f" (by side: {gemm})" if gemm else "")
               + (f", Cholesky by side: {factor}" if factor else "")
-              + f", other {_g(d.achieved_other_flops)} GFLOP/s, FFT {_g(d.achieved_fft_flops)} GFLOP/s, "
+              + f", other {_g(d.achieved_other_flops)} GFLOP/s, element-wise {_g(d.achieved_elementwise_flops)} GFLOP/s, FFT {_g(d.achieved_fft_flops)} GFLOP/s, "
               f"random {_g(d.achieved_random_flops)} GFLOP/s, transcendental {_g(d.achieved_transcendental_flops)} GFLOP/s, "
               f"{_g(d.achieved_bandwidth)} GB/s" + (f" (by working set: {curve} GB/s)" if curve else "")
               + (f", call {d.call_overhead * 1e6:.3g} us" if d.call_overhead is not None else ""))
@@ -208,7 +210,7 @@ def one_rate(cluster: Cluster) -> Cluster:
     kernels had compute classes."""
     gemm = lambda d: d.achieved_flops or d.flops       # noqa: E731
     return _with_devices(cluster, lambda d: {"achieved_other_flops": gemm(d), "achieved_fft_flops": gemm(d),
-                                             "achieved_random_flops": gemm(d),
+                                             "achieved_random_flops": gemm(d), "achieved_elementwise_flops": gemm(d),
                                              "achieved_transcendental_flops": gemm(d), "gemm_curve": None})
 
 
@@ -217,7 +219,13 @@ def no_gemm_curve(cluster: Cluster) -> Cluster:
     size and element type, and random and transcendental kernels at the "other" mix's rate (a file
     calibrated before those figures existed)."""
     return _with_devices(cluster, lambda d: {"gemm_curve": None, "achieved_random_flops": None,
-                                             "achieved_transcendental_flops": None})
+                                             "achieved_transcendental_flops": None, "achieved_elementwise_flops": None})
+
+
+def mix_for_other(cluster: Cluster) -> Cluster:
+    """``cluster`` without the element-wise rate: "other" kernels (plain arithmetic) at the "other"
+    mix's rate, as a file calibrated before ``achieved_elementwise_flops`` existed prices them."""
+    return _with_devices(cluster, lambda d: {"achieved_elementwise_flops": None})
 
 
 def _with_devices(cluster: Cluster, update) -> Cluster:

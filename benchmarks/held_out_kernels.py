@@ -3,7 +3,8 @@ the rules for random numbers, transcendental functions and Gram products (``x @ 
 for, but that none of the samples the rules were checked on contains.
 
 Each of JOBS jobs draws a B×B block of normal random numbers (``noise``: class ``random``), damps
-it with a cosine and a fractional power (``wave``: ``transcendental``) and forms its Gram matrix
+it with a cosine and a fractional power (``wave``: ``transcendental``), shrinks it towards zero
+with plain arithmetic (``shrink``, a soft threshold: ``other``) and forms its Gram matrix
 (``gram``: ``x @ x.T``, class ``gram``); a last kernel adds the Gram matrices. The clauses count
 as the README counts them, without looking at how fast NumPy runs each operation: one FLOP per
 random number and per element of each elementwise operation, ``B³`` for the symmetric product
@@ -20,6 +21,7 @@ JOBS = 4
 B = 192
 
 OMEGA = 3.0
+THRESHOLD = 0.1
 
 
 # @stream kernel(flops=B*B, out=8*B*B)
@@ -32,6 +34,12 @@ def noise(i):
 def wave(x):
     """cos(OMEGA x) |x| ** 1.5, element by element (abs, multiply, cos, power, multiply)."""
     return np.cos(OMEGA * x) * np.abs(x) ** 1.5
+
+
+# @stream kernel(flops=5*B*B, bytes=16*B*B, out=8*B*B)
+def shrink(x):
+    """sign(x) max(|x| - T, 0), element by element (sign, abs, subtract, maximum, multiply)."""
+    return np.sign(x) * np.maximum(np.abs(x) - THRESHOLD, 0.0)
 
 
 # @stream kernel(flops=B**3, bytes=16*B*B, out=8*B*B)
@@ -51,7 +59,7 @@ def total(*grams):
 
 # @stream graph
 def held_out():
-    return total(*[gram(wave(noise(i))) for i in range(JOBS)])
+    return total(*[gram(shrink(wave(noise(i)))) for i in range(JOBS)])
 
 
 if __name__ == "__main__":

@@ -661,7 +661,8 @@ _RATE_UNITS = [("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("B/s", 1.0)]
 _FLOP_UNITS = [("PFLOP/s", 1e15), ("TFLOP/s", 1e12), ("GFLOP/s", 1e9), ("MFLOP/s", 1e6), ("FLOP/s", 1.0)]
 #: A device's rate fields, written in readable units (the peaks, then what discovery measured).
 _RATE_FIELDS = (("flops", _FLOP_UNITS), ("mem_bandwidth", _RATE_UNITS), ("achieved_flops", _FLOP_UNITS),
-                ("achieved_other_flops", _FLOP_UNITS), ("achieved_fft_flops", _FLOP_UNITS),
+                ("achieved_other_flops", _FLOP_UNITS), ("achieved_elementwise_flops", _FLOP_UNITS),
+                ("achieved_fft_flops", _FLOP_UNITS),
                 ("achieved_random_flops", _FLOP_UNITS), ("achieved_transcendental_flops", _FLOP_UNITS),
                 ("achieved_bandwidth", _RATE_UNITS))
 

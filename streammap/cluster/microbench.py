@@ -6,7 +6,7 @@ datasheet peaks that discovery reads, every estimate is optimistic by however fa
 stay below the peak, and a task of a few microseconds of work is all overhead; so
 ``streammap discover`` (and ``streammap doctor``) run five short measurements per device and
 record what was *achieved* beside the peak figures, in the cluster file's optional
-``achieved_flops``, ``gemm_curve``, ``achieved_other_flops``, ``achieved_fft_flops``,
+``achieved_flops``, ``gemm_curve``, ``achieved_other_flops``, ``achieved_elementwise_flops``, ``achieved_fft_flops``,
 ``achieved_random_flops``, ``achieved_transcendental_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` and ``call_overhead`` fields, which the cost model
 prefers when present.
 
@@ -34,14 +34,27 @@ What is measured
     factorise, LAPACK runs far below the product's rate (~4 against ~40 GFLOP/s at side 128 on a
     2-core EPYC VM), so tiles factorised at the GEMM's rate were estimated 10x too fast.
 ``achieved_other_flops``
-    The rate of work that is not a matrix product, which tasks of kernels whose compute class is
-    ``"other"`` get (:mod:`streammap.directives.kernel_class`): NumPy (or CuPy) runs an FFT, a
+    The rate of work that is not a matrix product, which every kernel not multiplying matrices
+    got before the classes below (:mod:`streammap.directives.kernel_class`): NumPy (or CuPy) runs an FFT, a
     transcendental ufunc or a random generator at a few percent of its GEMM rate (2-5% on a 2-core
     EPYC VM), so one rate for both kinds was wrong by 5-20x for one of them. A mix of
     :data:`OTHER_SIZE` elements: ``sin`` of float64s, a complex128 FFT and standard normal random
     numbers, with their FLOP counted as the README counts ``flops`` clauses (one per element of
     an elementwise function, transcendental or not, one per random number, ``5 n log2 n`` per
     FFT); the rate is their FLOP over the sum of their best times.
+    It is the rate of kernels whose compute class is ``"mixed"`` (random numbers and
+    transcendental functions in one body), and of the classes below in files without their figure.
+``achieved_elementwise_flops``
+    Plain element-wise arithmetic over as many float64s as the mix: ``a * x + b`` (two FLOP per
+    element), a product ``x * y`` and a sum ``x + y`` (one each) and a selection
+    ``where(abs(x) > c, x, y)`` (three: abs, compare, select), counted one FLOP per element of
+    each operation as clauses count them; their FLOP over the sum of their best times: the rate of
+    kernels whose compute class is ``"other"``. The mix priced them when "other" was the only
+    class besides the products, but ``sin`` and random numbers cost 4-9 ns per element against
+    ~0.3-1 ns for an addition, so arithmetic kernels (a Mandelbrot iteration, an FM
+    demodulator's products) were estimated 2-2.5x slow. The arrays are the mix's size (512 KiB
+    of float64s on a CPU), within the caches: the roofline still takes ``bytes / B`` when a
+    task's arrays are bigger, so the rate must be the arithmetic's, not the memory's.
 ``achieved_fft_flops``
     The FFTs kernels call, alone: the complex FFT of that mix (``5 n log2 n`` FLOP) and a real
     pair ``irfft(rfft(x))`` of as many float64s (``2.5 n log2 n`` each, as the README counts a
@@ -168,6 +181,8 @@ class Measured:
     call_overhead: float | None = None
     #: FLOP/s of the "other" mix (not a matrix product; ``None``: not measured).
     other_flops: float | None = None
+    #: FLOP/s of plain element-wise arithmetic (one per element of each operation; ``None``: not measured).
+    elementwise_flops: float | None = None
     #: FLOP/s of the mix's FFT alone (``5 n log2 n`` per transform; ``None``: not measured).
     fft_flops: float | None = None
     #: FLOP/s of the mix's random numbers alone (one per number; ``None``: not measured).
@@ -186,6 +201,8 @@ class Measured:
         text = f"{device.name}: GEMM {_share(self.flops, device.flops, _FLOP_UNITS)}, "
         if self.other_flops is not None:
             text += f"other {_share(self.other_flops, None, _FLOP_UNITS)} ({self.other_flops / self.flops:.1%} of GEMM), "
+        if self.elementwise_flops is not None:
+            text += f"element-wise {_share(self.elementwise_flops, None, _FLOP_UNITS)}, "
         if self.fft_flops is not None:
             text += f"FFT {_share(self.fft_flops, None, _FLOP_UNITS)}, "
         if self.random_flops is not None:
@@ -279,7 +296,8 @@ def _achieved(ms: list[Measured]) -> dict:
     others = [m.other_flops for m in ms if m.other_flops is not None]
     if others:
         fields["achieved_other_flops"] = _sig3(statistics.median(others))
-    for attr, field in (("fft_flops", "achieved_fft_flops"), ("random_flops", "achieved_random_flops"),
+    for attr, field in (("elementwise_flops", "achieved_elementwise_flops"),
+                        ("fft_flops", "achieved_fft_flops"), ("random_flops", "achieved_random_flops"),
                         ("transcendental_flops", "achieved_transcendental_flops")):
         got = [getattr(m, attr) for m in ms if getattr(m, attr) is not None]
         if got:
@@ -309,6 +327,7 @@ def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...]
     runs.update(_other_mix(xp, other_n))
     runs["real_fft"] = _real_fft_pair(xp, other_n)
     runs.update(_transcendentals(xp, other_n))
+    runs.update(_elementwise(xp, other_n))
     runs.update((("copy", n), _copy(xp, n)) for n in sizes)
     rewarm = {*(("gemm", n) for n in sides), *(("factor", n) for n in factor_sides), *(("copy", n) for n in sizes[:-1])}
     best = _best_of_rounds(runs, sync, budget_s, rewarm=rewarm)
@@ -316,6 +335,7 @@ def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...]
     return {"gemm_curve": monotone_curve([(n, 2.0 * n ** 3 / best["gemm", n]) for n in sides]),
             "factor_curve": monotone_curve([(n, n ** 3 / 3.0 / best["factor", n]) for n in factor_sides]),
             "other_flops": sum(_OTHER_FLOPS[k](other_n) for k in _OTHER_FLOPS) / sum(best[k] for k in _OTHER_FLOPS),
+            "elementwise_flops": sum(_ELEMENTWISE_FLOPS.values()) * other_n / sum(best[k] for k in _ELEMENTWISE_FLOPS),
             "fft_flops": 2 * _OTHER_FLOPS["fft"](other_n) / (best["fft"] + best["real_fft"]),
             "random_flops": _OTHER_FLOPS["normal"](other_n) / best["normal"],
             "transcendental_flops": 2.0 * 2.0 * other_n / (best["sin_of_product"] + best["power_of_abs"]),
@@ -382,6 +402,19 @@ def _transcendentals(xp, n):
     ``sin(2 x)`` and ``0.5 ** abs(x)`` (``RHO ** abs(p - q)``: ``pow`` per element)."""
     x = xp.linspace(-8.0, 8.0, n)
     return {"sin_of_product": lambda: xp.sin(2.0 * x), "power_of_abs": lambda: 0.5 ** xp.abs(x)}
+
+
+#: FLOP per element of each run of the element-wise rate, one per operation as clauses count them.
+_ELEMENTWISE_FLOPS = {"axpb": 2, "product": 1, "sum": 1, "select": 3}
+
+
+def _elementwise(xp, n):
+    """The runs of the element-wise rate over ``n`` float64s (:data:`_ELEMENTWISE_FLOPS` per element):
+    ``a * x + b``, ``x * y``, ``x + y`` and ``where(abs(x) > 0.5, x, y)``."""
+    x = xp.linspace(-1.0, 1.0, n)
+    y = xp.linspace(2.0, 3.0, n)
+    return {"axpb": lambda: 1.5 * x + 0.25, "product": lambda: x * y, "sum": lambda: x + y,
+            "select": lambda: xp.where(xp.abs(x) > 0.5, x, y)}
 
 
 def _copy(xp, nbytes):

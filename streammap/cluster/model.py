@@ -56,6 +56,7 @@ LAPACK_CLASS = "lapack"
 GRAM_CLASS = "gram"
 RANDOM_CLASS = "random"
 TRANSCENDENTAL_CLASS = "transcendental"
+MIXED_CLASS = "mixed"
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
 
@@ -88,9 +89,14 @@ class DeviceSpec(BaseModel):
     achieved_bandwidth: Optional[Rate] = Field(default=None, gt=0)
     bandwidth_curve: Optional[list[tuple[Size, Rate]]] = Field(default=None, min_length=1)
     call_overhead: Optional[Time] = Field(default=None, ge=0)
-    # FLOP/s of work that is not a matrix product (a transcendental ufunc, an FFT, random numbers),
-    # the rate of tasks whose compute_class is "other"; absent: OTHER_FLOPS_FRACTION of the GEMM's.
+    # FLOP/s of a mix of work that is not a matrix product (sin, an FFT, random numbers), the rate
+    # of tasks whose compute_class is "mixed" (random numbers and transcendental functions in one
+    # body) and the fallback of the rates below; absent: OTHER_FLOPS_FRACTION of the GEMM's.
     achieved_other_flops: Optional[Flops] = Field(default=None, gt=0)
+    # FLOP/s of plain element-wise arithmetic (a * x + b, products, sums, abs, comparisons, where;
+    # one per element of each operation), the rate of tasks whose compute_class is "other";
+    # absent: achieved_other_flops (files calibrated before the field existed).
+    achieved_elementwise_flops: Optional[Flops] = Field(default=None, gt=0)
     # FLOP/s of FFTs (counted 5 n log2 n), the rate of tasks whose compute_class is "fft"; absent:
     # achieved_other_flops (the mix the FFT is part of).
     achieved_fft_flops: Optional[Flops] = Field(default=None, gt=0)
@@ -202,6 +208,7 @@ class Device:
     bandwidth_curve: tuple[tuple[float, float], ...] = ()   # (working-set bytes, copy bytes/s), smallest first
     call_overhead: float | None = None        # seconds of a minimal kernel call; None: not measured
     achieved_other_flops: float | None = None  # FLOP/s of non-matrix-product work (discovery)
+    achieved_elementwise_flops: float | None = None  # FLOP/s of plain element-wise arithmetic (discovery)
     achieved_fft_flops: float | None = None    # FLOP/s of FFTs (discovery)
     achieved_random_flops: float | None = None           # FLOP/s of random numbers, one per number (discovery)
     achieved_transcendental_flops: float | None = None   # FLOP/s of sin and ``**``, one per element (discovery)
@@ -220,6 +227,14 @@ class Device:
         if self.achieved_other_flops is not None:
             return self.achieved_other_flops
         return OTHER_FLOPS_FRACTION * self.compute_rate
+
+    @property
+    def elementwise_compute_rate(self) -> float:
+        """FLOP/s of plain element-wise arithmetic (one per element of each operation): the measured
+        figure, else :attr:`other_compute_rate` (the mix that priced it before it had a figure of its own)."""
+        if self.achieved_elementwise_flops is not None:
+            return self.achieved_elementwise_flops
+        return self.other_compute_rate
 
     @property
     def fft_compute_rate(self) -> float:
@@ -246,7 +261,8 @@ class Device:
 
     def rate_for(self, compute_class: str | None) -> float:
         """FLOP/s the cost model divides a task's ``flops`` by, by the task's ``compute_class``:
-        :attr:`other_compute_rate` for ``"other"``, :attr:`fft_compute_rate` for ``"fft"``,
+        :attr:`elementwise_compute_rate` for ``"other"``, :attr:`other_compute_rate` (the mix) for
+        ``"mixed"``, :attr:`fft_compute_rate` for ``"fft"``,
         :attr:`random_compute_rate` and :attr:`transcendental_compute_rate` for those classes;
         :attr:`compute_rate` for ``"blas"`` and for tasks of no class (imported workflows), as
         before the classes existed (the cost model reads the curves for sized products)."""
@@ -256,7 +272,9 @@ class Device:
             return self.random_compute_rate
         if compute_class == TRANSCENDENTAL_CLASS:
             return self.transcendental_compute_rate
-        return self.other_compute_rate if compute_class == OTHER_CLASS else self.compute_rate
+        if compute_class == MIXED_CLASS:
+            return self.other_compute_rate
+        return self.elementwise_compute_rate if compute_class == OTHER_CLASS else self.compute_rate
 
     @property
     def memory_rate(self) -> float:
@@ -348,6 +366,7 @@ class Cluster:
                     achieved_flops=d.achieved_flops, achieved_bandwidth=d.achieved_bandwidth,
                     bandwidth_curve=tuple(tuple(p) for p in d.bandwidth_curve or ()),
                     call_overhead=d.call_overhead, achieved_other_flops=d.achieved_other_flops,
+                    achieved_elementwise_flops=d.achieved_elementwise_flops,
                     achieved_fft_flops=d.achieved_fft_flops, achieved_random_flops=d.achieved_random_flops,
                     achieved_transcendental_flops=d.achieved_transcendental_flops,
                     gemm_curve=tuple(tuple(p) for p in d.gemm_curve or ()),

@@ -71,9 +71,11 @@ In this order of preference (``design.md``, section *The cost model*):
    (``"fft"``) the device's ``achieved_fft_flops`` (else its other rate), a Gram product
    (``"gram"``, ``l @ l.T``) half the GEMM's rate at its full product's side, kernels that draw
    random numbers or evaluate ``sin``/``**`` (``"random"``, ``"transcendental"``) the measured
-   rates of those (else the other rate), any other (``"other"``:
-   elementwise and random work, which NumPy runs at a few percent of the GEMM's rate) the device's
-   ``achieved_other_flops``, else a fixed fraction of the GEMM rate (``Device.rate_for``); a task
+   rates of those (else the other rate), one that does both (``"mixed"``) the rate of the
+   measured mix of ``sin``, an FFT and random numbers (``achieved_other_flops``), any other
+   (``"other"``: plain element-wise arithmetic, reductions) the device's
+   ``achieved_elementwise_flops``, else ``achieved_other_flops``, else a fixed fraction of the
+   GEMM rate (``Device.rate_for``); a task
    of no class (imported workflows) the GEMM's, as before the classes existed.
    B depends on the task's working set m (``mem`` below) when the file records the copy's
    ``bandwidth_curve``: a task whose arrays stay in cache gets the cache's rate, read off the
@@ -143,6 +145,7 @@ from streammap.cluster.model import (
     FFT_CLASS,
     GRAM_CLASS,
     LAPACK_CLASS,
+    MIXED_CLASS,
     OTHER_CLASS,
     RANDOM_CLASS,
     TRANSCENDENTAL_CLASS,
@@ -189,11 +192,13 @@ DEFAULT_GEMM_ITEMSIZE = 4
 
 def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, blas: np.ndarray,
                   other: np.ndarray, fft: np.ndarray, lapack: np.ndarray, *, gram: np.ndarray | None = None,
-                  random: np.ndarray | None = None, transcendental: np.ndarray | None = None) -> np.ndarray:
+                  random: np.ndarray | None = None, transcendental: np.ndarray | None = None,
+                  mixed: np.ndarray | None = None) -> np.ndarray:
     """FLOP/s that each task's ``flops`` run at on each device, shape ``(tasks, devices)``.
 
     ``blas``, ``other`` and ``fft`` mark the tasks of those compute classes. ``"other"`` and
-    ``"fft"`` tasks get the device's ``other_compute_rate`` and ``fft_compute_rate``, tasks of no
+    ``"fft"`` tasks get the device's ``elementwise_compute_rate`` (plain arithmetic; the "other"
+    mix in files without it) and ``fft_compute_rate``, tasks of no
     class (imported workflows) its ``compute_rate``, as before the classes existed. A ``"blas"``
     task multiplies matrices and gets the GEMM rate at its own size: its square-equivalent
     side ``n = (flops / 2) ** (1/3)`` (a product of side n is ``2 n³`` FLOP) read off the
@@ -218,13 +223,15 @@ def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, 
     FLOP, so the task runs at half the GEMM curve's rate read at the full product's side
     ``n = flops ** (1/3)``, scaled for the element size as a ``"blas"`` task is.
     ``"random"`` and ``"transcendental"`` tasks get the device's ``random_compute_rate`` and
-    ``transcendental_compute_rate`` (``gram``, ``random``, ``transcendental``: masks like the
+    ``transcendental_compute_rate``, ``"mixed"`` tasks (both in one body) the mix's
+    ``other_compute_rate`` (``gram``, ``random``, ``transcendental``, ``mixed``: masks like the
     others; ``None``, no such task).
     """
     none = np.zeros(flops.shape, dtype=bool)
     gram = none if gram is None else gram
     random = none if random is None else random
     transcendental = none if transcendental is None else transcendental
+    mixed = none if mixed is None else mixed
     # The square-equivalent side of the product each task's flops describe: 2 n³ for a product,
     # 2 n³ executed for a Gram product whose clause counts n³.
     side = np.where(gram, np.cbrt(np.maximum(flops, 1.0)), np.cbrt(np.maximum(flops, 1.0) / 2.0))
@@ -237,7 +244,8 @@ def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, 
         rate = np.where(gram, product / 2.0, rate)
         rate = np.where(lapack, d.factor_rate_at(np.cbrt(3.0 * np.maximum(flops, 1.0))), rate)
         rate = np.where(random, d.random_compute_rate, np.where(transcendental, d.transcendental_compute_rate, rate))
-        cols.append(np.where(fft, d.fft_compute_rate, np.where(other, d.other_compute_rate, rate)))
+        rate = np.where(mixed, d.other_compute_rate, rate)
+        cols.append(np.where(fft, d.fft_compute_rate, np.where(other, d.elementwise_compute_rate, rate)))
     return np.stack(cols, axis=1) if cols else np.zeros((flops.size, 0))
 
 
@@ -437,7 +445,8 @@ class CostModel:
         # Devices that look alike to every estimate share a column ("class").
         keys, cls_of = {}, np.empty(D, dtype=np.int64)
         for j, d in enumerate(devs):
-            key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.other_compute_rate, d.fft_compute_rate,
+            key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.other_compute_rate,
+                   d.elementwise_compute_rate, d.fft_compute_rate,
                    d.random_compute_rate, d.transcendental_compute_rate,
                    d.memory_rate,
                    d.bandwidth_curve, d.gemm_curve, d.factor_curve,
@@ -522,7 +531,7 @@ class CostModel:
             mbw = np.stack([d.memory_rate_at(self.mem[r]) for d in reps], axis=1)    # (tasks, classes)
             rate = compute_rates(reps, flops[r], nbytes[r], blas[r], other[r], fft[r], lapack[r],          # (tasks, classes)
                                  gram=cls[r] == GRAM_CLASS, random=cls[r] == RANDOM_CLASS,
-                                 transcendental=cls[r] == TRANSCENDENTAL_CLASS)
+                                 transcendental=cls[r] == TRANSCENDENTAL_CLASS, mixed=cls[r] == MIXED_CLASS)
             est = np.maximum(flops[r, None] / rate, nbytes[r, None] / mbw) + c_launch[None, :]
             blk = ct[r]
             ct[r] = np.where(np.isnan(blk), est, blk)

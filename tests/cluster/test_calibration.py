@@ -210,3 +210,34 @@ def test_the_cpu_measurement_gives_random_and_transcendental_rates_that_round_tr
     assert "random 100 MFLOP/s" in text and "transcendental 150 MFLOP/s" in text
     cpu = load_cluster(out).devices[0]
     assert cpu.rate_for("random") == pytest.approx(0.1e9) and cpu.rate_for("transcendental") == pytest.approx(0.15e9)
+
+
+def test_the_cpu_measurement_gives_an_elementwise_rate_that_round_trips(tmp_path):
+    got = microbench.measure_device(DeviceSpec(name="cpu", kind="cpu"), budget_s=0.05)
+    assert got.elementwise_flops > 0
+    measured = microbench.Measured(50e9, 25e9, 0.2, other_flops=2.5e9, elementwise_flops=6e9)
+    found = calibrate(_node(DeviceSpec(name="cpu", kind="cpu")), measure=_fake({"cpu": measured}))
+    out = tmp_path / "cluster.yaml"
+    write_cluster(found.spec, out, found.notes)
+    text = out.read_text()
+    assert "achieved_elementwise_flops: 6 GFLOP/s" in text and "element-wise 6 GFLOP/s" in text
+    cpu = load_cluster(out).devices[0]
+    assert cpu.rate_for("other") == pytest.approx(6e9) and cpu.rate_for("mixed") == pytest.approx(2.5e9)
+
+
+def test_a_cluster_file_written_before_the_elementwise_rate_prices_other_at_the_mix(tmp_path):
+    p = tmp_path / "old.yaml"
+    p.write_text("name: x\nnodes:\n  - name: n\n    devices:\n      - {name: cpu, kind: cpu, "
+                 "achieved_flops: 40 GFLOP/s, achieved_other_flops: 2 GFLOP/s}\n")
+    cpu = load_cluster(p).devices[0]
+    assert cpu.achieved_elementwise_flops is None
+    assert cpu.rate_for("other") == pytest.approx(2e9)
+
+
+def test_a_bad_elementwise_rate_names_the_file_line_and_field(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("name: x\nnodes:\n  - name: n\n    devices:\n      - name: cpu\n        kind: cpu\n"
+                 "        achieved_elementwise_flops: -3 GFLOP/s\n")
+    with pytest.raises(ClusterError) as err:
+        load_cluster(p)
+    assert err.value.line == 7 and "achieved_elementwise_flops" in err.value.message

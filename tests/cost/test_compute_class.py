@@ -1,7 +1,9 @@
 """A task's flops run at the rate of its kernel's compute class: the GEMM's for "blas" kernels (and
 for tasks of no class, such as imported workflows), the measured random, transcendental and FFT
-rates for those kernels, the measured "other" rate for the rest; a cluster file without that
-measurement gives "other" tasks a fixed fraction of the GEMM rate. A Gram product (``l @ l.T``)
+rates for those kernels, the measured mix ("achieved_other_flops") for bodies that both draw random
+numbers and call transcendental functions ("mixed"), the measured element-wise rate for the rest
+("other"); a cluster file without the element-wise rate gives "other" tasks the mix's rate, and one
+without either a fixed fraction of the GEMM rate. A Gram product (``l @ l.T``)
 costs the full product NumPy runs, not the symmetric half its clause counts."""
 
 from __future__ import annotations
@@ -95,4 +97,31 @@ def test_devices_that_differ_only_in_their_random_rate_are_different_classes():
         {"name": "g0", "kind": "gpu", "model": "H100", "achieved_random_flops": "1 TFLOP/s", "call_overhead": 0},
         {"name": "g1", "kind": "gpu", "model": "H100", "achieved_random_flops": "2 TFLOP/s", "call_overhead": 0}]}]})
     cost = CostModel(_graph("random"), cluster)
+    assert cost.time[0, 0] == pytest.approx(2 * cost.time[0, 1], rel=1e-3)
+
+
+def test_other_tasks_run_at_the_elementwise_rate_and_mixed_tasks_at_the_mix_rate():
+    cost = CostModel(_graph("other", "mixed"),
+                     _cpu(achieved_other_flops=2e9, achieved_elementwise_flops="5 GFLOP/s"))
+    assert cost.time[:, 0].tolist() == pytest.approx([1e9 / 5e9, 1e9 / 2e9])
+
+
+def test_a_file_calibrated_before_the_elementwise_rate_prices_other_tasks_at_the_mix_rate():
+    cost = CostModel(_graph("other", "mixed"), _cpu(achieved_other_flops=2e9))
+    assert cost.time[:, 0].tolist() == pytest.approx([1e9 / 2e9, 1e9 / 2e9])
+
+
+def test_the_elementwise_rate_does_not_speed_memory_bound_tasks_beyond_their_bytes():
+    g = new_graph("t", "program")
+    add_task(g, "scale", kernel="scale", flops=1e6, bytes=1e9, compute_class="other")
+    cost = CostModel(g, _cpu(achieved_elementwise_flops=5e9, achieved_bandwidth=10e9))
+    assert cost.time[0, 0] == pytest.approx(1e9 / 10e9)
+
+
+def test_devices_that_differ_only_in_their_elementwise_rate_are_different_classes():
+    cluster = cluster_from_dict({"name": "c", "nodes": [{"name": "n", "link": {"bandwidth": 1e10}, "devices": [
+        {"name": "g0", "kind": "gpu", "model": "H100", "achieved_elementwise_flops": "1 TFLOP/s", "call_overhead": 0},
+        {"name": "g1", "kind": "gpu", "model": "H100", "achieved_elementwise_flops": "2 TFLOP/s", "call_overhead": 0}]}]})
+    cost = CostModel(_graph("other"), cluster)
+    assert len(set(cost.device_class)) == 2
     assert cost.time[0, 0] == pytest.approx(2 * cost.time[0, 1], rel=1e-3)

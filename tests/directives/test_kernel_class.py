@@ -66,10 +66,22 @@ def test_a_matrix_product_outweighs_an_fft_in_one_body():
     "def k(x, w):\n    return x * w",                                   # elementwise product, not @
     "def k(x):\n    return x ** 2 + x ** -1",                           # integer powers are products
     "def k(x):\n    e = np.exp(x - x.max())\n    return e / np.log1p(e).sum()",   # vectorised exp/log
-    "def k(n):\n    t = np.arange(n)\n    return np.sin(t) + np.random.default_rng(0).normal(size=n)",  # a mix
+    "def k(x, t):\n    return np.where(np.abs(x) > t, x * 0.5 + 0.5, x)",     # compare and select
 ])
-def test_arithmetic_reductions_vectorised_functions_and_mixes_are_other(body):
+def test_arithmetic_reductions_and_vectorised_functions_are_other(body):
     assert _class_of(body) == "other"
+
+
+@pytest.mark.parametrize("body", [
+    "def k(n):\n    t = np.arange(n)\n    return np.sin(t) + np.random.default_rng(0).normal(size=n)",
+    "def k(rng, x):\n    return x ** 0.5 + rng.normal(size=x.shape)",            # a fractional power and noise
+])
+def test_a_body_that_draws_random_numbers_and_calls_a_transcendental_function_is_mixed(body):
+    assert _class_of(body) == "mixed"
+
+
+def test_a_product_outweighs_a_mix_of_random_numbers_and_transcendental_functions():
+    assert _class_of("def k(a, rng):\n    return np.sin(a @ a) + rng.normal(size=a.shape)") == "blas"
 
 
 @pytest.mark.parametrize("body", [
