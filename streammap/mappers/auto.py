@@ -59,7 +59,8 @@ Candidates, in order:
 Effort is bounded by operation counts that scale with the graph (no wall-clock budget, which
 would make plans depend on the machine's load): the number of candidates shrinks as ``T × D``
 grows, the local search gets a number of re-timings inversely proportional to T, and the
-solver a budget in its deterministic time. Above :data:`LARGE_WORK` (``T × D``) the candidate list
+solver a budget in its deterministic time. ``T × D`` counts at least :data:`MIN_PASS_WIDTH` devices
+(a task's placement has a fixed cost however few devices there are). Above :data:`LARGE_WORK` the candidate list
 itself is cut to a budget of full-cluster list-scheduling passes, :data:`LARGE_PASS_BUDGET` task-device
 placements in all (:func:`large_graph_passes`): HEFT, then PEFT while the budget lasts, and nothing
 else (no subsets, partitions or local search), so a graph of 10,000 tasks on 64 devices maps in two
@@ -103,6 +104,11 @@ LARGE_WORK = 500_000
 LARGE_PASS_BUDGET = 2_000_000
 #: The full-cluster passes of a large graph, in the order they are run (HEFT always).
 LARGE_PASSES = ("heft", "peft")
+#: The fewest devices a pass is counted over in the work ``T x D``: each task's placement has a
+#: fixed Python cost beside its vectorised cost per device, so 100,000 tasks on one device cost
+#: a candidate pass about what they cost on eight (a 100,000-call program on ``--cluster local``
+#: otherwise got every small-graph candidate: 33 s of mapping for one device).
+MIN_PASS_WIDTH = 8
 #: Tasks × re-timings the local search may spend (each re-timing costs O(T + E)), on graphs up
 #: to :data:`SMALL_WORK`; larger graphs get :data:`SEARCH_BUDGET_LARGE`.
 SEARCH_BUDGET = 700_000
@@ -142,6 +148,11 @@ def upward_rank_with(cost: CostModel, w: np.ndarray) -> np.ndarray:
     return rank
 
 
+def pass_work(n_tasks: int, n_devices: int) -> int:
+    """The work of one full-cluster pass, ``T x max(D, MIN_PASS_WIDTH)`` (:data:`MIN_PASS_WIDTH`)."""
+    return n_tasks * max(n_devices, MIN_PASS_WIDTH)
+
+
 def large_graph_passes(n_tasks: int, n_devices: int) -> tuple[str, ...] | None:
     """The candidates ``auto`` builds for a graph of ``n_tasks`` on ``n_devices``, when its work
     ``T × D`` exceeds :data:`LARGE_WORK`: the first of :data:`LARGE_PASSES` whose passes fit in
@@ -154,8 +165,10 @@ def large_graph_passes(n_tasks: int, n_devices: int) -> tuple[str, ...] | None:
     True
     >>> large_graph_passes(10_000, 64), large_graph_passes(100_000, 512)
     (('heft', 'peft'), ('heft',))
+    >>> large_graph_passes(100_000, 1)
+    ('heft', 'peft')
     """
-    work = n_tasks * n_devices
+    work = pass_work(n_tasks, n_devices)
     if work <= LARGE_WORK:
         return None
     return LARGE_PASSES[:max(1, LARGE_PASS_BUDGET // work)]
@@ -164,7 +177,7 @@ def large_graph_passes(n_tasks: int, n_devices: int) -> tuple[str, ...] | None:
 def work_tier(cost: CostModel) -> int:
     """0, 1 or 2: how many candidates ``auto`` can afford for the graph's work ``T x D`` (all of
     them up to :data:`SMALL_WORK`, fewer up to :data:`MEDIUM_WORK`, fewest above)."""
-    work = cost.n_tasks * cost.n_devices
+    work = pass_work(cost.n_tasks, cost.n_devices)
     return 0 if work <= SMALL_WORK else (1 if work <= MEDIUM_WORK else 2)
 
 

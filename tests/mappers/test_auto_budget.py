@@ -38,6 +38,10 @@ def test_the_pass_budget_shrinks_the_candidates_as_the_graph_grows():
     assert auto_module.large_graph_passes(10_000, 64) == ("heft", "peft")
     assert auto_module.large_graph_passes(100_000, 512) == ("heft",)
     assert auto_module.large_graph_passes(1_000_000, 1024) == ("heft",)
+    # A pass costs each task a fixed placement however few the devices: 100,000 tasks on one
+    # device are a large graph too (a 100,000-call program compiled for --cluster local).
+    assert auto_module.large_graph_passes(100_000, 1) == ("heft", "peft")
+    assert auto_module.large_graph_passes(60_000, 8) is None
 
 
 def test_a_large_graph_gets_the_better_of_heft_and_peft(monkeypatch):
