@@ -51,17 +51,24 @@ def test_without_a_measured_other_rate_other_tasks_get_a_fraction_of_the_gemm_ra
     assert peak_only == pytest.approx(1e9 / (OTHER_FLOPS_FRACTION * 100e9))
 
 
-def test_the_other_rate_does_not_slow_memory_bound_tasks_beyond_their_bytes():
+#: The rates an "other" task may run at: the mix (files calibrated before the element-wise rate) and
+#: plain element-wise arithmetic, with a rate for each that is below the task's memory time.
+OTHER_RATES = [("achieved_other_flops", 1e3, 1e9), ("achieved_elementwise_flops", 1e6, 5e9)]
+
+
+@pytest.mark.parametrize("field, flops, rate", OTHER_RATES)
+def test_the_other_rates_do_not_change_memory_bound_tasks_beyond_their_bytes(field, flops, rate):
     g = new_graph("t", "program")
-    add_task(g, "copy", kernel="copy", flops=1e3, bytes=1e9, compute_class="other")
-    cost = CostModel(g, _cpu(achieved_other_flops=1e9, achieved_bandwidth=10e9))
+    add_task(g, "copy", kernel="copy", flops=flops, bytes=1e9, compute_class="other")
+    cost = CostModel(g, _cpu(**{field: rate}, achieved_bandwidth=10e9))
     assert cost.time[0, 0] == pytest.approx(1e9 / 10e9)
 
 
-def test_devices_that_differ_only_in_their_other_rate_are_different_classes():
+@pytest.mark.parametrize("field", [field for field, _, _ in OTHER_RATES])
+def test_devices_that_differ_only_in_an_other_rate_are_different_classes(field):
     cluster = cluster_from_dict({"name": "c", "nodes": [{"name": "n", "link": {"bandwidth": 1e10}, "devices": [
-        {"name": "g0", "kind": "gpu", "model": "H100", "achieved_other_flops": "1 TFLOP/s", "call_overhead": 0},
-        {"name": "g1", "kind": "gpu", "model": "H100", "achieved_other_flops": "2 TFLOP/s", "call_overhead": 0}]}]})
+        {"name": "g0", "kind": "gpu", "model": "H100", field: "1 TFLOP/s", "call_overhead": 0},
+        {"name": "g1", "kind": "gpu", "model": "H100", field: "2 TFLOP/s", "call_overhead": 0}]}]})
     cost = CostModel(_graph("other"), cluster)
     assert len(set(cost.device_class)) == 2
     assert cost.time[0, 0] == pytest.approx(2 * cost.time[0, 1], rel=1e-3)
@@ -109,19 +116,3 @@ def test_other_tasks_run_at_the_elementwise_rate_and_mixed_tasks_at_the_mix_rate
 def test_a_file_calibrated_before_the_elementwise_rate_prices_other_tasks_at_the_mix_rate():
     cost = CostModel(_graph("other", "mixed"), _cpu(achieved_other_flops=2e9))
     assert cost.time[:, 0].tolist() == pytest.approx([1e9 / 2e9, 1e9 / 2e9])
-
-
-def test_the_elementwise_rate_does_not_speed_memory_bound_tasks_beyond_their_bytes():
-    g = new_graph("t", "program")
-    add_task(g, "scale", kernel="scale", flops=1e6, bytes=1e9, compute_class="other")
-    cost = CostModel(g, _cpu(achieved_elementwise_flops=5e9, achieved_bandwidth=10e9))
-    assert cost.time[0, 0] == pytest.approx(1e9 / 10e9)
-
-
-def test_devices_that_differ_only_in_their_elementwise_rate_are_different_classes():
-    cluster = cluster_from_dict({"name": "c", "nodes": [{"name": "n", "link": {"bandwidth": 1e10}, "devices": [
-        {"name": "g0", "kind": "gpu", "model": "H100", "achieved_elementwise_flops": "1 TFLOP/s", "call_overhead": 0},
-        {"name": "g1", "kind": "gpu", "model": "H100", "achieved_elementwise_flops": "2 TFLOP/s", "call_overhead": 0}]}]})
-    cost = CostModel(_graph("other"), cluster)
-    assert len(set(cost.device_class)) == 2
-    assert cost.time[0, 0] == pytest.approx(2 * cost.time[0, 1], rel=1e-3)
