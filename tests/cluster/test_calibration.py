@@ -8,9 +8,10 @@ import pytest
 
 from streammap.cli import main
 from streammap.cluster import microbench
-from streammap.cluster.discover import Discovery, calibrate, discover, write_cluster
-from streammap.cluster.model import OTHER_FLOPS_FRACTION, ClusterSpec, DeviceSpec, Node, load_cluster
+from streammap.cluster.discover import calibrate, discover, write_cluster
+from streammap.cluster.model import OTHER_FLOPS_FRACTION, DeviceSpec, load_cluster
 from streammap.errors import ClusterError
+from tests.helpers.clusters import one_node
 
 
 def _fake(results):
@@ -20,14 +21,8 @@ def _fake(results):
     return measure
 
 
-def _node(*devices):
-    return Discovery(spec=ClusterSpec(name="x", nodes=[Node(name="n", link={"bandwidth": 1e10},
-                                                            devices=list(devices))]),
-                     status="test", notes=[])
-
-
-def test_the_cpu_is_measured_with_numpy_and_gets_positive_rates():
-    got = microbench.measure_device(DeviceSpec(name="cpu", kind="cpu"), budget_s=0.05)
+def test_the_cpu_is_measured_with_numpy_and_gets_positive_rates(cpu_measurement):
+    got = cpu_measurement
     assert got.flops > 0 and got.bandwidth > 0 and got.note == ""
 
 
@@ -53,7 +48,7 @@ def test_boards_of_one_model_record_the_median_so_they_stay_one_class():
     cpu = DeviceSpec(name="cpu", kind="cpu", flops=1e11)
     results = {"gpu0": microbench.Measured(50e12, 3.0e12), "gpu1": microbench.Measured(40e12, 2.0e12),
                "gpu2": microbench.Measured(45e12, 2.5e12), "cpu": microbench.Measured(None, None, note="busy")}
-    found = calibrate(_node(*gpus, cpu), measure=_fake(results))
+    found = calibrate(one_node(*gpus, cpu), measure=_fake(results))
     devs = found.spec.nodes[0].devices
     assert [(d.achieved_flops, d.achieved_bandwidth) for d in devs[:3]] == [(45e12, 2.5e12)] * 3
     assert devs[3].achieved_flops is None and devs[3].achieved_bandwidth is None
@@ -92,24 +87,20 @@ def test_a_bad_achieved_figure_names_the_file_line_and_field(tmp_path, field, va
     assert err.value.line == 7 and field in err.value.message
 
 
-def test_the_cpu_measurement_gives_a_bandwidth_curve_and_a_call_overhead():
-    got = microbench.measure_device(DeviceSpec(name="cpu", kind="cpu"), budget_s=0.05)
+def test_the_cpu_measurement_gives_a_bandwidth_curve_and_a_call_overhead(cpu_measurement):
+    got = cpu_measurement
     assert [n for n, _ in got.curve] == [2.0 * n for n in microbench.COPY_SIZES]
     assert got.bandwidth == got.curve[-1][1] and all(r > 0 for _, r in got.curve)
     assert got.call_overhead > 0
 
 
-def test_discover_records_the_curve_and_the_call_overhead_readably(tmp_path):
+def test_discover_records_the_curve_and_the_call_overhead_readably(calibrated_cpu_file):
     curve = ((512.0 * 1024, 100e9), (64.0 * 2**20, 25e9))
     measured = microbench.Measured(50e9, 25e9, 0.2, curve=curve, call_overhead=1.5e-6)
-    found = calibrate(_node(DeviceSpec(name="cpu", kind="cpu")), measure=_fake({"cpu": measured}))
-    out = tmp_path / "cluster.yaml"
-    write_cluster(found.spec, out, found.notes)
-    text = out.read_text()
+    text, cpu = calibrated_cpu_file(measured)
     assert "bandwidth_curve:\n    - - 512KiB\n      - 100 GB/s\n    - - 64MiB\n      - 25 GB/s\n" in text
     assert "call_overhead: 1.5us" in text
     assert "(in cache: 512 KiB 100 GB/s), call 1.5 us" in text
-    cpu = load_cluster(out).devices[0]
     assert cpu.bandwidth_curve == curve and cpu.call_overhead == pytest.approx(1.5e-6)
 
 
@@ -117,7 +108,7 @@ def test_boards_of_one_model_record_the_median_curve_and_overhead():
     gpus = [DeviceSpec(name=f"gpu{i}", kind="gpu", model="H100", index=i) for i in range(3)]
     results = {f"gpu{i}": microbench.Measured(40e12, r, curve=((1e6, 2 * r), (1e9, r)), call_overhead=o)
                for i, (r, o) in enumerate([(2e12, 10e-6), (3e12, 30e-6), (2.5e12, 20e-6)])}
-    devs = calibrate(_node(*gpus), measure=_fake(results)).spec.nodes[0].devices
+    devs = calibrate(one_node(*gpus), measure=_fake(results)).spec.nodes[0].devices
     assert {(tuple(map(tuple, d.bandwidth_curve)), d.call_overhead) for d in devs} == \
         {(((1e6, 5e12), (1e9, 2.5e12)), 20e-6)}
 
@@ -142,40 +133,34 @@ def test_a_bad_bandwidth_curve_names_the_file_line_and_field(tmp_path, curve, wo
     assert words in err.value.message
 
 
-def test_the_cpu_measurement_gives_a_positive_other_rate():
-    got = microbench.measure_device(DeviceSpec(name="cpu", kind="cpu"), budget_s=0.05)
+def test_the_cpu_measurement_gives_a_positive_other_rate(cpu_measurement):
+    got = cpu_measurement
     assert got.other_flops > 0
     assert "other " in got.describe(DeviceSpec(name="cpu", kind="cpu"))
 
 
-def test_the_other_rate_round_trips_through_the_cluster_file_readably(tmp_path):
+def test_the_other_rate_round_trips_through_the_cluster_file_readably(calibrated_cpu_file):
     measured = microbench.Measured(50e9, 25e9, 0.2, other_flops=2.5e9)
-    found = calibrate(_node(DeviceSpec(name="cpu", kind="cpu")), measure=_fake({"cpu": measured}))
-    out = tmp_path / "cluster.yaml"
-    write_cluster(found.spec, out, found.notes)
-    text = out.read_text()
+    text, cpu = calibrated_cpu_file(measured)
     assert "achieved_other_flops: 2.5 GFLOP/s" in text
     assert "other 2.5 GFLOP/s (5.0% of GEMM)" in text
-    cpu = load_cluster(out).devices[0]
     assert cpu.achieved_other_flops == pytest.approx(2.5e9) and cpu.other_compute_rate == pytest.approx(2.5e9)
 
 
-def test_the_cpu_measurement_gives_an_fft_rate_that_round_trips_through_the_cluster_file(tmp_path):
-    got = microbench.measure_device(DeviceSpec(name="cpu", kind="cpu"), budget_s=0.05)
+def test_the_cpu_measurement_gives_an_fft_rate_that_round_trips_through_the_cluster_file(
+        calibrated_cpu_file, cpu_measurement):
+    got = cpu_measurement
     assert got.fft_flops > 0
     measured = microbench.Measured(50e9, 25e9, 0.2, other_flops=2.5e9, fft_flops=4e9)
-    found = calibrate(_node(DeviceSpec(name="cpu", kind="cpu")), measure=_fake({"cpu": measured}))
-    out = tmp_path / "cluster.yaml"
-    write_cluster(found.spec, out, found.notes)
-    assert "achieved_fft_flops: 4 GFLOP/s" in out.read_text()
-    cpu = load_cluster(out).devices[0]
+    text, cpu = calibrated_cpu_file(measured)
+    assert "achieved_fft_flops: 4 GFLOP/s" in text
     assert cpu.fft_compute_rate == pytest.approx(4e9) and cpu.rate_for("fft") == pytest.approx(4e9)
 
 
 def test_boards_of_one_model_record_the_median_other_rate():
     gpus = [DeviceSpec(name=f"gpu{i}", kind="gpu", model="H100", index=i) for i in range(3)]
     results = {f"gpu{i}": microbench.Measured(40e12, 2e12, other_flops=o) for i, o in enumerate([1e12, 3e12, 2e12])}
-    devs = calibrate(_node(*gpus), measure=_fake(results)).spec.nodes[0].devices
+    devs = calibrate(one_node(*gpus), measure=_fake(results)).spec.nodes[0].devices
     assert {d.achieved_other_flops for d in devs} == {2e12}
 
 
@@ -197,31 +182,25 @@ def test_a_bad_other_rate_names_the_file_line_and_field(tmp_path):
     assert err.value.line == 7 and "achieved_other_flops" in err.value.message
 
 
-def test_the_cpu_measurement_gives_random_and_transcendental_rates_that_round_trip(tmp_path):
-    got = microbench.measure_device(DeviceSpec(name="cpu", kind="cpu"), budget_s=0.05)
+def test_the_cpu_measurement_gives_random_and_transcendental_rates_that_round_trip(
+        calibrated_cpu_file, cpu_measurement):
+    got = cpu_measurement
     assert got.random_flops > 0 and got.transcendental_flops > 0
     measured = microbench.Measured(50e9, 25e9, 0.2, other_flops=2.5e9, random_flops=0.1e9,
                                    transcendental_flops=0.15e9)
-    found = calibrate(_node(DeviceSpec(name="cpu", kind="cpu")), measure=_fake({"cpu": measured}))
-    out = tmp_path / "cluster.yaml"
-    write_cluster(found.spec, out, found.notes)
-    text = out.read_text()
+    text, cpu = calibrated_cpu_file(measured)
     assert "achieved_random_flops: 100 MFLOP/s" in text and "achieved_transcendental_flops: 150 MFLOP/s" in text
     assert "random 100 MFLOP/s" in text and "transcendental 150 MFLOP/s" in text
-    cpu = load_cluster(out).devices[0]
     assert cpu.rate_for("random") == pytest.approx(0.1e9) and cpu.rate_for("transcendental") == pytest.approx(0.15e9)
 
 
-def test_the_cpu_measurement_gives_an_elementwise_rate_that_round_trips(tmp_path):
-    got = microbench.measure_device(DeviceSpec(name="cpu", kind="cpu"), budget_s=0.05)
+def test_the_cpu_measurement_gives_an_elementwise_rate_that_round_trips(
+        calibrated_cpu_file, cpu_measurement):
+    got = cpu_measurement
     assert got.elementwise_flops > 0
     measured = microbench.Measured(50e9, 25e9, 0.2, other_flops=2.5e9, elementwise_flops=6e9)
-    found = calibrate(_node(DeviceSpec(name="cpu", kind="cpu")), measure=_fake({"cpu": measured}))
-    out = tmp_path / "cluster.yaml"
-    write_cluster(found.spec, out, found.notes)
-    text = out.read_text()
+    text, cpu = calibrated_cpu_file(measured)
     assert "achieved_elementwise_flops: 6 GFLOP/s" in text and "element-wise 6 GFLOP/s" in text
-    cpu = load_cluster(out).devices[0]
     assert cpu.rate_for("other") == pytest.approx(6e9) and cpu.rate_for("mixed") == pytest.approx(2.5e9)
 
 

@@ -7,15 +7,10 @@ from __future__ import annotations
 import pytest
 
 from streammap.cluster import microbench
-from streammap.cluster.discover import Discovery, calibrate, write_cluster
-from streammap.cluster.model import ClusterSpec, DeviceSpec, Node, load_cluster
+from streammap.cluster.discover import calibrate
+from streammap.cluster.model import DeviceSpec, load_cluster
 from streammap.errors import ClusterError
-
-
-def _node(*devices):
-    return Discovery(spec=ClusterSpec(name="x", nodes=[Node(name="n", link={"bandwidth": 1e10},
-                                                            devices=list(devices))]),
-                     status="test", notes=[])
+from tests.helpers.clusters import one_node
 
 
 def test_a_larger_side_that_measured_slower_gets_the_rate_of_the_smaller_one():
@@ -25,8 +20,8 @@ def test_a_larger_side_that_measured_slower_gets_the_rate_of_the_smaller_one():
     assert microbench.monotone_curve([(64, 40e9), (256, 80e9)]) == ((64, 40e9), (256, 80e9))
 
 
-def test_the_cpu_measurement_gives_non_decreasing_gemm_and_cholesky_curves_by_side():
-    got = microbench.measure_device(DeviceSpec(name="cpu", kind="cpu"), budget_s=0.05)
+def test_the_cpu_measurement_gives_non_decreasing_gemm_and_cholesky_curves_by_side(cpu_measurement):
+    got = cpu_measurement
     for curve, sides in ((got.gemm_curve, microbench.GEMM_SIDES["cpu"]),
                          (got.factor_curve, microbench.FACTOR_SIDES["cpu"])):
         assert [n for n, _ in curve] == list(sides)
@@ -36,16 +31,12 @@ def test_the_cpu_measurement_gives_non_decreasing_gemm_and_cholesky_curves_by_si
     assert "Cholesky " in got.describe(DeviceSpec(name="cpu", kind="cpu"))
 
 
-def test_discover_records_both_curves_readably_and_they_load_back(tmp_path):
+def test_discover_records_both_curves_readably_and_they_load_back(calibrated_cpu_file):
     gemm, factor = ((64, 40e9), (256, 60e9)), ((64, 2e9), (256, 8e9))
     measured = microbench.Measured(60e9, 25e9, 0.2, gemm_curve=gemm, factor_curve=factor)
-    found = calibrate(_node(DeviceSpec(name="cpu", kind="cpu")), measure=lambda d, **_: measured)
-    out = tmp_path / "cluster.yaml"
-    write_cluster(found.spec, out, found.notes)
-    text = out.read_text()
+    text, cpu = calibrated_cpu_file(measured)
     assert "gemm_curve:\n    - - 64\n      - 40 GFLOP/s\n    - - 256\n      - 60 GFLOP/s\n" in text
     assert "factor_curve:\n    - - 64\n      - 2 GFLOP/s\n    - - 256\n      - 8 GFLOP/s\n" in text
-    cpu = load_cluster(out).devices[0]
     assert cpu.gemm_curve == gemm and cpu.factor_curve == factor
 
 
@@ -54,7 +45,7 @@ def test_boards_of_one_model_record_the_median_curves():
     results = {f"gpu{i}": microbench.Measured(r, 2e12, gemm_curve=((1024, r / 2), (4096, r)),
                                               factor_curve=((1024, r / 20), (4096, r / 10)))
                for i, r in enumerate([40e12, 60e12, 50e12])}
-    devs = calibrate(_node(*gpus), measure=lambda d, **_: results[d.name]).spec.nodes[0].devices
+    devs = calibrate(one_node(*gpus), measure=lambda d, **_: results[d.name]).spec.nodes[0].devices
     assert {(tuple(map(tuple, d.gemm_curve)), tuple(map(tuple, d.factor_curve))) for d in devs} == \
         {(((1024, 25e12), (4096, 50e12)), ((1024, 2.5e12), (4096, 5e12)))}
 
