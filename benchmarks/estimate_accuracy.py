@@ -14,7 +14,7 @@ sample and pooled over all tasks: the median error in each case, beside the targ
 after one profile run), and where the second plan's estimates came from.
 
     python benchmarks/estimate_accuracy.py [--runs 3] [--repeats 3] [--all-devices] [--held-out]
-                                           [--first-estimate] [--check]
+                                           [--first-estimate [--per-kernel]] [--check]
 
 ``--held-out`` profiles each program at four *other* sizes instead (one param varied, two below
 and two above the compiled size), so that every estimate comes from the history's regression
@@ -26,9 +26,10 @@ round 1's calibration (the side-256 GEMM rate for every task, the copy's bandwid
 call overhead); round 2's (besides, the "other" and FFT rates for kernels of those compute
 classes); and the whole calibration ("new": besides, every matrix product at the rate of the GEMM
 curve at its own side and element size, and every factorisation or solver at the rate of the
-Cholesky curve at its side, and plain arithmetic at the element-wise rate; the column "mix for
-other" is that file without the element-wise rate, arithmetic at the "other" mix's rate, as files
-calibrated before the figure price it). The first two give every task the GEMM rate, as the cost
+Cholesky curve at its side, plain arithmetic at the element-wise rate, every FFT at the rate of
+the FFT curve, complex or real, at its working set and scans at the scan rate; the column
+"round 6" is that file without the FFT curves and the scan rate, as files calibrated before them
+price FFTs and scans). The first two give every task the GEMM rate, as the cost
 model did before kernels had compute classes. Each sample is compiled without history against
 each, and every task's estimate compared with its measured time: the task's *minimum* over
 ``--runs`` runs after a warm-up (on a shared, loaded machine every disturbance only adds time, so
@@ -38,7 +39,9 @@ same measurements. Reported per sample and pooled: the median per-task ratio
 ``max(measured, estimate) / min(...)`` (1 is exact; target at most 2, :data:`FIRST_TARGET`), and
 the median ``measured / estimate`` (above 1: the estimates are optimistic). A last row, after the
 pooled one, reports ``benchmarks/held_out_kernels.py`` (:data:`HELD_OUT_SAMPLES`), a program the
-compute-class rules were not checked on, outside the pooled figure.
+compute-class rules were not checked on, outside the pooled figure. ``--per-kernel`` prints, beneath
+each sample, a line per kernel of the "new" column: its tasks' median measured time, estimate and
+``measured / estimate`` (which kernels set a sample's figure, and which way they miss).
 
 On a machine more loaded than it has cores (the one-minute load average at least the core count),
 ``--first-estimate`` runs with one BLAS thread (``OPENBLAS_NUM_THREADS=1``, and the OpenMP and MKL
@@ -149,7 +152,7 @@ def first_estimate(args) -> int:
     calibrated = local_cluster(args.all_devices, calibrated=True, found=found)
     peak = local_cluster(args.all_devices, found=found)
     clusters = {"peak": one_rate(peak), "round 1": one_rate(calibrated), "round 2": no_gemm_curve(calibrated),
-                "mix for other": mix_for_other(calibrated), "new": calibrated}
+                "round 6": before_fft_curves(calibrated), "new": calibrated}
     for d in calibrated.devices:
         curve = ", ".join(f"{n / 2**20:.3g} MiB {r / 1e9:.3g}" for n, r in d.bandwidth_curve)
         gemm = ", ".join(f"{n:g} {r / 1e9:.3g}" for n, r in d.gemm_curve)
@@ -157,8 +160,11 @@ def first_estimate(args) -> int:
         print(f"device {d.id} ({d.model or d.kind}): peak {d.flops / 1e9:.4g} GFLOP/s, {d.mem_bandwidth / 1e9:.4g} GB/s; "
               f"achieved GEMM {_g(d.achieved_flops)} GFLOP/s" + (f" (by side: {gemm})" if gemm else "")
               + (f", Cholesky by side: {factor}" if factor else "")
-              + f", other {_g(d.achieved_other_flops)} GFLOP/s, element-wise {_g(d.achieved_elementwise_flops)} GFLOP/s, FFT {_g(d.achieved_fft_flops)} GFLOP/s, "
-              f"random {_g(d.achieved_random_flops)} GFLOP/s, transcendental {_g(d.achieved_transcendental_flops)} GFLOP/s, "
+              + f", other {_g(d.achieved_other_flops)} GFLOP/s, element-wise {_g(d.achieved_elementwise_flops)} GFLOP/s, FFT {_g(d.achieved_fft_flops)} GFLOP/s"
+              + "".join(f" ({what} by working set: " + ", ".join(f"{n / 2**10:g} KiB {r / 1e9:.3g}" for n, r in c) + ")"
+                        for what, c in (("complex", d.fft_curve), ("real pair", d.rfft_curve)) if c)
+              + f", random {_g(d.achieved_random_flops)} GFLOP/s, transcendental {_g(d.achieved_transcendental_flops)} GFLOP/s, "
+              f"scan {_g(d.achieved_scan_flops)} GFLOP/s, "
               f"{_g(d.achieved_bandwidth)} GB/s" + (f" (by working set: {curve} GB/s)" if curve else "")
               + (f", call {d.call_overhead * 1e6:.3g} us" if d.call_overhead is not None else ""))
     print(f"BLAS threads: {os.environ.get('OPENBLAS_NUM_THREADS', 'all')} (load average "
@@ -168,7 +174,7 @@ def first_estimate(args) -> int:
     print(f"{'':<26}" + "".join(f"{key + ': ratio':>18}{'meas/est':>10}" for key in clusters))
     pooled: dict[str, list[float]] = {key: [] for key in clusters}
     for name, path, params in SAMPLES:
-        for key, got in sample_row(name, path, params, clusters, args.runs).items():
+        for key, got in sample_row(name, path, params, clusters, args.runs, args.per_kernel).items():
             pooled[key] += got
     row = "".join(f"{statistics.median(_sym(r) for r in got):>17.2f}x{statistics.median(got):>9.2f}x"
                   for got in pooled.values())
@@ -176,18 +182,37 @@ def first_estimate(args) -> int:
     print(f"{'all tasks':<20}{len(pooled['new']):>6}{row}  target <= {FIRST_TARGET:g}x: "
           f"{'met' if mc <= FIRST_TARGET else 'MISSED'}")
     for name, path, params in HELD_OUT_SAMPLES:
-        sample_row(name + " (held out)", path, params, clusters, args.runs)
+        sample_row(name + " (held out)", path, params, clusters, args.runs, args.per_kernel)
     return 1 if args.check and mc > FIRST_TARGET else 0
 
 
-def sample_row(name, path, params, clusters: dict, runs: int) -> dict[str, list[float]]:
-    """One program's row: each cluster's per-task ratios, printed as their medians."""
+def sample_row(name, path, params, clusters: dict, runs: int, per_kernel: bool = False) -> dict[str, list[float]]:
+    """One program's row: each cluster's per-task ratios, printed as their medians; with
+    ``per_kernel``, a line per kernel of the last column's plan beneath it."""
     row, seen, out = "", {}, {}
     for key, cluster in clusters.items():
-        got = out[key] = min_ratios(make_plan(path, params, cluster), runs, seen)
+        plan = make_plan(path, params, cluster)
+        got = out[key] = min_ratios(plan, runs, seen)
         row += f"{statistics.median(_sym(r) for r in got):>17.2f}x{statistics.median(got):>9.2f}x"
     print(f"{name:<20}{len(got):>6}{row}", flush=True)
+    if per_kernel:
+        print_kernels(plan, seen)
     return out
+
+
+def print_kernels(plan, seen: dict) -> None:
+    """One line per kernel of ``plan``: its tasks' median measured time, median estimate and median
+    ``measured / estimate`` (the tasks that set a sample's figure, and which way they miss)."""
+    by_kernel: dict[str, list] = {}
+    for t in plan.tasks:
+        if (t.id, t.device) in seen and t.finish > t.start:
+            by_kernel.setdefault(t.kernel, []).append((seen[t.id, t.device], t.finish - t.start))
+    for kernel, pairs in by_kernel.items():
+        measured = statistics.median(m for m, _ in pairs)
+        estimate = statistics.median(e for _, e in pairs)
+        ratio = statistics.median(m / e for m, e in pairs)
+        print(f"    {kernel:<22}{len(pairs):>4} tasks  measured {measured * 1e6:>9.1f} us  "
+              f"estimate {estimate * 1e6:>9.1f} us  measured/estimate {ratio:.2f}x", flush=True)
 
 
 def min_ratios(plan, runs: int, seen: dict) -> list[float]:
@@ -211,7 +236,8 @@ def one_rate(cluster: Cluster) -> Cluster:
     gemm = lambda d: d.achieved_flops or d.flops       # noqa: E731
     return _with_devices(cluster, lambda d: {"achieved_other_flops": gemm(d), "achieved_fft_flops": gemm(d),
                                              "achieved_random_flops": gemm(d), "achieved_elementwise_flops": gemm(d),
-                                             "achieved_transcendental_flops": gemm(d), "gemm_curve": None})
+                                             "achieved_transcendental_flops": gemm(d), "gemm_curve": None,
+                                             "achieved_scan_flops": gemm(d), "fft_curve": None, "rfft_curve": None})
 
 
 def no_gemm_curve(cluster: Cluster) -> Cluster:
@@ -219,13 +245,18 @@ def no_gemm_curve(cluster: Cluster) -> Cluster:
     size and element type, and random and transcendental kernels at the "other" mix's rate (a file
     calibrated before those figures existed)."""
     return _with_devices(cluster, lambda d: {"gemm_curve": None, "achieved_random_flops": None,
-                                             "achieved_transcendental_flops": None, "achieved_elementwise_flops": None})
+                                             "achieved_transcendental_flops": None, "achieved_elementwise_flops": None,
+                                             **NEW_IN_ROUND_7})
 
 
-def mix_for_other(cluster: Cluster) -> Cluster:
-    """``cluster`` without the element-wise rate: "other" kernels (plain arithmetic) at the "other"
-    mix's rate, as a file calibrated before ``achieved_elementwise_flops`` existed prices them."""
-    return _with_devices(cluster, lambda d: {"achieved_elementwise_flops": None})
+#: The fields of round 7 (the FFT curves by working set, the scan rate), cleared for the columns before it.
+NEW_IN_ROUND_7 = {"fft_curve": None, "rfft_curve": None, "achieved_scan_flops": None}
+
+
+def before_fft_curves(cluster: Cluster) -> Cluster:
+    """``cluster`` without the FFT curves and the scan rate: every FFT at ``achieved_fft_flops``
+    whatever its size, scans at the element-wise rate, as a file calibrated in round 6 prices them."""
+    return _with_devices(cluster, lambda d: dict(NEW_IN_ROUND_7))
 
 
 def _with_devices(cluster: Cluster, update) -> Cluster:
@@ -262,6 +293,8 @@ def main(argv=None) -> int:
     ap.add_argument("--first-estimate", action="store_true",
                     help="estimates before any profile: peak against calibrated cluster files, no history")
     ap.add_argument("--check", action="store_true", help="exit 1 when the pooled median misses the target")
+    ap.add_argument("--per-kernel", action="store_true",
+                    help="--first-estimate: beneath each sample, every kernel's median measured/estimate (last column)")
     args = ap.parse_args(argv)
     logging.getLogger("streammap").setLevel(logging.ERROR)   # slow-task alerts of clause-only plans
     if args.first_estimate:

@@ -1,14 +1,19 @@
 """Held-out kernels for ``estimate_accuracy.py --first-estimate``: one of each compute class that
-the rules for random numbers, transcendental functions and Gram products (``x @ x.T``) were written
-for, but that none of the samples the rules were checked on contains.
+the rules for random numbers, transcendental functions, Gram products (``x @ x.T``), real FFTs
+by working set and scans were written for, but that none of the samples the rules were checked
+on contains.
 
 Each of JOBS jobs draws a B×B block of normal random numbers (``noise``: class ``random``), damps
 it with a cosine and a fractional power (``wave``: ``transcendental``), shrinks it towards zero
-with plain arithmetic (``shrink``, a soft threshold: ``other``) and forms its Gram matrix
-(``gram``: ``x @ x.T``, class ``gram``); a last kernel adds the Gram matrices. The clauses count
-as the README counts them, without looking at how fast NumPy runs each operation: one FLOP per
-random number and per element of each elementwise operation, ``B³`` for the symmetric product
-(the BLAS ``syrk`` convention, half the full product's ``2 B³``).
+with plain arithmetic (``shrink``, a soft threshold: ``other``), low-passes the flattened block
+with a real FFT of B² points (``spectrum``: ``rfft``; 36,864 points at B=192, a length that is
+not a power of two, measured by no discovery), takes each row's drawdown, how far its running sum
+is below the running maximum of that sum (``drawdown``: two scans, class ``scan``), and forms its
+Gram matrix (``gram``: ``x @ x.T``, class ``gram``); a last kernel adds the Gram matrices. The
+clauses count as the README counts them, without looking at how fast NumPy runs each operation:
+one FLOP per random number and per element of each elementwise operation or scan, ``5 n log2 n``
+for a real FFT and its inverse of n points, ``B³`` for the symmetric product (the BLAS ``syrk``
+convention, half the full product's ``2 B³``).
 
     python benchmarks/held_out_kernels.py
 """
@@ -42,6 +47,21 @@ def shrink(x):
     return np.sign(x) * np.maximum(np.abs(x) - THRESHOLD, 0.0)
 
 
+# @stream kernel(flops=5*B*B*log2(B*B), bytes=24*B*B, out=8*B*B)
+def spectrum(x):
+    """The block with the upper half of its flattened spectrum removed (a real FFT and its inverse)."""
+    f = np.fft.rfft(x.ravel())
+    f[f.size // 2:] = 0
+    return np.fft.irfft(f, n=x.size).reshape(x.shape)
+
+
+# @stream kernel(flops=3*B*B, bytes=24*B*B, out=8*B*B)
+def drawdown(x):
+    """Per row: the running maximum of the running sum, minus the running sum (two scans, a subtraction)."""
+    c = np.cumsum(x, axis=1)
+    return np.maximum.accumulate(c, axis=1) - c
+
+
 # @stream kernel(flops=B**3, bytes=16*B*B, out=8*B*B)
 def gram(x):
     """The Gram matrix x xᵀ."""
@@ -59,7 +79,7 @@ def total(*grams):
 
 # @stream graph
 def held_out():
-    return total(*[gram(shrink(wave(noise(i)))) for i in range(JOBS)])
+    return total(*[gram(drawdown(spectrum(shrink(wave(noise(i)))))) for i in range(JOBS)])
 
 
 if __name__ == "__main__":

@@ -35,6 +35,14 @@ per kernel, from the source alone (nothing is run):
     ``rfft``, ``irfft``, ``fft2``, ``fftn``, ...). An FFT runs at its own rate, between the two
     others (~3-5 GFLOP/s on that VM, counted ``5 n log2 n``), and a kernel that calls one usually
     spends its time there; discovery measures it (``achieved_fft_flops``).
+``"rfft"``
+    An ``"fft"`` body whose every transform is a real one (``rfft``, ``irfft``, their 2-D and n-D
+    forms, ``hfft``, ``ihfft``; helpers such as ``rfftfreq`` and ``fftshift`` do not count): a
+    real transform of n points is counted ``2.5 n log2 n`` and runs on arrays half the size of a
+    complex one's, so at one working set its rate differs from the complex transform's (on a
+    2-core EPYC VM ~7 GFLOP/s for both within the core's cache, but at 2 MiB a real pair ran at 3-7
+    against ~7 for the complex FFT). Discovery measures both by working set
+    (``rfft_curve``, ``fft_curve``).
 ``"random"``
     None of those, but the body draws random numbers: anything under a ``random`` namespace
     (``np.random.default_rng``, ``cp.random.standard_normal``, ``xp.random.rand``) or a
@@ -55,6 +63,16 @@ per kernel, from the source alone (nothing is run):
     with noise): neither rate alone describes it, so it runs at the measured mix of ``sin``, an
     FFT and random numbers (``achieved_other_flops``), the rate every such kernel had before
     plain arithmetic got one of its own.
+``"scan"``
+    None of those, but the body calls a scan: a running sum or product (``cumsum``, ``cumprod``,
+    their ``nan`` forms and NumPy 2's ``cumulative_sum``/``cumulative_prod``) or a ufunc's
+    ``accumulate`` (``np.maximum.accumulate``). Each element of a scan waits for the one before
+    it, so NumPy cannot run it with vector instructions: ~3.3 ns per element on a 2-core EPYC VM,
+    fifteen times an addition (~0.2 ns) and near a transcendental function's cost, while clauses
+    count it one FLOP per element like an addition. Priced as plain arithmetic, a moving average
+    built on ``cumsum`` was estimated 2.3-3.6x too fast. Discovery measures the rate
+    (``achieved_scan_flops``). A body that also calls a transcendental function is
+    ``"transcendental"`` (the slower of the two per element, as for the classes above).
 ``"other"``
     Everything else: plain element-wise arithmetic (``a * x + b``, ``abs``, comparisons,
     ``where``, the vectorised ``exp``/``log``/``sqrt``), reductions and indexing. NumPy runs an
@@ -67,7 +85,7 @@ or not they run) makes the whole kernel ``"lapack"``, else one matrix product ma
 ``"blas"`` (``"gram"`` when every product is of an array with its own transpose): a kernel that
 factorises or multiplies matrices usually spends its time there, and its ``flops`` clause counts
 that work; the slower of the two wins when a body has both. Random numbers and transcendental
-functions only decide among bodies without products or FFTs. Functions the kernel calls
+functions only decide among bodies without products or FFTs, and scans among bodies without those. Functions the kernel calls
 are not followed (a helper defined elsewhere that multiplies matrices leaves the kernel
 ``"other"``): the look is local and cheap, and a wrong class costs an estimate, never a result.
 """
@@ -77,8 +95,8 @@ from __future__ import annotations
 import ast
 
 #: The classes, as the task graph's ``compute_class`` attribute carries them.
-LAPACK, BLAS, GRAM, FFT, RANDOM, TRANSCENDENTAL, MIXED, OTHER = (
-    "lapack", "blas", "gram", "fft", "random", "transcendental", "mixed", "other")
+LAPACK, BLAS, GRAM, FFT, RFFT, RANDOM, TRANSCENDENTAL, MIXED, SCAN, OTHER = (
+    "lapack", "blas", "gram", "fft", "rfft", "random", "transcendental", "mixed", "scan", "other")
 
 #: Names of calls that are matrix products (BLAS level 3 underneath), whatever module or object
 #: they are reached through.
@@ -93,6 +111,10 @@ FACTOR_CALLS = frozenset({
 #: Names of calls that are FFTs, whatever module they are reached through.
 FFT_CALLS = frozenset({"fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2",
                        "irfft2", "fftn", "ifftn", "rfftn", "irfftn"})
+#: The FFTs of :data:`FFT_CALLS` that are real transforms (a body that calls only these is ``"rfft"``).
+REAL_FFT_CALLS = frozenset({"rfft", "irfft", "rfft2", "irfft2", "rfftn", "irfftn", "hfft", "ihfft"})
+#: Functions of an ``fft`` namespace that are not transforms: they neither make a body ``"rfft"`` nor keep it from being one.
+FFT_HELPERS = frozenset({"fftfreq", "rfftfreq", "fftshift", "ifftshift"})
 #: Names of Generator (and legacy ``RandomState``) methods that draw random numbers, called on a
 #: generator object whatever it is named (``rng.normal``); calls under a ``random`` namespace count too.
 RANDOM_CALLS = frozenset({"default_rng", "Generator", "RandomState", "standard_normal", "normal",
@@ -104,6 +126,11 @@ TRANSCENDENTAL_CALLS = frozenset({"sin", "cos", "tan", "arcsin", "arccos", "arct
                                   "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh",
                                   "power", "float_power"})
 
+#: Names of calls that are scans (each element depends on the one before it), whatever they are
+#: reached through: ``np.cumsum``, ``x.cumsum()``, ``np.maximum.accumulate``.
+SCAN_CALLS = frozenset({"cumsum", "cumprod", "nancumsum", "nancumprod", "cumulative_sum", "cumulative_prod",
+                        "accumulate"})
+
 #: A namespace whose every function that is not a product counts as a factorisation
 #: (``np.linalg.norm`` too: it is rare in kernels, and a simple rule is easier to predict than an exact one).
 LINALG_NAMESPACE = "linalg"
@@ -111,8 +138,8 @@ LINALG_NAMESPACE = "linalg"
 
 def compute_class(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     """The compute class of the body of ``fn``, the first that applies of ``"lapack"``,
-    ``"blas"`` (``"gram"``), ``"fft"``, ``"mixed"``, ``"random"``, ``"transcendental"``, ``"other"``
-    (module docstring).
+    ``"blas"`` (``"gram"``), ``"rfft"``, ``"fft"``, ``"mixed"``, ``"random"``, ``"transcendental"``, ``"scan"``,
+    ``"other"`` (module docstring).
 
     Examples
     --------
@@ -126,16 +153,20 @@ def compute_class(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     'lapack'
     >>> compute_class(ast.parse("def f(x):\\n    return xp.fft.fft(xp.sin(x))").body[0])
     'fft'
+    >>> compute_class(ast.parse("def f(y):\\n    return xp.fft.irfft(xp.fft.rfft(y) * 2)").body[0])
+    'rfft'
     >>> compute_class(ast.parse("def f(x):\\n    return xp.sin(x) * 2").body[0])
     'transcendental'
     >>> compute_class(ast.parse("def f(i):\\n    return np.random.default_rng(i).normal(size=9)").body[0])
     'random'
     >>> compute_class(ast.parse("def f(n):\\n    return xp.sin(xp.arange(n)) + xp.random.rand(n)").body[0])
     'mixed'
+    >>> compute_class(ast.parse("def f(x):\\n    return xp.cumsum(x)[8:] / 8").body[0])
+    'scan'
     >>> compute_class(ast.parse("def f(x):\\n    return xp.exp(x) / x.sum()").body[0])
     'other'
     """
-    found, products = set(), []
+    found, products, transforms = set(), [], set()
     for node in ast.walk(fn):
         if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult):
             found.add(BLAS)
@@ -147,11 +178,15 @@ def compute_class(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
             found.add(cls)
             if cls == BLAS:
                 products.append(_dot_operands(node))
+            elif cls == FFT:
+                transforms.add(_transform_kind(node.func))
     if BLAS in found and LAPACK not in found and products and all(_is_gram(*ops) for ops in products):
         return GRAM
     if RANDOM in found and TRANSCENDENTAL in found:
         found.add(MIXED)                          # a mix of both: the mix's rate (docstring)
-    return next((c for c in (LAPACK, BLAS, FFT, MIXED, RANDOM, TRANSCENDENTAL) if c in found), OTHER)
+    if transforms - {None} == {RFFT}:
+        found.add(RFFT)                           # only real transforms: their own curve (docstring)
+    return next((c for c in (LAPACK, BLAS, RFFT, FFT, MIXED, RANDOM, TRANSCENDENTAL, SCAN) if c in found), OTHER)
 
 
 def _call_class(func: ast.expr) -> str:
@@ -169,7 +204,18 @@ def _call_class(func: ast.expr) -> str:
         return RANDOM
     if name in TRANSCENDENTAL_CALLS:
         return TRANSCENDENTAL
+    if name in SCAN_CALLS:
+        return SCAN
     return OTHER
+
+
+def _transform_kind(func: ast.expr) -> str | None:
+    """``RFFT`` for a real transform (``xp.fft.rfft``), ``None`` for a helper (``rfftfreq``),
+    ``FFT`` for any other call of the ``fft`` class (a complex transform)."""
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if name in FFT_HELPERS:
+        return None
+    return RFFT if name in REAL_FFT_CALLS else FFT
 
 
 def _integer_literal(expr: ast.expr) -> bool:

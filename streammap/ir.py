@@ -33,9 +33,9 @@ Node attributes (one node per task; the node key is the task id)
               ``None`` (default: no limit).
 ``compute_class`` what kind of arithmetic the kernel does, for the rate its ``flops`` run at:
               ``"lapack"`` (its body calls a factorisation or solver: ``cholesky``, ``solve``, ``linalg.*``),
-              ``"blas"`` (a matrix product: ``@``, ``matmul``, ``einsum``, ...), ``"fft"`` (an FFT),
+              ``"blas"`` (a matrix product: ``@``, ``matmul``, ``einsum``, ...), ``"fft"`` (an FFT), ``"rfft"`` (real FFTs only),
               ``"gram"``, ``"random"``, ``"transcendental"``, ``"mixed"`` (random numbers and
-              transcendental functions), ``"other"`` (element-wise arithmetic, reductions), or ``None``
+              transcendental functions), ``"scan"`` (``cumsum``, ``cumprod``, ``accumulate``), ``"other"`` (element-wise arithmetic, reductions), or ``None``
               (unknown: imported workflows; the cost model uses the matrix-product rate, as it did
               before the classes existed). Set by :mod:`streammap.directives.kernel_class`.
 ``runtime``   reference runtime in seconds on a speed-1.0 device (imported), or ``None``.

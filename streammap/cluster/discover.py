@@ -68,7 +68,8 @@ frequency in ``/sys``, else "cpu MHz", else 2.5 GHz; ``mem_bandwidth`` = 20 GB/s
 Calibration (``streammap discover`` without ``--no-calibrate``; :func:`calibrate`): the figures
 above are peaks, read or derived; :func:`calibrate` adds what each device *achieved* in two short
 micro-benchmarks, ``achieved_flops`` with its ``gemm_curve`` by matrix side, a Cholesky factorisation's
-``factor_curve``, ``achieved_bandwidth`` with
+``factor_curve``, the rates of the other compute classes (an FFT's ``fft_curve`` by working set,
+``achieved_scan_flops``, ...), ``achieved_bandwidth`` with
 its ``bandwidth_curve`` by working-set size, and ``call_overhead`` (:mod:`streammap.cluster.microbench`), which the cost model prefers. :func:`discover` itself never measures (``--cluster local`` at
 compile time stays fast and deterministic).
 """
@@ -664,6 +665,7 @@ _RATE_FIELDS = (("flops", _FLOP_UNITS), ("mem_bandwidth", _RATE_UNITS), ("achiev
                 ("achieved_other_flops", _FLOP_UNITS), ("achieved_elementwise_flops", _FLOP_UNITS),
                 ("achieved_fft_flops", _FLOP_UNITS),
                 ("achieved_random_flops", _FLOP_UNITS), ("achieved_transcendental_flops", _FLOP_UNITS),
+                ("achieved_scan_flops", _FLOP_UNITS),
                 ("achieved_bandwidth", _RATE_UNITS))
 
 
@@ -699,6 +701,8 @@ def _readable(spec: ClusterSpec) -> dict:
                     d[key] = _sig4(d[key], units)
             if "bandwidth_curve" in d:
                 d["bandwidth_curve"] = [[_readable_size(n), _sig4(r, _RATE_UNITS)] for n, r in d["bandwidth_curve"]]
+            if "fft_curve" in d:
+                d["fft_curve"] = [[_readable_size(n), _sig4(r, _FLOP_UNITS)] for n, r in d["fft_curve"]]
             for key in ("gemm_curve", "factor_curve"):
                 if key in d:
                     d[key] = [[int(n), _sig4(r, _FLOP_UNITS)] for n, r in d[key]]

@@ -7,7 +7,8 @@ stay below the peak, and a task of a few microseconds of work is all overhead; s
 ``streammap discover`` (and ``streammap doctor``) run five short measurements per device and
 record what was *achieved* beside the peak figures, in the cluster file's optional
 ``achieved_flops``, ``gemm_curve``, ``achieved_other_flops``, ``achieved_elementwise_flops``, ``achieved_fft_flops``,
-``achieved_random_flops``, ``achieved_transcendental_flops``, ``achieved_bandwidth``, ``bandwidth_curve`` and ``call_overhead`` fields, which the cost model
+``achieved_random_flops``, ``achieved_transcendental_flops``, ``achieved_scan_flops``, ``fft_curve``, ``rfft_curve``,
+``achieved_bandwidth``, ``bandwidth_curve`` and ``call_overhead`` fields, which the cost model
 prefers when present.
 
 What is measured
@@ -55,14 +56,24 @@ What is measured
     demodulator's products) were estimated 2-2.5x slow. The arrays are the mix's size (512 KiB
     of float64s on a CPU), within the caches: the roofline still takes ``bytes / B`` when a
     task's arrays are bigger, so the rate must be the arithmetic's, not the memory's.
-``achieved_fft_flops``
-    The FFTs kernels call, alone: the complex FFT of that mix (``5 n log2 n`` FLOP) and a real
-    pair ``irfft(rfft(x))`` of as many float64s (``2.5 n log2 n`` each, as the README counts a
-    real transform), their FLOP over the sum of their best times: the rate of kernels whose
-    compute class is ``"fft"``. An FFT runs several times faster per counted FLOP than ``sin`` or
-    a random generator, so FFT-heavy kernels at the mix's rate were over-estimated 3-4x; and a
-    real pair ran 1-1.7x faster per counted FLOP than the complex transform, so filters built on
-    real transforms at the complex one's rate were over-estimated up to 2x.
+``fft_curve``, ``rfft_curve``, ``achieved_fft_flops``
+    The FFTs kernels call, alone, at each working set of :data:`FFT_WORKING_SETS` (a transform's
+    input and output bytes, as the cost model counts a task's working set): a complex FFT of
+    ``ws / 32`` complex128s (``5 n log2 n`` FLOP; ``fft_curve``, the rate of kernels whose compute
+    class is ``"fft"``) and a real pair ``irfft(rfft(x))`` of ``ws / 16`` float64s (``2.5 n log2 n``
+    each, as the README counts a real transform; ``rfft_curve``, the rate of ``"rfft"`` kernels),
+    each read at the task's working set. ``achieved_fft_flops`` is both transforms' FLOP over the
+    sum of their times at the largest working set (the rate files without the curves give every
+    FFT). An FFT runs several times faster per counted FLOP than ``sin`` or a random generator, so
+    FFT-heavy kernels at the mix's rate were over-estimated 3-4x. Its rate also depends on its
+    length: on a 2-core EPYC VM (1 MiB of L2 per core) ~5 GFLOP/s at 64 KiB (a fixed cost per call
+    of a few microseconds that a short transform's FLOP do not hide), ~7 at 0.5-1 MiB, and at 2 MiB
+    ~7 for the complex transform but 3-7 for the real pair (its spectrum and work buffer push it
+    out of L2 sooner). The runs are re-warmed before each timed run (below): a task's FFT reads
+    the array its producer has just written (on arrays the round's other runs had evicted, ~10%
+    slower). Measured in a fresh process without :func:`_settle_allocator` the rate was ~3
+    GFLOP/s, half the tasks' (the page faults of each result array), under which fm_radio's and
+    fm_stream's FFT tasks were estimated 1.6-2x slow.
 ``achieved_random_flops``
     The mix's standard normal random numbers alone, one FLOP per number: the rate of kernels
     whose compute class is ``"random"``. A normal random number costs ~9 ns on a 2-core EPYC VM,
@@ -78,6 +89,13 @@ What is measured
     operation as a FLOP too, so the rate of the bare functions (one FLOP per 6 ns) estimated the
     elementwise kernels that call them 2-3.6x slow on a 2-core EPYC VM (``RHO ** abs(p - q)``,
     three FLOP per element, ran in ~6 ns).
+``achieved_scan_flops``
+    Scans over as many float64s as the mix: ``cumsum(2 x)`` and ``cumprod(1 + e)``, each counted
+    two FLOP per element (the scan and the operation that forms its input, as the transcendental
+    rate counts ``sin(2 x)``), their FLOP over the sum of their best times: the rate of kernels
+    whose compute class is ``"scan"``. Each element of a scan waits for the one before it, so NumPy
+    runs it at ~3.3 ns per element against ~0.2 ns for an addition: at the element-wise rate a
+    moving average built on ``cumsum`` was estimated 2.3-3.6x too fast.
 ``achieved_bandwidth``, ``bandwidth_curve``
     A streaming copy ``dst[...] = src`` at each size of :data:`COPY_SIZES` (GPU:
     :data:`GPU_COPY_SIZES`); it reads and writes each byte once, so the rate is
@@ -145,6 +163,13 @@ FACTOR_SIDES = GEMM_SIDES
 #: Elements of the "other" mix: 2^16 on the CPU (a task's block: about a millisecond per part),
 #: 2^24 on a GPU (a few ms per part at its rate of such work).
 OTHER_SIZE = {"cpu": 1 << 16, "gpu": 1 << 24}
+#: Working sets (bytes of a transform's input and output) of the FFT curves (``fft_curve``,
+#: ``rfft_curve``), a complex FFT of ws/32 points and a real pair of ws/16 at each: on the CPU one
+#: a short transform (64 KiB: complex 2^11), two within a core's L2 (256 KiB, 1 MiB: 2^13 and
+#: 2^15), one at its edge (2 MiB: 2^16, the mix's); on a GPU 2^20 and 2^24 complex points. Larger
+#: transforms get the last rate: measuring beyond the caches took tens of milliseconds a run on a
+#: loaded 2-core VM.
+FFT_WORKING_SETS = {"cpu": (64 << 10, 256 << 10, 1 << 20, 2 << 20), "gpu": (32 << 20, 512 << 20)}
 #: Bytes copied by the bandwidth tests, smallest first: on the CPU one size within a core's L2
 #: cache, one within a typical L3 share, one beyond any cache; on a GPU one size big enough that
 #: the launch is noise.
@@ -163,6 +188,16 @@ REPEATS = 20
 MIN_ROUNDS = 5
 #: Seconds of timed runs per device, all measurements together (the warm-ups come on top).
 BUDGET_S = 0.3
+#: Bytes allocated and freed before the CPU is measured. glibc's ``malloc`` maps a block of more
+#: than 128 KiB from the kernel afresh and returns it on ``free``, so each new result array pays a
+#: page fault per 4 KiB page (~2.5 us each on a 2-core EPYC VM), until the program frees such a
+#: block: ``free`` then raises the threshold to that block's size (up to 32 MiB) and later blocks
+#: are reused from the heap. A program that runs tasks has long since freed one (its first
+#: temporaries), but a fresh process that measures first has not, and measured a 2^16-point FFT
+#: at half the rate the same FFT reached in a task (1.5 against 0.77 ms: the page faults of its
+#: 1 MiB result), and the GEMM of side 256 and the element-wise runs (512 KiB results) slow the
+#: same way. A no-op for allocators without that rule.
+SETTLE_BYTES = 16 << 20
 #: Device kinds measured with CuPy.
 CUPY_KINDS = ("gpu", "dcu")
 
@@ -183,8 +218,14 @@ class Measured:
     other_flops: float | None = None
     #: FLOP/s of plain element-wise arithmetic (one per element of each operation; ``None``: not measured).
     elementwise_flops: float | None = None
-    #: FLOP/s of the mix's FFT alone (``5 n log2 n`` per transform; ``None``: not measured).
+    #: FLOP/s of FFTs at the largest working set of the curve (``5 n log2 n`` per transform; ``None``: not measured).
     fft_flops: float | None = None
+    #: ``((working-set bytes, FLOP/s), ...)`` of the complex FFTs, smallest first.
+    fft_curve: tuple[tuple[float, float], ...] = ()
+    #: The same for the real pairs (``irfft(rfft(x))``).
+    rfft_curve: tuple[tuple[float, float], ...] = ()
+    #: FLOP/s of scans (``cumsum``, ``cumprod``), two per element with the operation forming their input.
+    scan_flops: float | None = None
     #: FLOP/s of the mix's random numbers alone (one per number; ``None``: not measured).
     random_flops: float | None = None
     #: FLOP/s of ``sin`` and ``**`` (one per element; ``None``: not measured).
@@ -209,6 +250,8 @@ class Measured:
             text += f"random {_share(self.random_flops, None, _FLOP_UNITS)}, "
         if self.transcendental_flops is not None:
             text += f"transcendental {_share(self.transcendental_flops, None, _FLOP_UNITS)}, "
+        if self.scan_flops is not None:
+            text += f"scan {_share(self.scan_flops, None, _FLOP_UNITS)}, "
         if self.factor_curve:
             text += f"Cholesky {_share(self.factor_curve[-1][1], None, _FLOP_UNITS)} (side {self.factor_curve[-1][0]:g}), "
         text += f"copy {_share(self.bandwidth, device.mem_bandwidth, _RATE_UNITS)}"
@@ -298,11 +341,12 @@ def _achieved(ms: list[Measured]) -> dict:
         fields["achieved_other_flops"] = _sig3(statistics.median(others))
     for attr, field in (("elementwise_flops", "achieved_elementwise_flops"),
                         ("fft_flops", "achieved_fft_flops"), ("random_flops", "achieved_random_flops"),
-                        ("transcendental_flops", "achieved_transcendental_flops")):
+                        ("transcendental_flops", "achieved_transcendental_flops"),
+                        ("scan_flops", "achieved_scan_flops")):
         got = [getattr(m, attr) for m in ms if getattr(m, attr) is not None]
         if got:
             fields[field] = _sig3(statistics.median(got))
-    for key in ("gemm_curve", "factor_curve"):
+    for key in ("gemm_curve", "factor_curve", "fft_curve", "rfft_curve"):
         sides = [n for n, _ in getattr(ms[0], key)]
         if sides and all([n for n, _ in getattr(m, key)] == sides for m in ms):
             fields[key] = [(n, _sig3(statistics.median(getattr(m, key)[k][1] for m in ms)))
@@ -321,25 +365,42 @@ def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...]
     """The :class:`Measured` fields of one device: the timed runs of every measurement interleaved
     within ``budget_s`` (:func:`_best_of_rounds`), then the call overhead (a few milliseconds,
     outside the budget). ``kind`` (``"cpu"`` or ``"gpu"``) chooses the matrix sides."""
-    sides, factor_sides = GEMM_SIDES[kind], FACTOR_SIDES[kind]
+    sides, factor_sides, fft_sets = GEMM_SIDES[kind], FACTOR_SIDES[kind], FFT_WORKING_SETS[kind]
+    if xp is np:
+        _settle_allocator()
     runs = {("gemm", n): _gemm(xp, n, dtype) for n in sides}
     runs.update((("factor", n), _cholesky(xp, n, dtype)) for n in factor_sides)
     runs.update(_other_mix(xp, other_n))
-    runs["real_fft"] = _real_fft_pair(xp, other_n)
+    for ws in fft_sets:
+        runs.update(_ffts(xp, ws))
     runs.update(_transcendentals(xp, other_n))
+    runs.update(_scans(xp, other_n))
     runs.update(_elementwise(xp, other_n))
     runs.update((("copy", n), _copy(xp, n)) for n in sizes)
-    rewarm = {*(("gemm", n) for n in sides), *(("factor", n) for n in factor_sides), *(("copy", n) for n in sizes[:-1])}
+    rewarm = {*(("gemm", n) for n in sides), *(("factor", n) for n in factor_sides), *(("copy", n) for n in sizes[:-1]),
+              *((kind, ws) for ws in fft_sets for kind in ("complex_fft", "real_fft_pair"))}
     best = _best_of_rounds(runs, sync, budget_s, rewarm=rewarm)
     curve = tuple((2.0 * n, 2.0 * n / best["copy", n]) for n in sizes)
+    fft_curve = tuple((float(ws), _fft_flops(ws // 32) / best["complex_fft", ws]) for ws in fft_sets)
+    rfft_curve = tuple((float(ws), _fft_flops(ws // 16) / best["real_fft_pair", ws]) for ws in fft_sets)
+    largest = fft_sets[-1]
     return {"gemm_curve": monotone_curve([(n, 2.0 * n ** 3 / best["gemm", n]) for n in sides]),
             "factor_curve": monotone_curve([(n, n ** 3 / 3.0 / best["factor", n]) for n in factor_sides]),
             "other_flops": sum(_OTHER_FLOPS[k](other_n) for k in _OTHER_FLOPS) / sum(best[k] for k in _OTHER_FLOPS),
             "elementwise_flops": sum(_ELEMENTWISE_FLOPS.values()) * other_n / sum(best[k] for k in _ELEMENTWISE_FLOPS),
-            "fft_flops": 2 * _OTHER_FLOPS["fft"](other_n) / (best["fft"] + best["real_fft"]),
+            "fft_flops": (_fft_flops(largest // 32) + _fft_flops(largest // 16))
+            / (best["complex_fft", largest] + best["real_fft_pair", largest]),
+            "fft_curve": fft_curve, "rfft_curve": rfft_curve,
             "random_flops": _OTHER_FLOPS["normal"](other_n) / best["normal"],
             "transcendental_flops": 2.0 * 2.0 * other_n / (best["sin_of_product"] + best["power_of_abs"]),
+            "scan_flops": 2.0 * 2.0 * other_n / (best["cumsum_of_product"] + best["cumprod_of_sum"]),
             "curve": curve, "bandwidth": curve[-1][1], "call_overhead": _call_overhead(xp, sync)}
+
+
+def _settle_allocator(nbytes: int = SETTLE_BYTES) -> None:
+    """Allocate and free ``nbytes``, so that the C allocator serves the measurements' results as it
+    serves a running program's tasks (see :data:`SETTLE_BYTES`)."""
+    np.empty(nbytes, dtype=np.uint8)
 
 
 def monotone_curve(points) -> tuple[tuple[float, float], ...]:
@@ -391,10 +452,29 @@ def _other_mix(xp, n):
             "normal": lambda: rng.standard_normal(n)}
 
 
-def _real_fft_pair(xp, n):
-    """A real FFT and its inverse over ``n`` float64s (``5 n log2 n`` FLOP together, as a complex FFT of n)."""
+def _ffts(xp, working_set):
+    """The two runs of the FFT curve at ``working_set`` bytes (input and output): a complex FFT of
+    ``working_set / 32`` complex128s and a real FFT and its inverse over ``working_set / 16`` float64s."""
+    n = working_set // 16
     y = xp.sin(xp.linspace(0.0, 100.0, n))
-    return lambda: xp.fft.irfft(xp.fft.rfft(y), n=n)
+    z = y[: n // 2] + 1j * y[n // 2:]
+    return {("complex_fft", working_set): lambda: xp.fft.fft(z),
+            ("real_fft_pair", working_set): lambda: xp.fft.irfft(xp.fft.rfft(y), n=n)}
+
+
+def _fft_flops(n: int) -> float:
+    """FLOP of a complex FFT of ``n`` points, or of a real pair of ``n`` (``2.5 n log2 n`` per real
+    transform, as the README counts them): ``5 n log2 n``."""
+    return 5.0 * n * math.log2(n)
+
+
+def _scans(xp, n):
+    """The runs of the scan rate over ``n`` float64s, each two FLOP per element: ``cumsum(2 x)`` and
+    ``cumprod(1 + e)`` (``e`` within a millionth of 0, so the running product stays near 1: no
+    overflow, no subnormal numbers, which would time something else)."""
+    x = xp.linspace(-8.0, 8.0, n)
+    e = xp.linspace(-1e-6, 1e-6, n)
+    return {"cumsum_of_product": lambda: xp.cumsum(2.0 * x), "cumprod_of_sum": lambda: xp.cumprod(1.0 + e)}
 
 
 def _transcendentals(xp, n):
@@ -453,7 +533,7 @@ def _best_of_rounds(runs: dict, sync: Callable[[], Any], budget_s: float, rewarm
     process then slows one run of every measurement, not every run of one of them, and each
     keeps its least disturbed run. The runs named in ``rewarm`` run once more, untimed, just
     before each timed run: the copies meant to stay in cache, whose arrays the other runs of the
-    round evicted, and the GEMM, whose BLAS threads went to sleep during the other runs (waking
+    round evicted, the FFTs, whose task reads an array its producer has just written, and the GEMM, whose BLAS threads went to sleep during the other runs (waking
     them on a loaded 2-core VM took tens of milliseconds: the GEMM measured ~1 GFLOP/s cold against
     ~40 warm, and a task's product runs warm after the products before it).
     """

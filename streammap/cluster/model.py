@@ -51,12 +51,14 @@ OTHER_FLOPS_FRACTION = 0.05
 #: ``compute_class`` values whose ``flops`` run at the "other" rate (see :meth:`Device.rate_for`).
 OTHER_CLASS = "other"
 FFT_CLASS = "fft"
+RFFT_CLASS = "rfft"
 BLAS_CLASS = "blas"
 LAPACK_CLASS = "lapack"
 GRAM_CLASS = "gram"
 RANDOM_CLASS = "random"
 TRANSCENDENTAL_CLASS = "transcendental"
 MIXED_CLASS = "mixed"
+SCAN_CLASS = "scan"
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
 
@@ -106,6 +108,16 @@ class DeviceSpec(BaseModel):
     # FLOP/s of transcendental functions NumPy evaluates element by element (sin, **; one per
     # element), the rate of tasks whose compute_class is "transcendental"; absent: achieved_other_flops.
     achieved_transcendental_flops: Optional[Flops] = Field(default=None, gt=0)
+    # FLOP/s of scans (cumsum, cumprod, accumulate; one per element of the scan and of the operation
+    # forming its input), the rate of tasks whose compute_class is "scan"; absent: the element-wise
+    # rate (the one they had before).
+    achieved_scan_flops: Optional[Flops] = Field(default=None, gt=0)
+    # A complex FFT's FLOP/s (5 n log2 n per transform) by working set ([bytes, rate] pairs, smallest
+    # first; the transform's input and output bytes, as the cost model counts a task's): the rate of
+    # an "fft" task read at its own working set; absent: achieved_fft_flops for every size.
+    fft_curve: Optional[list[tuple[Size, Flops]]] = Field(default=None, min_length=1)
+    # The same for a real FFT and its inverse (2.5 n log2 n each), the rate of an "rfft" task; absent: fft_curve.
+    rfft_curve: Optional[list[tuple[Size, Flops]]] = Field(default=None, min_length=1)
     # The GEMM's FLOP/s by matrix side ([side, rate] pairs, smallest first; in the dtype of the peak
     # figure: float64 on CPUs, float32 on GPUs): the rate of a "blas" task read at its own side.
     gemm_curve: Optional[list[tuple[float, Flops]]] = Field(default=None, min_length=1)
@@ -121,6 +133,12 @@ class DeviceSpec(BaseModel):
                              "e.g. [[512KiB, 100 GB/s], [64MiB, 27 GB/s]]")
         if any(r <= 0 for _, r in self.bandwidth_curve or ()):
             raise ValueError("bandwidth_curve: every rate must be positive")
+        for field in ("fft_curve", "rfft_curve"):
+            curve = getattr(self, field) or ()
+            sizes = [n for n, _ in curve]
+            if any(n <= 0 for n in sizes) or sizes != sorted(set(sizes)) or any(r <= 0 for _, r in curve):
+                raise ValueError(f"{field}: working-set sizes must be positive and increasing and every rate "
+                                 "positive, e.g. [[64KiB, 5 GFLOP/s], [2MiB, 4 GFLOP/s]]")
         for field in ("gemm_curve", "factor_curve"):
             curve = getattr(self, field) or ()
             sides = [n for n, _ in curve]
@@ -212,6 +230,9 @@ class Device:
     achieved_fft_flops: float | None = None    # FLOP/s of FFTs (discovery)
     achieved_random_flops: float | None = None           # FLOP/s of random numbers, one per number (discovery)
     achieved_transcendental_flops: float | None = None   # FLOP/s of sin and ``**``, one per element (discovery)
+    achieved_scan_flops: float | None = None   # FLOP/s of scans (cumsum, cumprod), one per element (discovery)
+    fft_curve: tuple[tuple[float, float], ...] = ()     # (working-set bytes, complex FFT FLOP/s), smallest first
+    rfft_curve: tuple[tuple[float, float], ...] = ()    # (working-set bytes, real FFT pair FLOP/s), smallest first
     gemm_curve: tuple[tuple[float, float], ...] = ()   # (matrix side, GEMM FLOP/s), smallest first
     factor_curve: tuple[tuple[float, float], ...] = ()  # (matrix side, Cholesky FLOP/s), smallest first
 
@@ -259,14 +280,45 @@ class Device:
             return self.achieved_transcendental_flops
         return self.other_compute_rate
 
+    @property
+    def scan_compute_rate(self) -> float:
+        """FLOP/s of scans (one per element): the measured figure, else :attr:`elementwise_compute_rate`
+        (scans were plain arithmetic before they had a figure of their own)."""
+        if self.achieved_scan_flops is not None:
+            return self.achieved_scan_flops
+        return self.elementwise_compute_rate
+
+    def fft_rate_at(self, working_set: np.ndarray) -> np.ndarray:
+        """FLOP/s of FFTs whose input and output take these working sets (bytes): the measured FFT
+        curve, read at each size as :meth:`memory_rate_at` reads the copy's (linear in log(size), the
+        end rates beyond it); without a curve, :attr:`fft_compute_rate` for every size.
+
+        An FFT's rate per counted FLOP depends on its length: a short transform pays a fixed cost
+        per call that its few FLOP do not hide, and one whose arrays leave the core's cache waits
+        for memory on every pass (on a 2-core EPYC VM ~5 GFLOP/s at 64 KiB, ~7 at 0.5-2 MiB, ~2-3
+        at 4 MiB).
+        """
+        ws = np.asarray(working_set, dtype=np.float64)
+        if not self.fft_curve:
+            return np.full(ws.shape, self.fft_compute_rate)
+        return _read_curve(self.fft_curve, ws)
+
+    def rfft_rate_at(self, working_set: np.ndarray) -> np.ndarray:
+        """FLOP/s of real FFTs (``rfft``, ``irfft``) at these working sets: the measured real curve,
+        read as :meth:`fft_rate_at` reads the complex one; without it, :meth:`fft_rate_at`."""
+        if not self.rfft_curve:
+            return self.fft_rate_at(working_set)
+        return _read_curve(self.rfft_curve, np.asarray(working_set, dtype=np.float64))
+
     def rate_for(self, compute_class: str | None) -> float:
         """FLOP/s the cost model divides a task's ``flops`` by, by the task's ``compute_class``:
         :attr:`elementwise_compute_rate` for ``"other"``, :attr:`other_compute_rate` (the mix) for
-        ``"mixed"``, :attr:`fft_compute_rate` for ``"fft"``,
+        ``"mixed"``, :attr:`fft_compute_rate` for ``"fft"`` and ``"rfft"`` (the cost model reads the
+        FFT curves at a task's working set), :attr:`scan_compute_rate` for ``"scan"``,
         :attr:`random_compute_rate` and :attr:`transcendental_compute_rate` for those classes;
         :attr:`compute_rate` for ``"blas"`` and for tasks of no class (imported workflows), as
         before the classes existed (the cost model reads the curves for sized products)."""
-        if compute_class == FFT_CLASS:
+        if compute_class in (FFT_CLASS, RFFT_CLASS):
             return self.fft_compute_rate
         if compute_class == RANDOM_CLASS:
             return self.random_compute_rate
@@ -274,6 +326,8 @@ class Device:
             return self.transcendental_compute_rate
         if compute_class == MIXED_CLASS:
             return self.other_compute_rate
+        if compute_class == SCAN_CLASS:
+            return self.scan_compute_rate
         return self.elementwise_compute_rate if compute_class == OTHER_CLASS else self.compute_rate
 
     @property
@@ -369,6 +423,9 @@ class Cluster:
                     achieved_elementwise_flops=d.achieved_elementwise_flops,
                     achieved_fft_flops=d.achieved_fft_flops, achieved_random_flops=d.achieved_random_flops,
                     achieved_transcendental_flops=d.achieved_transcendental_flops,
+                    achieved_scan_flops=d.achieved_scan_flops,
+                    fft_curve=tuple(tuple(p) for p in d.fft_curve or ()),
+                    rfft_curve=tuple(tuple(p) for p in d.rfft_curve or ()),
                     gemm_curve=tuple(tuple(p) for p in d.gemm_curve or ()),
                     factor_curve=tuple(tuple(p) for p in d.factor_curve or ())))
         self.devices: list[Device] = devices

@@ -68,7 +68,10 @@ In this order of preference (``design.md``, section *The cost model*):
    rate at the task's own matrix side (the measured ``gemm_curve``; on a CPU up to twice that for
    float32, as far as the task's ``bytes`` prove it), one that factorises or solves
    (``"lapack"``) the Cholesky curve's (``factor_curve``) at its side, a kernel that calls an FFT
-   (``"fft"``) the device's ``achieved_fft_flops`` (else its other rate), a Gram product
+   (``"fft"``) the rate of the device's measured FFT curve at the task's working set (``fft_curve``,
+   ``Device.fft_rate_at``; else ``achieved_fft_flops``, else its other rate), one whose FFTs are
+   all real (``"rfft"``) the real transforms' curve (``rfft_curve``), one that calls a
+   scan (``"scan"``: ``cumsum``, ``cumprod``) the measured scan rate, a Gram product
    (``"gram"``, ``l @ l.T``) half the GEMM's rate at its full product's side, kernels that draw
    random numbers or evaluate ``sin``/``**`` (``"random"``, ``"transcendental"``) the measured
    rates of those (else the other rate), one that does both (``"mixed"``) the rate of the
@@ -148,6 +151,8 @@ from streammap.cluster.model import (
     MIXED_CLASS,
     OTHER_CLASS,
     RANDOM_CLASS,
+    RFFT_CLASS,
+    SCAN_CLASS,
     TRANSCENDENTAL_CLASS,
     Cluster,
     Device,
@@ -193,7 +198,8 @@ DEFAULT_GEMM_ITEMSIZE = 4
 def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, blas: np.ndarray,
                   other: np.ndarray, fft: np.ndarray, lapack: np.ndarray, *, gram: np.ndarray | None = None,
                   random: np.ndarray | None = None, transcendental: np.ndarray | None = None,
-                  mixed: np.ndarray | None = None) -> np.ndarray:
+                  mixed: np.ndarray | None = None, scan: np.ndarray | None = None,
+                  rfft: np.ndarray | None = None, working_set: np.ndarray | None = None) -> np.ndarray:
     """FLOP/s that each task's ``flops`` run at on each device, shape ``(tasks, devices)``.
 
     ``blas``, ``other`` and ``fft`` mark the tasks of those compute classes. ``"other"`` and
@@ -226,12 +232,21 @@ def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, 
     ``transcendental_compute_rate``, ``"mixed"`` tasks (both in one body) the mix's
     ``other_compute_rate`` (``gram``, ``random``, ``transcendental``, ``mixed``: masks like the
     others; ``None``, no such task).
+
+    An ``"fft"`` task runs at the device's FFT curve read at its ``working_set`` (bytes of its
+    inputs and output, ``CostModel.mem``; ``Device.fft_rate_at``): a transform whose arrays stay in
+    the core's cache runs 2-3x faster per counted FLOP than one that spills out of it. Without
+    ``working_set`` (or without a curve) every FFT task gets ``fft_compute_rate``. An ``"rfft"``
+    task (``rfft``, a mask; its FFTs are all real) reads the real transforms' curve the same way
+    (``Device.rfft_rate_at``). A ``"scan"`` task (``scan``, a mask) gets ``scan_compute_rate``.
     """
     none = np.zeros(flops.shape, dtype=bool)
     gram = none if gram is None else gram
     random = none if random is None else random
     transcendental = none if transcendental is None else transcendental
     mixed = none if mixed is None else mixed
+    scan = none if scan is None else scan
+    rfft = none if rfft is None else rfft
     # The square-equivalent side of the product each task's flops describe: 2 n³ for a product,
     # 2 n³ executed for a Gram product whose clause counts n³.
     side = np.where(gram, np.cbrt(np.maximum(flops, 1.0)), np.cbrt(np.maximum(flops, 1.0) / 2.0))
@@ -244,8 +259,12 @@ def compute_rates(devices: list[Device], flops: np.ndarray, nbytes: np.ndarray, 
         rate = np.where(gram, product / 2.0, rate)
         rate = np.where(lapack, d.factor_rate_at(np.cbrt(3.0 * np.maximum(flops, 1.0))), rate)
         rate = np.where(random, d.random_compute_rate, np.where(transcendental, d.transcendental_compute_rate, rate))
-        rate = np.where(mixed, d.other_compute_rate, rate)
-        cols.append(np.where(fft, d.fft_compute_rate, np.where(other, d.elementwise_compute_rate, rate)))
+        rate = np.where(mixed, d.other_compute_rate, np.where(scan, d.scan_compute_rate, rate))
+        if working_set is None:
+            rate = np.where(fft | rfft, d.fft_compute_rate, rate)
+        else:
+            rate = np.where(fft, d.fft_rate_at(working_set), np.where(rfft, d.rfft_rate_at(working_set), rate))
+        cols.append(np.where(other, d.elementwise_compute_rate, rate))
     return np.stack(cols, axis=1) if cols else np.zeros((flops.size, 0))
 
 
@@ -447,8 +466,8 @@ class CostModel:
         for j, d in enumerate(devs):
             key = (d.kind, d.vendor, d.model, d.speed, d.compute_rate, d.other_compute_rate,
                    d.elementwise_compute_rate, d.fft_compute_rate,
-                   d.random_compute_rate, d.transcendental_compute_rate,
-                   d.memory_rate,
+                   d.random_compute_rate, d.transcendental_compute_rate, d.scan_compute_rate,
+                   d.memory_rate, d.fft_curve, d.rfft_curve,
                    d.bandwidth_curve, d.gemm_curve, d.factor_curve,
                    launch_overhead(d))
             cls_of[j] = keys.setdefault(key, len(keys))
@@ -531,7 +550,8 @@ class CostModel:
             mbw = np.stack([d.memory_rate_at(self.mem[r]) for d in reps], axis=1)    # (tasks, classes)
             rate = compute_rates(reps, flops[r], nbytes[r], blas[r], other[r], fft[r], lapack[r],          # (tasks, classes)
                                  gram=cls[r] == GRAM_CLASS, random=cls[r] == RANDOM_CLASS,
-                                 transcendental=cls[r] == TRANSCENDENTAL_CLASS, mixed=cls[r] == MIXED_CLASS)
+                                 transcendental=cls[r] == TRANSCENDENTAL_CLASS, mixed=cls[r] == MIXED_CLASS,
+                                 scan=cls[r] == SCAN_CLASS, rfft=cls[r] == RFFT_CLASS, working_set=self.mem[r])
             est = np.maximum(flops[r, None] / rate, nbytes[r, None] / mbw) + c_launch[None, :]
             blk = ct[r]
             ct[r] = np.where(np.isnan(blk), est, blk)
