@@ -701,8 +701,9 @@ def _readable(spec: ClusterSpec) -> dict:
                     d[key] = _sig4(d[key], units)
             if "bandwidth_curve" in d:
                 d["bandwidth_curve"] = [[_readable_size(n), _sig4(r, _RATE_UNITS)] for n, r in d["bandwidth_curve"]]
-            if "fft_curve" in d:
-                d["fft_curve"] = [[_readable_size(n), _sig4(r, _FLOP_UNITS)] for n, r in d["fft_curve"]]
+            for key in ("fft_curve", "rfft_curve"):
+                if key in d:
+                    d[key] = [[_readable_size(n), _sig4(r, _FLOP_UNITS)] for n, r in d[key]]
             for key in ("gemm_curve", "factor_curve"):
                 if key in d:
                     d[key] = [[int(n), _sig4(r, _FLOP_UNITS)] for n, r in d[key]]

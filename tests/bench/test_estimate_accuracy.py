@@ -1,8 +1,10 @@
 """The first-estimate benchmark: the held-out program compiles into the classes it was written for,
-and the script runs with one BLAS thread only when the machine is more loaded than it has cores
+``--per-kernel`` says which kernels miss and which way, and the script runs with one BLAS thread only when the machine is more loaded than it has cores
 and the user set no thread count."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,7 +20,20 @@ def _benchmark():
 def test_the_held_out_program_has_one_kernel_of_each_new_class():
     g = parse_program(ROOT / "benchmarks" / "held_out_kernels.py")
     assert {a["kernel"]: a["compute_class"] for _, a in g.nodes(data=True)} == {
-        "noise": "random", "wave": "transcendental", "shrink": "other", "gram": "gram", "total": "other"}
+        "noise": "random", "wave": "transcendental", "shrink": "other", "spectrum": "rfft", "drawdown": "scan",
+        "gram": "gram", "total": "other"}
+
+
+def test_per_kernel_lines_say_which_kernels_miss_and_which_way(capsys):
+    """One line per kernel: its tasks' median measured time, estimate and measured/estimate."""
+    def task(i, kernel, estimate):
+        return SimpleNamespace(id=f"t{i}", device="n/cpu", kernel=kernel, start=0.0, finish=estimate)
+    plan = SimpleNamespace(tasks=[task(0, "bandpass", 1e-3), task(1, "bandpass", 1e-3), task(2, "smooth", 1e-4)])
+    seen = {("t0", "n/cpu"): 0.5e-3, ("t1", "n/cpu"): 0.7e-3, ("t2", "n/cpu"): 3e-4}
+    _benchmark().print_kernels(plan, seen)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:3] for line in lines] == [["bandpass", "2", "tasks"], ["smooth", "1", "tasks"]]
+    assert lines[0].endswith("measured/estimate 0.60x") and lines[1].endswith("measured/estimate 3.00x")
 
 
 @pytest.mark.parametrize(("argv", "env", "load", "restarts"), [

@@ -4,7 +4,9 @@ rates for those kernels, the measured mix ("achieved_other_flops") for bodies th
 numbers and call transcendental functions ("mixed"), the measured element-wise rate for the rest
 ("other"); a cluster file without the element-wise rate gives "other" tasks the mix's rate, and one
 without either a fixed fraction of the GEMM rate. A Gram product (``l @ l.T``)
-costs the full product NumPy runs, not the symmetric half its clause counts."""
+costs the full product NumPy runs, not the symmetric half its clause counts. FFT kernels run at
+the measured FFT curve, complex ("fft") or real ("rfft"), read at the task's working set, and
+scans ("scan") at the measured scan rate."""
 
 from __future__ import annotations
 
@@ -116,3 +118,60 @@ def test_other_tasks_run_at_the_elementwise_rate_and_mixed_tasks_at_the_mix_rate
 def test_a_file_calibrated_before_the_elementwise_rate_prices_other_tasks_at_the_mix_rate():
     cost = CostModel(_graph("other", "mixed"), _cpu(achieved_other_flops=2e9))
     assert cost.time[:, 0].tolist() == pytest.approx([1e9 / 2e9, 1e9 / 2e9])
+
+
+def _fft_graph(*tasks):
+    """``(class, working-set bytes)`` per task, each of 1 GFLOP."""
+    g = new_graph("t", "program")
+    for k, (cls, ws) in enumerate(tasks):
+        add_task(g, f"t{k}", kernel=f"k{k}", flops=1e9, mem=ws, compute_class=cls)
+    return g
+
+
+#: A complex and a real FFT curve by working set: 64 KiB, 1 MiB and 2 MiB.
+FFT_CURVES = {"achieved_fft_flops": "1 GFLOP/s", "fft_curve": [["64KiB", 5e9], ["1MiB", 8e9], ["2MiB", 6e9]],
+              "rfft_curve": [["64KiB", 4e9], ["1MiB", 7e9], ["2MiB", 2e9]]}
+
+
+def test_fft_tasks_run_at_their_curves_rate_for_their_own_working_set():
+    """A complex FFT reads the complex curve, a real one the real curve, at the task's working set:
+    interpolated linearly in its logarithm (256 KiB lies halfway between 64 KiB and 1 MiB), the
+    end rates beyond the curve."""
+    cost = CostModel(_fft_graph(("fft", 64 << 10), ("fft", 256 << 10), ("fft", 64 << 20),
+                                ("rfft", 1 << 20), ("rfft", 2 << 20), ("rfft", 1 << 10)), _cpu(**FFT_CURVES))
+    rates = [1e9 / t for t in cost.time[:, 0]]
+    assert rates == pytest.approx([5e9, 6.5e9, 6e9, 7e9, 2e9, 4e9])
+
+
+def test_the_working_set_of_an_fft_task_is_its_input_and_output_bytes():
+    """A real filter of n float64s: 8n bytes in from its producer, 8n out."""
+    n = 1 << 16
+    g = new_graph("t", "program")
+    add_task(g, "signal", kernel="signal", flops=1.0, out=8 * n, compute_class="other")
+    add_task(g, "filter", kernel="filter", flops=1e9, out=8 * n, compute_class="rfft")
+    g.add_edge("signal", "filter", bytes=8 * n)
+    cost = CostModel(g, _cpu(**FFT_CURVES))
+    assert 1e9 / cost.time[cost.pos["filter"], 0] == pytest.approx(7e9)      # 16n = 1 MiB
+
+
+def test_without_curves_every_fft_task_gets_the_one_fft_rate_and_a_real_one_the_complex_curve():
+    older_file = CostModel(_fft_graph(("fft", 64 << 10), ("rfft", 2 << 20)), _cpu(achieved_fft_flops="3 GFLOP/s"))
+    assert older_file.time[:, 0].tolist() == pytest.approx([1e9 / 3e9, 1e9 / 3e9])
+    complex_only = CostModel(_fft_graph(("rfft", 1 << 20)), _cpu(fft_curve=[["64KiB", 5e9], ["1MiB", 8e9]]))
+    assert complex_only.time[0, 0] == pytest.approx(1e9 / 8e9)
+
+
+def test_devices_that_differ_only_in_an_fft_curve_are_different_classes():
+    cluster = cluster_from_dict({"name": "c", "nodes": [{"name": "n", "link": {"bandwidth": 1e10}, "devices": [
+        {"name": "g0", "kind": "gpu", "model": "H100", "rfft_curve": [["1MiB", "1 TFLOP/s"]], "call_overhead": 0},
+        {"name": "g1", "kind": "gpu", "model": "H100", "rfft_curve": [["1MiB", "2 TFLOP/s"]], "call_overhead": 0}]}]})
+    cost = CostModel(_fft_graph(("rfft", 1 << 20)), cluster)
+    assert len(set(cost.device_class)) == 2
+    assert cost.time[0, 0] == pytest.approx(2 * cost.time[0, 1], rel=1e-3)
+
+
+def test_scan_tasks_run_at_the_scan_rate_and_in_older_files_at_the_elementwise_rate():
+    cost = CostModel(_graph("scan", "other"), _cpu(achieved_elementwise_flops=4e9, achieved_scan_flops="0.5 GFLOP/s"))
+    assert cost.time[:, 0].tolist() == pytest.approx([1e9 / 0.5e9, 1e9 / 4e9])
+    older_file = CostModel(_graph("scan"), _cpu(achieved_elementwise_flops=4e9))
+    assert older_file.time[0, 0] == pytest.approx(1e9 / 4e9)

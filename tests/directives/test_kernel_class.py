@@ -1,7 +1,7 @@
 """The front end tells factorisation kernels ("lapack"), matrix-product kernels ("blas", and "gram"
-for products of an array with its own transpose), FFT kernels ("fft"), random-number kernels
-("random") and transcendental kernels ("transcendental") from the rest ("other") by reading their
-bodies, and every task of a kernel carries its class in the graph (``compute_class``)."""
+for products of an array with its own transpose), FFT kernels ("fft", and "rfft" when every
+transform is a real one), random-number kernels ("random"), transcendental kernels
+("transcendental") and scans ("scan") from the rest ("other") by reading their bodies, and every task of a kernel carries its class in the graph (``compute_class``)."""
 
 from __future__ import annotations
 
@@ -49,12 +49,23 @@ def test_a_factorisation_outweighs_a_matrix_product_in_one_body():
 
 @pytest.mark.parametrize("body", [
     "def k(x):\n    xp = xp_of(x)\n    return xp.fft.ifft(xp.fft.fft(x) * 2)",
-    "def k(y):\n    spectrum = np.fft.rfft(y)\n    return np.fft.irfft(spectrum * 0.5)",
     "def k(x):\n    return scipy.fft.fftn(x)",
-    "def k(x):\n    return rfft(x).real",                              # imported by name
+    "def k(y):\n    return np.fft.irfft(np.fft.fft(y)[: y.size // 2 + 1])",     # one complex transform is enough
+    "def k(n):\n    return np.fft.fftfreq(n)",                           # a helper alone: the namespace decides
 ])
-def test_a_body_that_calls_an_fft_and_no_matrix_product_is_fft(body):
+def test_a_body_that_calls_a_complex_fft_and_no_matrix_product_is_fft(body):
     assert _class_of(body) == "fft"
+
+
+@pytest.mark.parametrize("body", [
+    "def k(y):\n    spectrum = np.fft.rfft(y)\n    return np.fft.irfft(spectrum * 0.5)",
+    "def k(x):\n    return rfft(x).real",                              # imported by name
+    "def k(y):\n    f = xp.fft.rfftfreq(y.size)\n    return xp.fft.irfft(xp.fft.rfft(y) * (f < 0.1), n=y.size)",
+    "def k(img):\n    return np.fft.irfft2(np.fft.rfft2(img))",
+])
+def test_a_body_whose_every_fft_is_a_real_transform_is_rfft(body):
+    """Helpers of the ``fft`` namespace (``rfftfreq``, ``fftshift``) do not make a real filter complex."""
+    assert _class_of(body) == "rfft"
 
 
 def test_a_matrix_product_outweighs_an_fft_in_one_body():
@@ -104,6 +115,25 @@ def test_a_body_that_draws_random_numbers_is_random(body):
 ])
 def test_a_body_that_calls_a_transcendental_function_is_transcendental(body):
     assert _class_of(body) == "transcendental"
+
+
+@pytest.mark.parametrize("body", [
+    "def k(y):\n    c = np.cumsum(np.concatenate([np.zeros(1), y]))\n    return (c[8:] - c[:-8]) / 8",   # a moving average
+    "def k(x):\n    return x.cumprod(axis=0)",                          # a method
+    "def k(x):\n    return np.maximum.accumulate(x, axis=1) - x",       # a ufunc's accumulate
+    "def k(x):\n    return np.nancumsum(x) * 0.5",
+])
+def test_a_body_that_calls_a_scan_is_scan(body):
+    assert _class_of(body) == "scan"
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("def k(x):\n    return np.cumsum(np.sin(x))", "transcendental"),
+    ("def k(y):\n    return np.cumsum(np.fft.irfft(np.fft.rfft(y)))", "rfft"),
+    ("def k(a, b):\n    return np.cumsum(a @ b, axis=0)", "blas"),
+])
+def test_a_scan_decides_only_among_bodies_without_a_slower_kind_of_work(body, expected):
+    assert _class_of(body) == expected
 
 
 @pytest.mark.parametrize("body", [
