@@ -40,8 +40,8 @@ per kernel, from the source alone (nothing is run):
     forms, ``hfft``, ``ihfft``; helpers such as ``rfftfreq`` and ``fftshift`` do not count): a
     real transform of n points is counted ``2.5 n log2 n`` and runs on arrays half the size of a
     complex one's, so at one working set its rate differs from the complex transform's (on a
-    2-core EPYC VM ~7 GFLOP/s for both within the core's cache, but at 2 MiB a real pair ran at 3-7
-    against ~7 for the complex FFT). Discovery measures both by working set
+    2-core EPYC VM ~7 GFLOP/s for both within the core's cache, but at 4 MiB a real pair ran at ~3
+    against ~6 for the complex FFT). Discovery measures both by working set
     (``rfft_curve``, ``fft_curve``).
 ``"random"``
     None of those, but the body draws random numbers: anything under a ``random`` namespace

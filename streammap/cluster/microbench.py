@@ -63,13 +63,13 @@ What is measured
     class is ``"fft"``) and a real pair ``irfft(rfft(x))`` of ``ws / 16`` float64s (``2.5 n log2 n``
     each, as the README counts a real transform; ``rfft_curve``, the rate of ``"rfft"`` kernels),
     each read at the task's working set. ``achieved_fft_flops`` is both transforms' FLOP over the
-    sum of their times at the largest working set (the rate files without the curves give every
-    FFT). An FFT runs several times faster per counted FLOP than ``sin`` or a random generator, so
+    sum of their times at the mix's length (:data:`OTHER_SIZE` points: the rate files without the
+    curves give every FFT, as they measured it). An FFT runs several times faster per counted FLOP than ``sin`` or a random generator, so
     FFT-heavy kernels at the mix's rate were over-estimated 3-4x. Its rate also depends on its
-    length: on a 2-core EPYC VM (1 MiB of L2 per core) ~5 GFLOP/s at 64 KiB (a fixed cost per call
-    of a few microseconds that a short transform's FLOP do not hide), ~7 at 0.5-1 MiB, and at 2 MiB
-    ~7 for the complex transform but 3-7 for the real pair (its spectrum and work buffer push it
-    out of L2 sooner). The runs are re-warmed before each timed run (below): a task's FFT reads
+    length: on a 2-core EPYC VM (1 MiB of L2 per core) 2-3 GFLOP/s at 16 KiB and ~5 at 64 KiB (a
+    fixed cost per call of 5-10 microseconds that a short transform's FLOP do not hide), ~7 from
+    256 KiB to 2 MiB, and at 4 MiB ~6 for the complex transform but ~3 for the real pair (its
+    spectrum and work buffer push it out of L2 sooner). The runs are re-warmed before each timed run (below): a task's FFT reads
     the array its producer has just written (on arrays the round's other runs had evicted, ~10%
     slower). Measured in a fresh process without :func:`_settle_allocator` the rate was ~3
     GFLOP/s, half the tasks' (the page faults of each result array), under which fm_radio's and
@@ -164,12 +164,15 @@ FACTOR_SIDES = GEMM_SIDES
 #: 2^24 on a GPU (a few ms per part at its rate of such work).
 OTHER_SIZE = {"cpu": 1 << 16, "gpu": 1 << 24}
 #: Working sets (bytes of a transform's input and output) of the FFT curves (``fft_curve``,
-#: ``rfft_curve``), a complex FFT of ws/32 points and a real pair of ws/16 at each: on the CPU one
-#: a short transform (64 KiB: complex 2^11), two within a core's L2 (256 KiB, 1 MiB: 2^13 and
-#: 2^15), one at its edge (2 MiB: 2^16, the mix's); on a GPU 2^20 and 2^24 complex points. Larger
-#: transforms get the last rate: measuring beyond the caches took tens of milliseconds a run on a
-#: loaded 2-core VM.
-FFT_WORKING_SETS = {"cpu": (64 << 10, 256 << 10, 1 << 20, 2 << 20), "gpu": (32 << 20, 512 << 20)}
+#: ``rfft_curve``), a complex FFT of ws/32 points and a real pair of ws/16 at each. On the CPU two
+#: short transforms (16 and 64 KiB: complex 2^9 and 2^11), whose fixed cost per call their few
+#: FLOP do not hide; two within a core's L2 (256 KiB and 1 MiB); the mix's 2^16 points (2 MiB
+#: complex, 1 MiB real); and one past L2 (4 MiB: complex 2^17, real 2^18), where a real pair ran
+#: at half its in-cache rate on a 2-core EPYC VM. On a GPU 2^20 and 2^24 complex points, and the
+#: real pair of 2^24. Larger transforms get the last rate: measuring further out took tens of
+#: milliseconds a run on a loaded 2-core VM.
+FFT_WORKING_SETS = {"cpu": (16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20),
+                    "gpu": (32 << 20, 256 << 20, 512 << 20)}
 #: Bytes copied by the bandwidth tests, smallest first: on the CPU one size within a core's L2
 #: cache, one within a typical L3 share, one beyond any cache; on a GPU one size big enough that
 #: the launch is noise.
@@ -383,13 +386,12 @@ def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...]
     curve = tuple((2.0 * n, 2.0 * n / best["copy", n]) for n in sizes)
     fft_curve = tuple((float(ws), _fft_flops(ws // 32) / best["complex_fft", ws]) for ws in fft_sets)
     rfft_curve = tuple((float(ws), _fft_flops(ws // 16) / best["real_fft_pair", ws]) for ws in fft_sets)
-    largest = fft_sets[-1]
+    mix_complex, mix_real = 32 * other_n, 16 * other_n      # the working sets of the mix's length
     return {"gemm_curve": monotone_curve([(n, 2.0 * n ** 3 / best["gemm", n]) for n in sides]),
             "factor_curve": monotone_curve([(n, n ** 3 / 3.0 / best["factor", n]) for n in factor_sides]),
             "other_flops": sum(_OTHER_FLOPS[k](other_n) for k in _OTHER_FLOPS) / sum(best[k] for k in _OTHER_FLOPS),
             "elementwise_flops": sum(_ELEMENTWISE_FLOPS.values()) * other_n / sum(best[k] for k in _ELEMENTWISE_FLOPS),
-            "fft_flops": (_fft_flops(largest // 32) + _fft_flops(largest // 16))
-            / (best["complex_fft", largest] + best["real_fft_pair", largest]),
+            "fft_flops": 2 * _fft_flops(other_n) / (best["complex_fft", mix_complex] + best["real_fft_pair", mix_real]),
             "fft_curve": fft_curve, "rfft_curve": rfft_curve,
             "random_flops": _OTHER_FLOPS["normal"](other_n) / best["normal"],
             "transcendental_flops": 2.0 * 2.0 * other_n / (best["sin_of_product"] + best["power_of_abs"]),

@@ -295,8 +295,8 @@ class Device:
 
         An FFT's rate per counted FLOP depends on its length: a short transform pays a fixed cost
         per call that its few FLOP do not hide, and one whose arrays leave the core's cache waits
-        for memory on every pass (on a 2-core EPYC VM ~5 GFLOP/s at 64 KiB, ~7 at 0.5-2 MiB, ~2-3
-        at 4 MiB).
+        for memory on every pass (on a 2-core EPYC VM 2-3 GFLOP/s at 16 KiB, ~5 at 64 KiB, ~7 from
+        256 KiB to 2 MiB, ~3 for a real pair at 4 MiB).
         """
         ws = np.asarray(working_set, dtype=np.float64)
         if not self.fft_curve:
