@@ -62,7 +62,8 @@ What is measured
     ``ws / 32`` complex128s (``5 n log2 n`` FLOP; ``fft_curve``, the rate of kernels whose compute
     class is ``"fft"``) and a real pair ``irfft(rfft(x))`` of ``ws / 16`` float64s (``2.5 n log2 n``
     each, as the README counts a real transform; ``rfft_curve``, the rate of ``"rfft"`` kernels),
-    each read at the task's working set. ``achieved_fft_flops`` is both transforms' FLOP over the
+    each read at the task's working set, every dip between two faster points filled
+    (:func:`unimodal_curve`). ``achieved_fft_flops`` is both transforms' FLOP over the
     sum of their times at the mix's length (:data:`OTHER_SIZE` points: the rate files without the
     curves give every FFT, as they measured it). An FFT runs several times faster per counted FLOP than ``sin`` or a random generator, so
     FFT-heavy kernels at the mix's rate were over-estimated 3-4x. Its rate also depends on its
@@ -384,8 +385,8 @@ def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...]
               *((kind, ws) for ws in fft_sets for kind in ("complex_fft", "real_fft_pair"))}
     best = _best_of_rounds(runs, sync, budget_s, rewarm=rewarm)
     curve = tuple((2.0 * n, 2.0 * n / best["copy", n]) for n in sizes)
-    fft_curve = tuple((float(ws), _fft_flops(ws // 32) / best["complex_fft", ws]) for ws in fft_sets)
-    rfft_curve = tuple((float(ws), _fft_flops(ws // 16) / best["real_fft_pair", ws]) for ws in fft_sets)
+    fft_curve = unimodal_curve([(float(ws), _fft_flops(ws // 32) / best["complex_fft", ws]) for ws in fft_sets])
+    rfft_curve = unimodal_curve([(float(ws), _fft_flops(ws // 16) / best["real_fft_pair", ws]) for ws in fft_sets])
     mix_complex, mix_real = 32 * other_n, 16 * other_n      # the working sets of the mix's length
     return {"gemm_curve": monotone_curve([(n, 2.0 * n ** 3 / best["gemm", n]) for n in sides]),
             "factor_curve": monotone_curve([(n, n ** 3 / 3.0 / best["factor", n]) for n in factor_sides]),
@@ -423,6 +424,23 @@ def monotone_curve(points) -> tuple[tuple[float, float], ...]:
         top = max(top, rate)
         out.append((side, top))
     return tuple(out)
+
+
+def unimodal_curve(points) -> tuple[tuple[float, float], ...]:
+    """``((size, rate), ...)`` with every dip filled: each rate raised to the lower of the best rates
+    at or below its size and at or above it.
+
+    An FFT's rate per FLOP rises with its length while a fixed cost per call dominates, then falls
+    once its arrays leave the cache: one peak. A point slower than a point on each side of it was
+    disturbed (on a loaded 2-core VM a real pair of 2 MiB measured 1.8 GFLOP/s between 6.8 at
+    1 MiB and 2.7 at 4 MiB, and priced FFTs of that size 3x slow); it gets the lower neighbour's
+    rate. A disturbed point at either end cannot be told from the curve's shape and stays.
+
+    >>> unimodal_curve([(16, 2.0), (64, 6.0), (256, 1.0), (1024, 3.0)])
+    ((16, 2.0), (64, 6.0), (256, 3.0), (1024, 3.0))
+    """
+    rates = [r for _, r in points]
+    return tuple((n, min(max(rates[: k + 1]), max(rates[k:]))) for k, (n, _) in enumerate(points))
 
 
 def _gemm(xp, side, dtype):

@@ -1,4 +1,5 @@
-"""Discovery measures FFTs by working set, complex and real (``fft_curve``, ``rfft_curve``), and
+"""Discovery measures FFTs by working set, complex and real (``fft_curve``, ``rfft_curve``; one
+peak each: a dip between faster points was a disturbed run), and
 scans (``achieved_scan_flops``), writes them readably into the cluster file, which validates them,
 and a file written before them still loads. It measures the CPU the way a running program's tasks
 run: with the C allocator reusing freed result arrays instead of faulting in fresh pages."""
@@ -29,6 +30,22 @@ def test_the_cpu_measurement_gives_complex_and_real_fft_curves_and_a_scan_rate(c
         assert all(r > 0 for _, r in curve)
     assert got.fft_flops > 0 and got.scan_flops > 0
     assert "scan " in got.describe(DeviceSpec(name="cpu", kind="cpu"))
+
+
+def test_an_fft_point_slower_than_a_point_on_each_side_was_disturbed_and_gets_the_lower_ones_rate():
+    # a real pair of 2 MiB ran while another process held the core: 1.8 GFLOP/s between 6.8 and 2.7
+    measured = [(16 << 10, 2.3e9), (1 << 20, 6.8e9), (2 << 20, 1.8e9), (4 << 20, 2.7e9)]
+    assert microbench.unimodal_curve(measured) == ((16 << 10, 2.3e9), (1 << 20, 6.8e9), (2 << 20, 2.7e9),
+                                                   (4 << 20, 2.7e9))
+    rising_then_falling = [(16 << 10, 2e9), (64 << 10, 5e9), (1 << 20, 7e9), (4 << 20, 3e9)]
+    assert microbench.unimodal_curve(rising_then_falling) == tuple(rising_then_falling)    # the shape stays
+
+
+def test_the_cpu_measurement_gives_fft_curves_with_one_peak(cpu_measurement):
+    for curve in (cpu_measurement.fft_curve, cpu_measurement.rfft_curve):
+        rates = [r for _, r in curve]
+        peak = rates.index(max(rates))
+        assert rates[: peak + 1] == sorted(rates[: peak + 1]) and rates[peak:] == sorted(rates[peak:], reverse=True)
 
 
 def test_the_fft_curves_and_the_scan_rate_round_trip_through_the_cluster_file_readably(calibrated_cpu_file):
