@@ -99,7 +99,8 @@ SAMPLES = [
     ("model_parallel_mlp", ROOT / "samples" / "model_parallel_mlp.py", {"BATCHES": 4, "ROWS": 64, "WIDTH": 512}),
 ]
 #: --first-estimate: a program none of the compute-class rules was checked on (a random, an
-#: arithmetic, a transcendental and a Gram kernel), reported beside the samples and left out of the pooled figure.
+#: arithmetic, a transcendental, a real-FFT, a scan and a Gram kernel), reported beside the samples and
+#: left out of the pooled figure.
 HELD_OUT_SAMPLES = [("held_out_kernels", ROOT / "benchmarks" / "held_out_kernels.py", {"JOBS": 4, "B": 192})]
 
 
