@@ -43,6 +43,18 @@ compute-class rules were not checked on, outside the pooled figure. ``--per-kern
 each sample, a line per kernel of the "new" column: its tasks' median measured time, estimate and
 ``measured / estimate`` (which kernels set a sample's figure, and which way they miss).
 
+A task several of the scheduler's time slices long (a few milliseconds each under Linux's CFS)
+is measured slower than its CPU time on a machine more loaded than it has cores, whatever its
+estimate: the kernel preempts it once a slice or so, and it waits while other processes run.
+Shorter tasks often run a whole run undisturbed, and their minimum over runs is their own time;
+a longer one is preempted in every run, so no minimum removes it. ``--first-estimate`` measures
+that at its start and at its end (:func:`contention`): the best of a few runs of a CPU-bound
+element-wise loop of ~12 ms CPU, its wall-clock time over its CPU time and its preemptions per
+run. The estimates price CPU time (discovery keeps each measurement's least disturbed run);
+this line says how much more a long task's measured time holds. Mandelbrot's ``escape`` (~15 ms
+CPU at the benchmark's size) is such a task: at load 16-23 on 2 cores it took 47-60 ms wall for
+15-21 ms CPU, preempted 4-5 times a run.
+
 On a machine more loaded than it has cores (the one-minute load average at least the core count),
 ``--first-estimate`` runs with one BLAS thread (``OPENBLAS_NUM_THREADS=1``, and the OpenMP and MKL
 equivalents, unless one is set already; the script starts itself again with them): a 2-thread
@@ -62,10 +74,14 @@ import argparse
 import inspect
 import logging
 import os
+import resource
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+import numpy as np
 
 from streammap.cluster.discover import calibrate, discover
 from streammap.cluster.model import Cluster, ClusterSpec, Node
@@ -170,6 +186,7 @@ def first_estimate(args) -> int:
               + (f", call {d.call_overhead * 1e6:.3g} us" if d.call_overhead is not None else ""))
     print(f"BLAS threads: {os.environ.get('OPENBLAS_NUM_THREADS', 'all')} (load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    print(contention_line("start"), flush=True)
     print(f"target: median per-task max(measured/estimate, estimate/measured) <= {FIRST_TARGET:g} before any profile; "
           f"measured = each task's minimum over {args.runs} runs after a warm-up")
     print(f"{'':<26}" + "".join(f"{key + ': ratio':>18}{'meas/est':>10}" for key in clusters))
@@ -184,6 +201,7 @@ def first_estimate(args) -> int:
           f"{'met' if mc <= FIRST_TARGET else 'MISSED'}")
     for name, path, params in HELD_OUT_SAMPLES:
         sample_row(name + " (held out)", path, params, clusters, args.runs, args.per_kernel)
+    print(contention_line("end"))
     return 1 if args.check and mc > FIRST_TARGET else 0
 
 
@@ -228,6 +246,44 @@ def min_ratios(plan, runs: int, seen: dict) -> list[float]:
         seen.update(((t.id, t.device), min(measured[t.id])) for t in plan.tasks if measured[t.id])
     return [seen[t.id, t.device] / (t.finish - t.start)
             for t in plan.tasks if (t.id, t.device) in seen and t.finish > t.start]
+
+
+#: Steps of :func:`contention`'s loop over 2^16 float64s: ~12 ms of CPU on a 2-core EPYC VM, a few
+#: scheduler slices, as long as the longest sample task (mandelbrot's ``escape``).
+CONTENTION_STEPS = 120
+#: Runs of :func:`contention`; it keeps the least disturbed.
+CONTENTION_RUNS = 5
+
+
+def contention(steps: int = CONTENTION_STEPS, runs: int = CONTENTION_RUNS) -> tuple[float, float, list[int]]:
+    """How much longer than its CPU time a task of several scheduler slices is measured here.
+
+    Runs ``steps`` steps of CPU-bound element-wise arithmetic on one thread (``a = a * 0.5 + y``,
+    a compare and a select over 2^16 float64s: in cache, no allocation the allocator does not
+    reuse) ``runs`` times, and returns the least disturbed run's wall-clock time over its CPU time
+    (1 on a machine with a core to spare), that run's CPU seconds, and the involuntary context
+    switches of each run (the times the kernel preempted it).
+    """
+    y = np.linspace(0.0, 1.0, 1 << 16)
+    best, switches = (np.inf, 0.0), []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+        wall, cpu = time.perf_counter(), time.thread_time()
+        a = y
+        for _ in range(steps):
+            a = np.where(a * 0.5 + y <= 4.0, a * 0.5 + y, 2.0)
+        cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+        switches.append(resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw - before)
+        best = min(best, (wall / max(cpu, 1e-9), cpu))
+    return best[0], best[1], switches
+
+
+def contention_line(when: str, probe=contention) -> str:
+    """The ``contention`` line ``--first-estimate`` prints at its ``when`` (``"start"``, ``"end"``)."""
+    ratio, cpu, switches = probe()
+    return (f"contention at the {when}: a CPU-bound run of {cpu * 1e3:.1f} ms CPU took {ratio:.2f}x that on the "
+            f"wall clock at best ({min(switches)}-{max(switches)} preemptions a run): tasks of several "
+            f"milliseconds are measured up to that much above their CPU time here")
 
 
 def one_rate(cluster: Cluster) -> Cluster:

@@ -1,11 +1,14 @@
 """Held-out kernels for ``estimate_accuracy.py --first-estimate``: one of each compute class that
 the rules for random numbers, transcendental functions, Gram products (``x @ x.T``), real FFTs
 by working set and scans were written for, but that none of the samples the rules were checked
-on contains.
+on contains; and a complex element-wise kernel beside mandelbrot's, at another size.
 
 Each of JOBS jobs draws a B×B block of normal random numbers (``noise``: class ``random``), damps
 it with a cosine and a fractional power (``wave``: ``transcendental``), shrinks it towards zero
-with plain arithmetic (``shrink``, a soft threshold: ``other``), low-passes the flattened block
+with plain arithmetic (``shrink``, a soft threshold: ``other``), drives a damped complex
+resonator with it for STEPS steps and keeps its power (``resonate``: complex arithmetic, class
+``other``, priced at the element-wise rate; complex arrays of 576 KiB at B=192, where
+mandelbrot's are 1 MiB), low-passes the flattened block
 with a real FFT of B² points (``spectrum``: ``rfft``; 36,864 points at B=192, a length that is
 not a power of two, measured by no discovery), takes each row's drawdown, how far its running sum
 is below the running maximum of that sum (``drawdown``: two scans, class ``scan``), and forms its
@@ -27,6 +30,10 @@ B = 192
 
 OMEGA = 3.0
 THRESHOLD = 0.1
+# @stream param
+STEPS = 24
+#: The resonator's factor per step: a rotation by 0.3 rad, damped to 0.9 (|z| stays bounded).
+RESONANCE = 0.9 * complex(0.955336489125606, 0.29552020666133955)
 
 
 # @stream kernel(flops=B*B, out=8*B*B)
@@ -45,6 +52,17 @@ def wave(x):
 def shrink(x):
     """sign(x) max(|x| - T, 0), element by element (sign, abs, subtract, maximum, multiply)."""
     return np.sign(x) * np.maximum(np.abs(x) - THRESHOLD, 0.0)
+
+
+# bytes: a step reads z and writes z * R (32 per point), then reads that and x and writes the sum
+# (40); the power reads the real and imaginary parts and writes three float64 arrays (72).
+# @stream kernel(flops=2*STEPS*B*B+3*B*B, bytes=72*STEPS*B*B+72*B*B, out=8*B*B)
+def resonate(x):
+    """|z|² after STEPS steps of z = R z + x from z = 0 (R = RESONANCE, complex arithmetic)."""
+    z = np.zeros(x.shape, dtype=np.complex128)
+    for _ in range(STEPS):
+        z = z * RESONANCE + x
+    return z.real * z.real + z.imag * z.imag
 
 
 # @stream kernel(flops=5*B*B*log2(B*B), bytes=24*B*B, out=8*B*B)
@@ -79,7 +97,7 @@ def total(*grams):
 
 # @stream graph
 def held_out():
-    return total(*[gram(drawdown(spectrum(shrink(wave(noise(i)))))) for i in range(JOBS)])
+    return total(*[gram(drawdown(spectrum(resonate(shrink(wave(noise(i))))))) for i in range(JOBS)])
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ def _benchmark():
 def test_the_held_out_program_has_one_kernel_of_each_new_class():
     g = parse_program(ROOT / "benchmarks" / "held_out_kernels.py")
     assert {a["kernel"]: a["compute_class"] for _, a in g.nodes(data=True)} == {
-        "noise": "random", "wave": "transcendental", "shrink": "other", "spectrum": "rfft", "drawdown": "scan",
-        "gram": "gram", "total": "other"}
+        "noise": "random", "wave": "transcendental", "shrink": "other", "resonate": "other", "spectrum": "rfft",
+        "drawdown": "scan", "gram": "gram", "total": "other"}
 
 
 def test_per_kernel_lines_say_which_kernels_miss_and_which_way(capsys):
@@ -58,3 +58,17 @@ def test_one_blas_thread_only_under_load_and_only_for_first_estimates(monkeypatc
     if restarts:
         assert execs[0][-len(argv):] == argv
         assert all(bench.os.environ[v] == "1" for v in bench.BLAS_THREAD_VARS)
+
+
+def test_contention_compares_a_long_runs_wall_clock_with_its_cpu_time():
+    """The least disturbed run's wall/CPU ratio is at least 1 (one thread cannot use more CPU than
+    wall time), its CPU time is positive, and every run reports its preemptions."""
+    ratio, cpu, switches = _benchmark().contention(steps=4, runs=3)
+    assert ratio >= 0.99 and cpu > 0
+    assert len(switches) == 3 and all(n >= 0 for n in switches)
+
+
+def test_the_contention_line_says_how_far_above_cpu_time_long_tasks_are_measured():
+    line = _benchmark().contention_line("start", probe=lambda: (2.5, 0.012, [3, 5, 4]))
+    assert line.startswith("contention at the start: a CPU-bound run of 12.0 ms CPU took 2.50x")
+    assert "(3-5 preemptions a run)" in line
