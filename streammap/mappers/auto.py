@@ -40,6 +40,12 @@ Candidates, in order:
    keeps a fork-join branch beside its join when transfers are dear (CCR 10); on the whole cluster
    and (small graphs) on each subset. One pass costs ``O(E·D²)``; neither 4b nor 4c runs above
    :data:`LARGE_WORK`, so the mapping time at scale is unchanged.
+4d. **Heavy-edge grouping** (:func:`streammap.mappers.grouping.grouped_schedule`, graphs up to
+   :data:`MEDIUM_WORK`): edges dearer than :data:`GROUP_THETAS` times the work they would
+   serialise join their ends into one group (a fork-join group of a workflow: 1000genome's
+   ``individuals`` and their merge, ``sifting`` and its sixteen readers); each group is kept on
+   one node, HEFT placing its tasks among that node's devices (where the cluster has several
+   nodes), or mapped whole onto one device. One list-scheduling pass each.
 5. **Local search** (:func:`streammap.mappers.local_search.improve`) from the best few distinct
    candidates: tasks on the critical path are moved to other devices, or swapped with a task of
    another device, while the makespan (then the sum of finish times) falls; at a local optimum
@@ -83,6 +89,7 @@ from streammap.errors import MappingError
 from streammap.mappers.clustering import chain_schedule
 from streammap.mappers.exact import available as exact_available
 from streammap.mappers.exact import model_size, solve_exact
+from streammap.mappers.grouping import grouped_schedule
 from streammap.mappers.heft import check_placeable, heft, list_schedule, priority_order
 from streammap.mappers.local_search import improve
 from streammap.mappers.lookahead import lookahead_heft
@@ -109,6 +116,9 @@ LARGE_PASSES = ("heft", "peft")
 #: a candidate pass about what they cost on eight (a 100,000-call program on ``--cluster local``
 #: otherwise got every small-graph candidate: 33 s of mapping for one device).
 MIN_PASS_WIDTH = 8
+#: Thresholds of the heavy-edge grouping candidates (:func:`~streammap.mappers.grouping.heavy_edge_groups`):
+#: an edge joins its ends' groups when it costs at least this many times the smaller group's work.
+GROUP_THETAS = (1.0, 4.0)
 #: Tasks × re-timings the local search may spend (each re-timing costs O(T + E)), on graphs up
 #: to :data:`SMALL_WORK`; larger graphs get :data:`SEARCH_BUDGET_LARGE`.
 SEARCH_BUDGET = 700_000
@@ -379,6 +389,16 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                     cost, devices=devs, memory_aware=mem, mapper=f"chains-{name}"))
                 attempt(f"lookahead-{name}", lambda mem, devs=devs, name=name: lookahead_heft(
                     cost, devices=devs, memory_aware=mem, mapper=f"lookahead-{name}"))
+
+    # Heavy-edge grouping: fork-join groups joined by dear edges kept on one node (HEFT inside
+    # it) or on one device.
+    if tier <= 1:
+        scopes = ("node", "device") if nodes.size > 1 else ("device",)
+        for scope in scopes:
+            for theta in GROUP_THETAS:
+                nm = f"group-{scope}{theta:g}"
+                attempt(nm, lambda mem, scope=scope, theta=theta, nm=nm: grouped_schedule(
+                    cost, scope, theta=theta, memory_aware=mem, mapper=nm))
 
     if not results:
         if plain is None:
