@@ -46,6 +46,10 @@ Candidates, in order:
    ``individuals`` and their merge, ``sifting`` and its sixteen readers); each group is kept on
    one node, HEFT placing its tasks among that node's devices (where the cluster has several
    nodes), or mapped whole onto one device. One list-scheduling pass each.
+4e. **Cheap sources first** (:func:`coparent_rank`, graphs up to :data:`MEDIUM_WORK`): HEFT and
+   the lookahead with every source task raised to the highest rank among its children's other
+   parents, so a short task that gates many readers beside a long one (1000genome's ``sifting``)
+   starts at time 0 and its transfers overlap the long task, instead of being placed last.
 5. **Local search** (:func:`streammap.mappers.local_search.improve`) from the best few distinct
    candidates: tasks on the critical path are moved to other devices, or swapped with a task of
    another device, while the makespan (then the sum of finish times) falls; at a local optimum
@@ -90,7 +94,7 @@ from streammap.mappers.clustering import chain_schedule
 from streammap.mappers.exact import available as exact_available
 from streammap.mappers.exact import model_size, solve_exact
 from streammap.mappers.grouping import grouped_schedule
-from streammap.mappers.heft import check_placeable, heft, list_schedule, priority_order
+from streammap.mappers.heft import check_placeable, heft, list_schedule, priority_order, upward_rank
 from streammap.mappers.local_search import improve
 from streammap.mappers.lookahead import lookahead_heft
 from streammap.mappers.partition import GroupTimes, device_speed, partition_tasks
@@ -98,7 +102,7 @@ from streammap.mappers.partition import available as metis_available
 from streammap.mappers.peft import peft
 from streammap.mappers.schedule import MEM_RTOL, Schedule, fits, peak_memory
 
-__all__ = ["auto", "lift", "exact_fits", "device_subsets", "work_tier"]
+__all__ = ["auto", "lift", "exact_fits", "device_subsets", "work_tier", "coparent_rank"]
 
 #: Work (tasks × devices) up to which every candidate is tried.
 SMALL_WORK = 200_000
@@ -156,6 +160,41 @@ def upward_rank_with(cost: CostModel, w: np.ndarray) -> np.ndarray:
         e = concat_ranges(cost.succ_ptr[lev], cost.succ_ptr[lev + 1])
         rank[lev] = w[lev] + segment_max(cbar[e] + rank[cost.succ_idx[e]], cost.succ_ptr, lev)
     return rank
+
+
+def coparent_rank(cost: CostModel, rank: np.ndarray) -> np.ndarray:
+    """``rank`` with every source task raised to the highest rank among its children's parents.
+
+    A cheap source that feeds the same tasks as a long one (BWA's ``fastq_reduce`` beside
+    ``bwa_index``, 1000genome's ``sifting`` beside ``individuals_merge``, SRA search's
+    ``bowtie2-build`` beside each ``fasterq-dump``) has a low upward rank, so HEFT places it after
+    the long co-parents, when every device is busy: it starts late and its output then crosses
+    the network while its readers wait. Raised to just above its co-parents' rank it is placed
+    first, at time 0, and its transfers overlap the long tasks. Only sources are raised (they
+    have no predecessors), so the order stays topological.
+
+    Examples
+    --------
+    See ``tests/mappers/test_grouping.py``: a 0.1-second source read by the join of eight long
+    tasks is placed first.
+    """
+    r = np.array(rank, dtype=np.float64, copy=True)
+    T = cost.n_tasks
+    if T == 0 or cost.n_edges == 0:
+        return r
+    tasks = np.arange(T)
+    # Highest parent rank of every task with parents.
+    top_parent = segment_max(rank[cost.pred_idx], cost.pred_ptr, tasks, empty=-math.inf)
+    sources = np.flatnonzero((np.diff(cost.pred_ptr) == 0) & (np.diff(cost.succ_ptr) > 0))
+    if sources.size == 0:
+        return r
+    e = concat_ranges(cost.succ_ptr[sources], cost.succ_ptr[sources + 1])
+    co = segment_max(top_parent[cost.succ_idx[e]], cost.succ_ptr, sources, empty=-math.inf)
+    raise_ = co > r[sources]
+    # Just above the co-parent, so that the source is placed before it (priority_order rounds
+    # ranks at 1e-10 of the largest, hence a margin well above that).
+    r[sources[raise_]] = co[raise_] + np.abs(co[raise_]) * 1e-8 + 1e-12
+    return r
 
 
 def pass_work(n_tasks: int, n_devices: int) -> int:
@@ -389,6 +428,16 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                     cost, devices=devs, memory_aware=mem, mapper=f"chains-{name}"))
                 attempt(f"lookahead-{name}", lambda mem, devs=devs, name=name: lookahead_heft(
                     cost, devices=devs, memory_aware=mem, mapper=f"lookahead-{name}"))
+
+    # Cheap sources first: HEFT and the lookahead with every source raised to its co-parents'
+    # rank (skipped where no source is raised: the plans would be HEFT's and the lookahead's).
+    if tier <= 1:
+        base = upward_rank(cost)
+        co = coparent_rank(cost, base)
+        if not np.array_equal(co, base):
+            attempt("heft-coparent", lambda mem: heft(cost, memory_aware=mem, rank=co, mapper="heft-coparent"))
+            attempt("lookahead-coparent", lambda mem: lookahead_heft(cost, rank=co, memory_aware=mem,
+                                                                    mapper="lookahead-coparent"))
 
     # Heavy-edge grouping: fork-join groups joined by dear edges kept on one node (HEFT inside
     # it) or on one device.

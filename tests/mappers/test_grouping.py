@@ -1,6 +1,7 @@
 """Heavy-edge grouping: tasks joined by dear edges share a node or a device, so a fork-join group
-pays no network transfer; cheap edges leave tasks free; ``auto`` with the grouping candidates is
-never worse than HEFT nor than any of them, and maps the same inputs to the same plan."""
+pays no network transfer; cheap edges leave tasks free. Cheap sources first: a short source that
+feeds the readers of a long task is placed before it. ``auto`` with these candidates is never
+worse than HEFT nor than any of them, and maps the same inputs to the same plan."""
 
 import importlib
 
@@ -11,7 +12,7 @@ from streammap.cluster.model import cluster_from_dict
 from streammap.cost.model import CostModel
 from streammap.ir import add_task, new_graph
 from streammap.mappers.grouping import grouped_schedule, heavy_edge_groups, scope_edge_cost
-from streammap.mappers.heft import heft
+from streammap.mappers.heft import heft, priority_order, upward_rank
 from streammap.mappers.schedule import evaluate
 from tests.helpers.graphs import random_graph
 
@@ -130,3 +131,40 @@ def test_grouping_gives_the_same_plan_twice():
         s1, s2 = grouped_schedule(cost, scope), grouped_schedule(cost, scope)
         assert np.array_equal(s1.device, s2.device)
         assert np.array_equal(s1.start, s2.start) and np.array_equal(s1.finish, s2.finish)
+
+
+def co_parent_graph():
+    """A long task ``L`` (10 s) and a short source ``s`` (1 s, 5 bytes out: 5 s over the link)
+    feed one reader ``r`` (1 s); ``K`` (10 s) runs beside them. Two processors, one node."""
+    g = new_graph("coparent", kind="workflow")
+    for name, t in (("L", 10.0), ("K", 10.0), ("s", 1.0), ("r", 1.0)):
+        add_task(g, name, name, times={"P": t})
+    g.add_edge("L", "r", bytes=0.0)
+    g.add_edge("s", "r", bytes=5.0)
+    one_node = cluster_from_dict({
+        "name": "one", "network": {"bandwidth": 1, "latency": 0},
+        "nodes": [{"name": "n", "link": {"bandwidth": 1, "latency": 0},
+                   "devices": [{"name": f"p{i}", "kind": "cpu", "model": "P"} for i in range(2)]}]})
+    return CostModel(g, one_node)
+
+
+def test_a_cheap_source_is_ranked_just_above_the_long_task_beside_it():
+    cost = co_parent_graph()
+    base = upward_rank(cost)
+    co = auto_module.coparent_rank(cost, base)
+    pos = {name: cost.pos[name] for name in "LKsr"}
+    assert base[pos["s"]] < base[pos["L"]] < co[pos["s"]]
+    for name in "LKr":                              # only sources that share a reader move
+        assert co[pos[name]] == base[pos[name]]
+    order = priority_order(cost, co).tolist()
+    assert order.index(pos["s"]) == 0 and order.index(pos["r"]) == 3
+
+
+def test_placing_the_cheap_source_first_hides_its_transfer_behind_the_long_task():
+    cost = co_parent_graph()
+    # HEFT places s after L and K (on L's processor, 10-11 s), so r ends at 12 s.
+    assert heft(cost).makespan == pytest.approx(12.0)
+    # First, s runs at 0-1 s and its output reaches L's processor at 6 s, before L ends at 10 s.
+    co = auto_module.coparent_rank(cost, upward_rank(cost))
+    assert heft(cost, rank=co).makespan == pytest.approx(11.0)
+    assert auto_module.auto(cost, exact=False).makespan == pytest.approx(11.0)
