@@ -45,8 +45,9 @@ Candidates, in order:
    serialise join their ends into one group (a fork-join group of a workflow: 1000genome's
    ``individuals`` and their merge, ``sifting`` and its sixteen readers); each group is kept on
    one node, HEFT placing its tasks among that node's devices (where the cluster has several
-   nodes), or mapped whole onto one device. One list-scheduling pass each.
-4e. **Cheap sources first** (:func:`coparent_rank`, graphs up to :data:`MEDIUM_WORK`): HEFT and
+   nodes), or mapped whole onto one device. One list-scheduling pass each (about a HEFT pass);
+   at tier 1 (work above :data:`SMALL_WORK`) only the first threshold.
+4e. **Cheap sources first** (:func:`coparent_rank`, graphs up to :data:`SMALL_WORK`): HEFT and
    the lookahead with every source task raised to the highest rank among its children's other
    parents, so a short task that gates many readers beside a long one (1000genome's ``sifting``)
    starts at time 0 and its transfers overlap the long task, instead of being placed last.
@@ -431,7 +432,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
 
     # Cheap sources first: HEFT and the lookahead with every source raised to its co-parents'
     # rank (skipped where no source is raised: the plans would be HEFT's and the lookahead's).
-    if tier <= 1:
+    if tier == 0:
         base = upward_rank(cost)
         co = coparent_rank(cost, base)
         if not np.array_equal(co, base):
@@ -444,7 +445,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     if tier <= 1:
         scopes = ("node", "device") if nodes.size > 1 else ("device",)
         for scope in scopes:
-            for theta in GROUP_THETAS:
+            for theta in (GROUP_THETAS if tier == 0 else GROUP_THETAS[:1]):
                 nm = f"group-{scope}{theta:g}"
                 attempt(nm, lambda mem, scope=scope, theta=theta, nm=nm: grouped_schedule(
                     cost, scope, theta=theta, memory_aware=mem, mapper=nm))
