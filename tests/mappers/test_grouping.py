@@ -114,7 +114,7 @@ def test_auto_is_never_worse_than_heft_nor_than_a_grouping_candidate():
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_auto_with_grouping_beats_or_ties_every_grouping_candidate_on_random_graphs(seed):
+def test_auto_beats_or_ties_every_grouping_and_cheap_source_candidate_on_random_graphs(seed):
     cost = CostModel(random_graph(n=80, seed=seed), slow_mixed_cluster())
     s = auto_module.auto(cost, exact=False)
     ms, valid, _ = evaluate(cost, s)
@@ -123,6 +123,8 @@ def test_auto_with_grouping_beats_or_ties_every_grouping_candidate_on_random_gra
     for scope in ("node", "device"):
         for theta in auto_module.GROUP_THETAS:
             assert ms <= grouped_schedule(cost, scope, theta=theta).makespan * (1 + 1e-12)
+    co = auto_module.coparent_rank(cost, upward_rank(cost))
+    assert ms <= heft(cost, rank=co).makespan * (1 + 1e-12)
 
 
 def test_grouping_gives_the_same_plan_twice():
