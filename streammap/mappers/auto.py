@@ -40,17 +40,17 @@ Candidates, in order:
    keeps a fork-join branch beside its join when transfers are dear (CCR 10); on the whole cluster
    and (small graphs) on each subset. One pass costs ``O(E·D²)``; neither 4b nor 4c runs above
    :data:`LARGE_WORK`, so the mapping time at scale is unchanged.
-4d. **Heavy-edge grouping** (:func:`streammap.mappers.grouping.grouped_schedule`, graphs up to
+4d. **Cheap sources first** (:func:`coparent_rank`, graphs up to :data:`SMALL_WORK`): HEFT and
+   the lookahead with every source task raised to the highest rank among its children's other
+   parents, so a short task that gates many readers beside a long one (1000genome's ``sifting``)
+   starts at time 0 and its transfers overlap the long task, instead of being placed last.
+4e. **Heavy-edge grouping** (:func:`streammap.mappers.grouping.grouped_schedule`, graphs up to
    :data:`MEDIUM_WORK`): edges dearer than :data:`GROUP_THETAS` times the work they would
    serialise join their ends into one group (a fork-join group of a workflow: 1000genome's
    ``individuals`` and their merge, ``sifting`` and its sixteen readers); each group is kept on
    one node, HEFT placing its tasks among that node's devices (where the cluster has several
    nodes), or mapped whole onto one device. One list-scheduling pass each (about a HEFT pass);
    at tier 1 (work above :data:`SMALL_WORK`) only the first threshold.
-4e. **Cheap sources first** (:func:`coparent_rank`, graphs up to :data:`SMALL_WORK`): HEFT and
-   the lookahead with every source task raised to the highest rank among its children's other
-   parents, so a short task that gates many readers beside a long one (1000genome's ``sifting``)
-   starts at time 0 and its transfers overlap the long task, instead of being placed last.
 5. **Local search** (:func:`streammap.mappers.local_search.improve`) from the best few distinct
    candidates: tasks on the critical path are moved to other devices, or swapped with a task of
    another device, while the makespan (then the sum of finish times) falls; at a local optimum
@@ -176,8 +176,8 @@ def coparent_rank(cost: CostModel, rank: np.ndarray) -> np.ndarray:
 
     Examples
     --------
-    See ``tests/mappers/test_grouping.py``: a 0.1-second source read by the join of eight long
-    tasks is placed first.
+    See ``tests/mappers/test_grouping.py``: a 1-second source whose reader also reads a
+    10-second task is placed first, and its transfer then hides behind the long task.
     """
     r = np.array(rank, dtype=np.float64, copy=True)
     T = cost.n_tasks
