@@ -40,6 +40,17 @@ Candidates, in order:
    keeps a fork-join branch beside its join when transfers are dear (CCR 10); on the whole cluster
    and (small graphs) on each subset. One pass costs ``O(E·D²)``; neither 4b nor 4c runs above
    :data:`LARGE_WORK`, so the mapping time at scale is unchanged.
+4d. **Cheap sources first** (:func:`coparent_rank`, graphs up to :data:`SMALL_WORK`): HEFT and
+   the lookahead with every source task raised to the highest rank among its children's other
+   parents, so a short task that gates many readers beside a long one (1000genome's ``sifting``)
+   starts at time 0 and its transfers overlap the long task, instead of being placed last.
+4e. **Heavy-edge grouping** (:func:`streammap.mappers.grouping.grouped_schedule`, graphs up to
+   :data:`MEDIUM_WORK`): edges dearer than :data:`GROUP_THETAS` times the work they would
+   serialise join their ends into one group (a fork-join group of a workflow: 1000genome's
+   ``individuals`` and their merge, ``sifting`` and its sixteen readers); each group is kept on
+   one node, HEFT placing its tasks among that node's devices (where the cluster has several
+   nodes), or mapped whole onto one device. One list-scheduling pass each (about a HEFT pass);
+   at tier 1 (work above :data:`SMALL_WORK`) only the first threshold.
 5. **Local search** (:func:`streammap.mappers.local_search.improve`) from the best few distinct
    candidates: tasks on the critical path are moved to other devices, or swapped with a task of
    another device, while the makespan (then the sum of finish times) falls; at a local optimum
@@ -83,7 +94,8 @@ from streammap.errors import MappingError
 from streammap.mappers.clustering import chain_schedule
 from streammap.mappers.exact import available as exact_available
 from streammap.mappers.exact import model_size, solve_exact
-from streammap.mappers.heft import check_placeable, heft, list_schedule, priority_order
+from streammap.mappers.grouping import grouped_schedule
+from streammap.mappers.heft import check_placeable, heft, list_schedule, priority_order, upward_rank
 from streammap.mappers.local_search import improve
 from streammap.mappers.lookahead import lookahead_heft
 from streammap.mappers.partition import GroupTimes, device_speed, partition_tasks
@@ -91,7 +103,7 @@ from streammap.mappers.partition import available as metis_available
 from streammap.mappers.peft import peft
 from streammap.mappers.schedule import MEM_RTOL, Schedule, fits, peak_memory
 
-__all__ = ["auto", "lift", "exact_fits", "device_subsets", "work_tier"]
+__all__ = ["auto", "lift", "exact_fits", "device_subsets", "work_tier", "coparent_rank"]
 
 #: Work (tasks × devices) up to which every candidate is tried.
 SMALL_WORK = 200_000
@@ -109,6 +121,9 @@ LARGE_PASSES = ("heft", "peft")
 #: a candidate pass about what they cost on eight (a 100,000-call program on ``--cluster local``
 #: otherwise got every small-graph candidate: 33 s of mapping for one device).
 MIN_PASS_WIDTH = 8
+#: Thresholds of the heavy-edge grouping candidates (:func:`~streammap.mappers.grouping.heavy_edge_groups`):
+#: an edge joins its ends' groups when it costs at least this many times the smaller group's work.
+GROUP_THETAS = (1.0, 4.0)
 #: Tasks × re-timings the local search may spend (each re-timing costs O(T + E)), on graphs up
 #: to :data:`SMALL_WORK`; larger graphs get :data:`SEARCH_BUDGET_LARGE`.
 SEARCH_BUDGET = 700_000
@@ -146,6 +161,41 @@ def upward_rank_with(cost: CostModel, w: np.ndarray) -> np.ndarray:
         e = concat_ranges(cost.succ_ptr[lev], cost.succ_ptr[lev + 1])
         rank[lev] = w[lev] + segment_max(cbar[e] + rank[cost.succ_idx[e]], cost.succ_ptr, lev)
     return rank
+
+
+def coparent_rank(cost: CostModel, rank: np.ndarray) -> np.ndarray:
+    """``rank`` with every source task raised to the highest rank among its children's parents.
+
+    A cheap source that feeds the same tasks as a long one (BWA's ``fastq_reduce`` beside
+    ``bwa_index``, 1000genome's ``sifting`` beside ``individuals_merge``, SRA search's
+    ``bowtie2-build`` beside each ``fasterq-dump``) has a low upward rank, so HEFT places it after
+    the long co-parents, when every device is busy: it starts late and its output then crosses
+    the network while its readers wait. Raised to just above its co-parents' rank it is placed
+    first, at time 0, and its transfers overlap the long tasks. Only sources are raised (they
+    have no predecessors), so the order stays topological.
+
+    Examples
+    --------
+    See ``tests/mappers/test_grouping.py``: a 1-second source whose reader also reads a
+    10-second task is placed first, and its transfer then hides behind the long task.
+    """
+    r = np.array(rank, dtype=np.float64, copy=True)
+    T = cost.n_tasks
+    if T == 0 or cost.n_edges == 0:
+        return r
+    tasks = np.arange(T)
+    # Highest parent rank of every task with parents.
+    top_parent = segment_max(rank[cost.pred_idx], cost.pred_ptr, tasks, empty=-math.inf)
+    sources = np.flatnonzero((np.diff(cost.pred_ptr) == 0) & (np.diff(cost.succ_ptr) > 0))
+    if sources.size == 0:
+        return r
+    e = concat_ranges(cost.succ_ptr[sources], cost.succ_ptr[sources + 1])
+    co = segment_max(top_parent[cost.succ_idx[e]], cost.succ_ptr, sources, empty=-math.inf)
+    raise_ = co > r[sources]
+    # Just above the co-parent, so that the source is placed before it (priority_order rounds
+    # ranks at 1e-10 of the largest, hence a margin well above that).
+    r[sources[raise_]] = co[raise_] + np.abs(co[raise_]) * 1e-8 + 1e-12
+    return r
 
 
 def pass_work(n_tasks: int, n_devices: int) -> int:
@@ -379,6 +429,26 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                     cost, devices=devs, memory_aware=mem, mapper=f"chains-{name}"))
                 attempt(f"lookahead-{name}", lambda mem, devs=devs, name=name: lookahead_heft(
                     cost, devices=devs, memory_aware=mem, mapper=f"lookahead-{name}"))
+
+    # Cheap sources first: HEFT and the lookahead with every source raised to its co-parents'
+    # rank (skipped where no source is raised: the plans would be HEFT's and the lookahead's).
+    if tier == 0:
+        base = upward_rank(cost)
+        co = coparent_rank(cost, base)
+        if not np.array_equal(co, base):
+            attempt("heft-coparent", lambda mem: heft(cost, memory_aware=mem, rank=co, mapper="heft-coparent"))
+            attempt("lookahead-coparent", lambda mem: lookahead_heft(cost, rank=co, memory_aware=mem,
+                                                                    mapper="lookahead-coparent"))
+
+    # Heavy-edge grouping: fork-join groups joined by dear edges kept on one node (HEFT inside
+    # it) or on one device.
+    if tier <= 1:
+        scopes = ("node", "device") if nodes.size > 1 else ("device",)
+        for scope in scopes:
+            for theta in (GROUP_THETAS if tier == 0 else GROUP_THETAS[:1]):
+                nm = f"group-{scope}{theta:g}"
+                attempt(nm, lambda mem, scope=scope, theta=theta, nm=nm: grouped_schedule(
+                    cost, scope, theta=theta, memory_aware=mem, mapper=nm))
 
     if not results:
         if plain is None:
