@@ -451,6 +451,8 @@ class LocalExecutor:
                         call = with_deadline(call, deadline, dev)
                     append(new(HostStep, (k, call, gw, signals[k], wk, fr, sh, store[k], t.retries)))
             self.steps[d] = steps
+        self.host_steps = [self.steps[d] for d in self.host_order]        # by host slot
+        self.host_devices = [devices[d] for d in self.host_order]
         for h, d in enumerate(self.host_order):
             first = self.steps[d][0].index
             if self.pending[first]:
@@ -699,46 +701,66 @@ class LocalExecutor:
         try:
             h = get()
             while h is not None:
-                h = self._drive(h)
-                if h is None:
-                    h = get()
+                self._drive(h)
+                h = get()
         except BaseException as exc:       # a bug of ours: report it rather than hang  # noqa: BLE001
             self._fail(None, exc)
         finally:
             set_current_device(None)
 
-    def _drive(self, h: int) -> Optional[int]:
-        """Run host device ``h``'s tasks from its cursor while they are ready.
+    def _drive(self, h: int) -> None:
+        """Run host device ``h``'s tasks from its cursor while they are ready; then go idle.
 
-        Returns a device this thread made ready and should run next (its own next task waits:
-        taking the other device here saves a thread hand-off), or ``None`` to go idle.
+        When this device must wait (its next task is parked, or it has no task left) and its last
+        task made another device ready, the thread takes that device here, in this loop: a chain
+        alternating between two devices runs on one thread, without a thread hand-off or even a
+        return to :meth:`_host_worker` per task. The count-down of other devices' consumers is
+        inline for the same reason (:meth:`_count_down` is the GPU workers').
         """
-        d = self.host_order[h]
-        steps = self.steps[d]
-        set_current_device(self.devices[d])
+        host_steps, host_devices, cursor, parked = self.host_steps, self.host_devices, self.cursor, self.parked
         results, done, events, pending = self.results, self.done, self.events, self.pending
         starts, finishes, attempts = self.starts, self.finishes, self.attempts
-        stop, put = self.stop, self.ready_devices.put
+        stop, put, sched = self.stop, self.ready_devices.put, self._sched
+        exhausted, n_host = self._exhausted, len(host_steps)
         perf = time.perf_counter
+        steps = host_steps[h]
         last = len(steps)
-        pos = self.cursor[h]
+        pos = cursor[h]
+        set_current_device(host_devices[h])
         woken = None           # a device the last task made ready: run here if this one must wait
         try:
-            while pos < last:
+            while True:
+                if pos == last:                        # this device has nothing left
+                    cursor[h] = pos
+                    if next(exhausted) == n_host - 1:  # the last host device is done
+                        self._close_pool()
+                    if woken is None:
+                        return
+                    h, woken = woken, None             # take the device it woke
+                    steps, pos = host_steps[h], cursor[h]
+                    last = len(steps)
+                    set_current_device(host_devices[h])
+                    continue
                 k, call, gpu_waits, signal, wakes, frees, shared, store, retries = steps[pos]     # HostStep
                 if pending[k]:
-                    with self._sched:
+                    with sched:
                         parks = pending[k] != 0
                         if parks:           # a producer's count-down will queue this device
-                            self.cursor[h] = pos
-                            self.parked[h] = k
+                            cursor[h] = pos
+                            parked[h] = k
                     if parks:
-                        return woken
+                        if woken is None:
+                            return
+                        h, woken = woken, None         # take the device it woke
+                        steps, pos = host_steps[h], cursor[h]
+                        last = len(steps)
+                        set_current_device(host_devices[h])
+                        continue
                 if woken is not None:     # this device goes on: an idle thread takes the other
                     put(woken)
                     woken = None
                 if stop[0]:
-                    return None
+                    return
                 for i in gpu_waits:
                     events[i].synchronize()
                 attempts[k] = 1
@@ -761,18 +783,19 @@ class LocalExecutor:
                     if next(counter) == last_use:
                         results[i] = None
                 pos += 1
-                if wakes:
-                    for w in self._count_down(wakes):
-                        if woken is None:
-                            woken = w
-                        else:
-                            put(w)
+                if wakes:                 # count down consumers on other devices (as _count_down)
+                    with sched:
+                        for c, w in wakes:
+                            left = pending[c] - 1
+                            pending[c] = left
+                            if not left and parked[w] == c:
+                                parked[w] = -1
+                                if woken is None:
+                                    woken = w
+                                else:
+                                    put(w)
         except _Stop:
-            return None
-        self.cursor[h] = pos
-        if next(self._exhausted) == len(self.host_order) - 1:     # the last host device is done
-            self._close_pool()
-        return woken
+            return
 
     def _release_remaining(self, d: str) -> None:
         done, signals = self.done, self.signals
