@@ -195,6 +195,8 @@ def local_top_names(plan: Plan) -> set[str]:
 
 def _modules_named(tops: set[str]) -> list[str]:
     """Names in ``sys.modules`` that are ``tops`` or inside them (``mypkg.util``)."""
+    if not tops:                # a one-file program: no walk over every module of the process
+        return []
     return [n for n in list(sys.modules) if n.split(".", 1)[0] in tops]
 
 

@@ -11,12 +11,16 @@ Everything is prepared before any thread starts, so that the hot path is a handf
 ``results``   list, one slot per task (plan order): the task's return value, or ``None`` once freed.
 ``done``      list of bools: the task has finished (its result is in ``results``; on a GPU, its
               work is *enqueued* and ``events[i]`` recorded, not necessarily complete).
-``pending``   per task of a host device: how many of its cross-device waits are still to come
-              (counted down, under the scheduler lock, by the thread that finishes the producer).
-              Deps on the task's own device need no count: a device runs its tasks in plan
-              order and the plan lists deps first.
-``parked``    per host device: the task it stopped at because that task's ``pending`` was not 0
-              (``-1``: the device is running, queued, or has nothing left). Under the scheduler lock.
+``pending``   per task of a host device: how many producers on other devices it waits for (the
+              pruned cross-device waits). Deps on the task's own device need no count: a device
+              runs its tasks in plan order and the plan lists deps first.
+``arrivals``  per task with ``pending``: an ``itertools.count`` that each of its producers draws
+              from when done, and its device when it reaches the task. Whoever draws last (the
+              value ``pending``) runs the device on from that task; the others leave it. ``next``
+              on a count is atomic, so this hand-over takes no lock.
+``parked``    per host device: the task it stopped at because producers of that task were still to
+              come (``-1``: the device is running, queued, or has nothing left); for reading only,
+              the hand-over is ``arrivals``'.
 ``signals``   for each task that a task on a *GPU* device waits for, a ``threading.Event`` set
               once the task is done (or the run stops): the GPU worker waits on it.
 ``events``    GPU tasks: the CUDA event recorded on the device's stream after the task.
@@ -35,12 +39,14 @@ Policy
 - **Host devices are run by a pool, not bound to threads**: there are as many host worker
   threads as host devices, and a thread *holds* one device at a time, running its tasks while
   their ``pending`` is 0. When a finished task makes another device's parked task ready, the
-  thread runs that device itself (no hand-off between threads) if its own next task must wait,
+  thread runs that device itself (no hand-off between threads, and no return to the pool's
+  loop: :meth:`LocalExecutor._drive` switches devices in place) if its own next task must wait,
   else it queues the woken device for an idle thread. A chain alternating between two devices
   thus runs on one thread with no wake-up per task, while independent work on several devices
   still runs on as many threads as devices. Each device's order and one-task-at-a-time are kept:
   only its holder runs it, and it is held by one thread at most (a device is parked, queued or
-  held, under the scheduler lock).
+  held: of its holder and a task's producers, only the last to draw from the task's ``arrivals``
+  runs it on).
 - **GPU devices** keep one thread each (their CUDA device and stream stay current). Before a
   task, the thread waits for its deps on other devices (``signals``; pruned: a device's tasks
   finish in order, so having waited for task k of device E, later waits for tasks of E at or
@@ -163,7 +169,7 @@ class HostStep(NamedTuple):
     gpu_waits: tuple                #: producers on GPUs (pruned) whose CUDA event the host syncs first
     signal: Optional[threading.Event]   #: set when the task is done (``None``: no GPU task waits)
     wakes: tuple                    #: ``(consumer, host device slot)`` of host tasks on other
-                                    #: devices whose ``pending`` this task counts down
+                                    #: devices whose ``arrivals`` this task draws from when done
     frees: tuple                    #: indices of the results this task is the last consumer of
     shared_frees: tuple             #: :class:`SharedFree` of results last used here and elsewhere
     store: bool                     #: keep the result (someone uses it, or it is an output)
@@ -220,47 +226,57 @@ class LocalExecutor:
 
     # -- preparation ---------------------------------------------------------------------
     def _compile(self) -> None:
+        """Prepare the run's state (see *State*) in a few passes over the plan's tasks.
+
+        Each pass fills lists indexed by task (``last_dev``/``last_k``, ``free_of``, ``wake_of``,
+        ...) rather than a dict or list per task: a task's step is then built from list reads.
+        What a step holds (its frees, its wakes) is the tuple its step record keeps, made at its
+        first entry; the rare task with more entries grows a list (:func:`_grow`), made a tuple
+        again once the pass is over. The common case, a step that frees one result and wakes one
+        consumer, so costs no list and no call.
+        """
         plan = self.plan
         tasks = plan.tasks
         n = len(tasks)
         self.n = n
-        index: dict[str, int] = {}
-        dev_of: list[str] = []
-        pos: list[int] = []
-        by_dev: dict[str, list[int]] = {}
+        dev_of = [t.device for t in tasks]
+        index = self.index = dict(zip([t.id for t in tasks], range(n)))
         carry = self.carry
-        carried: set[int] = set()
-        for k, t in enumerate(tasks):
-            index[t.id] = k
-            d = t.device
-            dev_of.append(d)
-            if carry and t.id in carry:
-                carried.add(k)
-                pos.append(-1)
+        carried: set[int] = {k for k, t in enumerate(tasks) if t.id in carry} if carry else set()
+        self.carried = carried
+        # each device's tasks in plan order; pos[k]: k's place in its device's list
+        pos: list[int] = [-1] * n
+        by_dev: dict[str, list[int]] = {}
+        for k, d in enumerate(dev_of):
+            if carried and k in carried:
                 continue
             ks = by_dev.get(d)
             if ks is None:
                 ks = by_dev[d] = []
-            pos.append(len(ks))
+            pos[k] = len(ks)
             ks.append(k)
-        self.index = index
         # devices in the plan's device order (their threads start in that order)
         by_dev = {d.id: by_dev[d.id] for d in plan.devices if d.id in by_dev}
         missing = [d for d in by_dev if d not in self.devices]
         if missing:
             raise PlanError(f"no executor for device {missing[0]!r}")
         self.order = by_dev
-        self.carried = carried
-        on_gpu = {d: dev.is_gpu for d, dev in self.devices.items()}
-        self._on_gpu = [on_gpu.get(d, False) for d in dev_of]      # per task: its device is a GPU
-
-        # Data consumers: producer -> {consumer device: last consumer}. Plain refs are the
-        # common case and are read without walking the spec. The same pass notes the *shape* of
-        # each argument list that :func:`call_factory` can bake (positional refs to host results,
-        # indexed refs, constants): ``shapes[k]`` is its kinds as a string (``"rv"``), ``None``
-        # when the task needs :meth:`_call`'s general path; ``baked[k]`` the values, in order.
-        last_use: dict[int, dict[str, int]] = {}
+        devices, kernels = self.devices, self.kernels
+        gpu_devices = {d for d, dev in devices.items() if dev.is_gpu}
+        # per task: its device is a GPU
+        self._on_gpu = [d in gpu_devices for d in dev_of] if gpu_devices else [False] * n
         task_on_gpu = self._on_gpu
+
+        # Data consumers: per producer, its last consumer (``last_k``) on the one device that uses
+        # it (``last_dev``), or ``_SEVERAL`` and ``several[i]``: {consumer device: last consumer}.
+        # Plain refs are the common case and are read without walking the spec. The same pass
+        # notes the *shape* of each argument list that :func:`call_factory` can bake (positional
+        # refs to host results, indexed refs, constants): ``shapes[k]`` is its kinds as a string
+        # (``"rv"``), ``None`` when the task needs :meth:`_call`'s general path; ``baked[k]`` the
+        # values, in order.
+        last_dev: list = [None] * n
+        last_k: list = [0] * n
+        several: dict[int, dict[str, int]] = {}
         shapes: list = [None] * n
         baked: list = [None] * n
         for k, t in enumerate(tasks):
@@ -273,11 +289,12 @@ class LocalExecutor:
             for spec in (t.args if not kw else (*t.args, *kw.values())):
                 if "ref" in spec:
                     i = index[spec["ref"]]
-                    uses = last_use.get(i)
-                    if uses is None:
-                        last_use[i] = {d: k}
+                    e = last_dev[i]
+                    if e is None or e == d:
+                        last_dev[i] = d
+                        last_k[i] = k              # tasks are visited in order: k is the latest
                     else:
-                        uses[d] = k            # tasks are visited in order: k is the latest
+                        _use_on(several, last_dev, last_k, i, d, k)
                     if kinds is not None:
                         size = len(spec)
                         if task_on_gpu[i] or size > 2:
@@ -303,36 +320,57 @@ class LocalExecutor:
                 kinds = None
                 for r in spec_refs(spec):
                     i = index[r]
-                    uses = last_use.get(i)
-                    if uses is None:
-                        last_use[i] = {d: k}
+                    e = last_dev[i]
+                    if e is None or e == d:
+                        last_dev[i] = d
+                        last_k[i] = k
                     else:
-                        uses[d] = k
+                        _use_on(several, last_dev, last_k, i, d, k)
             if kinds is not None:
                 shapes[k] = kinds
                 baked[k] = values
         outputs = {index[r] for r in spec_refs(plan.outputs)}
-        frees: dict[int, list[int]] = {}
-        shared_frees: dict[int, list[tuple]] = {}
+        free_of: list = [()] * n                   # per consumer: the results it frees
+        shared_of: list = [()] * n                 # per consumer: its SharedFree records
+        grown: list = []                           # (column, task) of entries that grew lists (_grow)
         store = [True] * n
-        for i in range(n):
+        for i, e in enumerate(last_dev):
             if i in outputs:
                 continue
-            uses = last_use.get(i)
-            if uses is None:
+            if e is None:
                 store[i] = False
-            elif len(uses) == 1:
-                for k in uses.values():
-                    frees.setdefault(k, []).append(i)
+            elif e is not _SEVERAL:
+                k = last_k[i]
+                if free_of[k]:
+                    _grow(free_of, k, i, grown)
+                else:
+                    free_of[k] = (i,)
             else:
+                uses = several[i]
                 counter = itertools.count()
                 for k in uses.values():
-                    shared_frees.setdefault(k, []).append(SharedFree(i, counter, len(uses) - 1))
+                    entry = SharedFree(i, counter, len(uses) - 1)
+                    if shared_of[k]:
+                        _grow(shared_of, k, entry, grown)
+                    else:
+                        shared_of[k] = (entry,)
 
-        # Cross-device waits, pruned per (consumer device, producer device).
-        waits: dict[int, list[int]] = {}
+        # Cross-device waits, pruned per (consumer device, producer device): a host consumer
+        # counts them (``pending``, ``arrivals``) and its producers draw (``wake_of``: (consumer, host
+        # slot) pairs), syncing the CUDA events of those on GPUs first (``gpu_wait_of``); a GPU
+        # consumer waits on its producers' signals (``waits_of``).
+        # Host devices get slots 0..H-1 (the pool's ``parked`` and ``ready_devices`` name them so).
+        self.host_order = [d for d in by_dev if d not in gpu_devices]
+        slot = {d: h for h, d in enumerate(self.host_order)}
+        pending: list = [0] * n
+        arrivals: list = [None] * n
+        wake_of: list = [()] * n
+        gpu_wait_of: list = [()] * n
+        waits_of: list = [None] * n
+        signals: list = [None] * n
         for d, ks in by_dev.items():
             waited: dict[str, int] = {}
+            h = slot.get(d)
             for k in ks:
                 deps = tasks[k].deps
                 if not deps:
@@ -340,41 +378,50 @@ class LocalExecutor:
                 if len(deps) == 1:          # the common case, without a dict per task
                     i = index[deps[0]]
                     e = dev_of[i]
-                    if e != d and i not in carried and pos[i] > waited.get(e, -1):
-                        waited[e] = pos[i]
-                        waits[k] = [i]
-                    continue
-                latest: dict[str, int] = {}
-                for dep in deps:
-                    i = index[dep]
-                    if i in carried:
+                    if e == d or (carried and i in carried) or pos[i] <= waited.get(e, -1):
                         continue
-                    e = dev_of[i]
-                    if e != d and pos[i] > latest.get(e, -1):
-                        latest[e] = pos[i]
-                for e, p in latest.items():
-                    if p > waited.get(e, -1):
-                        waited[e] = p
-                        waits.setdefault(k, []).append(by_dev[e][p])
-
-        devices, kernels = self.devices, self.kernels
-        # Host devices get slots 0..H-1 (the pool's ``parked`` and ``ready_devices`` name them so).
-        self.host_order = [d for d in by_dev if not devices[d].is_gpu]
-        slot = {d: h for h, d in enumerate(self.host_order)}
-        self.pending: list = [0] * n
-        wakes: dict[int, list[tuple]] = {}
-        self.signals: list = [None] * n
-        for k, ws in waits.items():
-            d = dev_of[k]
-            if devices[d].is_gpu:
+                    waited[e] = pos[i]
+                    ws = (i,)
+                else:
+                    latest: dict[str, int] = {}
+                    for dep in deps:
+                        i = index[dep]
+                        if carried and i in carried:
+                            continue
+                        e = dev_of[i]
+                        if e != d and pos[i] > latest.get(e, -1):
+                            latest[e] = pos[i]
+                    ws = []
+                    for e, p in latest.items():
+                        if p > waited.get(e, -1):
+                            waited[e] = p
+                            ws.append(by_dev[e][p])
+                    if not ws:
+                        continue
+                if h is None:
+                    waits_of[k] = ws
+                    for i in ws:
+                        if signals[i] is None:
+                            signals[i] = threading.Event()
+                    continue
+                pending[k] = len(ws)
+                arrivals[k] = itertools.count()
+                pair = (k, h)
                 for i in ws:
-                    if self.signals[i] is None:
-                        self.signals[i] = threading.Event()
-            else:
-                self.pending[k] = len(ws)
-                h = slot[d]
-                for i in ws:
-                    wakes.setdefault(i, []).append((k, h))
+                    if wake_of[i]:
+                        _grow(wake_of, i, pair, grown)
+                    else:
+                        wake_of[i] = (pair,)
+                    if task_on_gpu[i]:
+                        if gpu_wait_of[k]:
+                            _grow(gpu_wait_of, k, i, grown)
+                        else:
+                            gpu_wait_of[k] = (i,)
+        for column, k in grown:
+            column[k] = tuple(column[k])
+        self.pending = pending
+        self.arrivals = arrivals
+        self.signals = signals
 
         self.results: list = [None] * n
         self.done: list = [False] * n
@@ -388,20 +435,18 @@ class LocalExecutor:
             value, event = carry[tasks[i].id]
             self.done[i] = True
             self.events[i] = event
-            if store[i] and (i in outputs or i in last_use):
+            if store[i] and (i in outputs or last_dev[i] is not None):
                 self.results[i] = value
         self.error: Optional[BaseException] = None
         self._error_lock = threading.Lock()
         self._halted = False
         # the host pool's scheduler state (see *Policy*)
-        self._sched = threading.Lock()
         self.parked: list = [-1] * len(self.host_order)
         self.cursor: list = [0] * len(self.host_order)
         self.ready_devices = queue.SimpleQueue()
         self._exhausted = itertools.count()
 
         self.steps: dict[str, list] = {}
-        signals, on_gpu = self.signals, self._on_gpu
         none = ()
         # ``tuple.__new__`` of the fields in order, as ``_make`` does without its frame: calling
         # the class costs ~0.3 µs a task more (~1 µs with keywords), a tenth of the executor's
@@ -410,46 +455,45 @@ class LocalExecutor:
         makers: dict = {}                      # shape string -> its call factory (or None)
         for d, ks in by_dev.items():
             dev = devices[d]
-            gpu = dev.is_gpu
             steps = []
             append = steps.append
-            for k in ks:
-                t = tasks[k]
-                fn = kernels[t.kernel]
-                deadline = deadline_of(t, fn) if t.timeout is not None else None
-                w = waits.get(k, none)
-                wk = wakes.get(k)
-                wk = tuple(wk) if wk else none
-                fr = frees.get(k)
-                fr = tuple(fr) if fr else none
-                sh = shared_frees.get(k)
-                sh = tuple(sh) if sh else none
-                if gpu:
-                    w = tuple([Wait._make((i, signals[i], devices[dev_of[i]].is_gpu)) for i in w])
+            if d in gpu_devices:
+                for k in ks:
+                    t = tasks[k]
+                    fn = kernels[t.kernel]
+                    deadline = deadline_of(t, fn) if t.timeout is not None else None
+                    w = tuple([Wait._make((i, signals[i], task_on_gpu[i])) for i in (waits_of[k] or none)])
                     argg, kwg = self._resolver(t, dev, dev_of)
                     if deadline is not None:
                         fn = with_deadline(fn, deadline, dev)
-                    append(new(GpuStep, (k, fn, argg, kwg, w, signals[k], wk, fr, sh, store[k], t.retries)))
-                else:
-                    gw = tuple([i for i in w if on_gpu[i]]) if w else none
-                    kinds = shapes[k]
-                    call = None
-                    if kinds is not None:
-                        values = baked[k]
-                        baked[k] = None            # the call holds its values: free the list now
-                        make = makers.get(kinds, False)
-                        if make is False:
-                            make = makers[kinds] = call_factory(tuple([(None, c) for c in kinds]))
-                        if make is not None:
-                            call = make(fn, *values)
-                        elif len(kinds) > 1 and kinds.count("r") == len(kinds):
-                            # a fan-in of plain refs: one C call gets them all, as in :meth:`_call`
-                            call = _fan_in(fn, operator.itemgetter(*values))
-                    if call is None:
-                        call = self._call(t, fn, dev, dev_of)
+                    append(new(GpuStep, (k, fn, argg, kwg, w, signals[k], wake_of[k], free_of[k], shared_of[k],
+                                         store[k], t.retries)))
+                self.steps[d] = steps
+                continue
+            for k in ks:
+                t = tasks[k]
+                fn = kernels[t.kernel]
+                kinds = shapes[k]
+                call = None
+                if kinds is not None:
+                    values = baked[k]
+                    baked[k] = None            # the call holds its values: free the list now
+                    make = makers.get(kinds, False)
+                    if make is False:
+                        make = makers[kinds] = call_factory(tuple([(None, c) for c in kinds]))
+                    if make is not None:
+                        call = make(fn, *values)
+                    elif len(kinds) > 1 and kinds.count("r") == len(kinds):
+                        # a fan-in of plain refs: one C call gets them all, as in :meth:`_call`
+                        call = _fan_in(fn, operator.itemgetter(*values))
+                if call is None:
+                    call = self._call(t, fn, dev, dev_of)
+                if t.timeout is not None:
+                    deadline = deadline_of(t, fn)
                     if deadline is not None:
                         call = with_deadline(call, deadline, dev)
-                    append(new(HostStep, (k, call, gw, signals[k], wk, fr, sh, store[k], t.retries)))
+                append(new(HostStep, (k, call, gpu_wait_of[k], signals[k], wake_of[k], free_of[k], shared_of[k],
+                                      store[k], t.retries)))
             self.steps[d] = steps
         self.host_steps = [self.steps[d] for d in self.host_order]        # by host slot
         self.host_devices = [devices[d] for d in self.host_order]
@@ -457,6 +501,7 @@ class LocalExecutor:
             first = self.steps[d][0].index
             if self.pending[first]:
                 self.parked[h] = first
+                next(arrivals[first])          # the device has reached it: its producers come last
             else:
                 self.ready_devices.put(h)
 
@@ -682,16 +727,14 @@ class LocalExecutor:
         raise _Stop
 
     def _count_down(self, wakes: tuple) -> list:
-        """Count down the host consumers of a finished task; the devices (slots) this unparks."""
+        """Arrive at the host consumers of a finished task (see ``arrivals``); the devices (slots)
+        this unparks."""
         woke = []
-        pending, parked = self.pending, self.parked
-        with self._sched:
-            for c, h in wakes:
-                left = pending[c] - 1
-                pending[c] = left
-                if not left and parked[h] == c:
-                    parked[h] = -1
-                    woke.append(h)
+        pending, arrivals, parked = self.pending, self.arrivals, self.parked
+        for c, h in wakes:
+            if next(arrivals[c]) == pending[c]:       # the last to arrive: the device is parked on c
+                parked[h] = -1
+                woke.append(h)
         return woke
 
     def _host_worker(self) -> None:
@@ -714,18 +757,21 @@ class LocalExecutor:
         When this device must wait (its next task is parked, or it has no task left) and its last
         task made another device ready, the thread takes that device here, in this loop: a chain
         alternating between two devices runs on one thread, without a thread hand-off or even a
-        return to :meth:`_host_worker` per task. The count-down of other devices' consumers is
-        inline for the same reason (:meth:`_count_down` is the GPU workers').
+        return to :meth:`_host_worker` per task. The arrivals at other devices' consumers are
+        inline for the same reason (:meth:`_count_down` is the GPU workers'). A device is only
+        ever entered at a task that is ready (all its producers have arrived, or it has none), so
+        the device's own arrival is drawn for the tasks after that one.
         """
         host_steps, host_devices, cursor, parked = self.host_steps, self.host_devices, self.cursor, self.parked
-        results, done, events, pending = self.results, self.done, self.events, self.pending
+        results, done, events = self.results, self.done, self.events
+        pending, arrivals = self.pending, self.arrivals
         starts, finishes, attempts = self.starts, self.finishes, self.attempts
-        stop, put, sched = self.stop, self.ready_devices.put, self._sched
+        stop, put = self.stop, self.ready_devices.put
         exhausted, n_host = self._exhausted, len(host_steps)
         perf = time.perf_counter
         steps = host_steps[h]
         last = len(steps)
-        pos = cursor[h]
+        pos = entered = cursor[h]
         set_current_device(host_devices[h])
         woken = None           # a device the last task made ready: run here if this one must wait
         try:
@@ -738,24 +784,22 @@ class LocalExecutor:
                         return
                     h, woken = woken, None             # take the device it woke
                     steps, pos = host_steps[h], cursor[h]
-                    last = len(steps)
+                    last, entered = len(steps), pos
                     set_current_device(host_devices[h])
                     continue
                 k, call, gpu_waits, signal, wakes, frees, shared, store, retries = steps[pos]     # HostStep
-                if pending[k]:
-                    with sched:
-                        parks = pending[k] != 0
-                        if parks:           # a producer's count-down will queue this device
-                            cursor[h] = pos
-                            parked[h] = k
-                    if parks:
+                if pending[k] and pos != entered:   # (a device is entered where it is ready)
+                    cursor[h] = pos          # first: the producer that arrives last goes on from here
+                    parked[h] = k
+                    if next(arrivals[k]) != pending[k]:     # producers still to come: the last takes it
                         if woken is None:
                             return
                         h, woken = woken, None         # take the device it woke
                         steps, pos = host_steps[h], cursor[h]
-                        last = len(steps)
+                        last, entered = len(steps), pos
                         set_current_device(host_devices[h])
                         continue
+                    parked[h] = -1
                 if woken is not None:     # this device goes on: an idle thread takes the other
                     put(woken)
                     woken = None
@@ -783,17 +827,14 @@ class LocalExecutor:
                     if next(counter) == last_use:
                         results[i] = None
                 pos += 1
-                if wakes:                 # count down consumers on other devices (as _count_down)
-                    with sched:
-                        for c, w in wakes:
-                            left = pending[c] - 1
-                            pending[c] = left
-                            if not left and parked[w] == c:
-                                parked[w] = -1
-                                if woken is None:
-                                    woken = w
-                                else:
-                                    put(w)
+                if wakes:                 # arrive at consumers on other devices (as _count_down)
+                    for c, w in wakes:
+                        if next(arrivals[c]) == pending[c]:   # the last: its device is parked on c
+                            parked[w] = -1
+                            if woken is None:
+                                woken = w
+                            else:
+                                put(w)
         except _Stop:
             return
 
@@ -899,6 +940,28 @@ class LocalExecutor:
         return resolve_spec(spec, lambda tid, i: item(results[index[tid]], i))
 
 
+#: ``last_dev`` of a result that consumers on several devices use (see :meth:`LocalExecutor._compile`).
+_SEVERAL = object()
+
+
+def _use_on(several: dict, last_dev: list, last_k: list, i: int, d: str, k: int) -> None:
+    """Note that task ``k`` on device ``d`` uses result ``i``, which another device uses too."""
+    uses = several.get(i)
+    if uses is None:
+        uses = several[i] = {last_dev[i]: last_k[i]}
+        last_dev[i] = _SEVERAL
+    uses[d] = k
+
+
+def _grow(column: list, k: int, entry, grown: list) -> None:
+    """Add ``entry`` to ``column[k]``, which has entries already: a tuple becomes a list (noted in
+    ``grown``, to be made a tuple again), a list is appended to."""
+    entries = column[k]
+    if type(entries) is tuple:
+        entries = column[k] = list(entries)
+        grown.append((column, k))
+    entries.append(entry)
+
 #: Shapes of argument lists → the factory of their calls (see :func:`call_factory`).
 _FACTORIES: dict = {}
 #: Arguments a shape may have; longer lists resolve through getters.
@@ -918,7 +981,7 @@ def call_factory(shape: tuple) -> Optional[Callable]:
     ``i`` is ``results[i][j]``, ``v`` is a constant; ``values`` give ``i`` (and ``j``) or the
     constant, in order. The factory is generated once per shape (as ``namedtuple`` generates its
     class), so that a call is that one expression, e.g. ``fn(r[a0], r[a1][b1], a2)``: no getter
-    per argument, no list built per call.
+    per argument, no list built per call (the values are bound as the call's parameter defaults).
     """
     make = _FACTORIES.get(shape)
     if make is not None or shape in _FACTORIES:
@@ -934,8 +997,11 @@ def call_factory(shape: tuple) -> Optional[Callable]:
             params.append(f"b{p}")
         expr = {"r": f"r[a{p}]", "i": f"r[a{p}][b{p}]", "v": f"a{p}"}[kind]
         exprs.append(expr if name is None else f"{name}={expr}")
-    source = f"def make(fn, {', '.join(params)}):\n    return lambda r: fn({', '.join(exprs)})\n" if params \
-        else "def make(fn):\n    return lambda r: fn()\n"
+    # the values are the lambda's defaults, not a closure: one tuple per call instead of a cell per
+    # value and the closure's tuple (fewer objects to build, free, and for the collector to walk)
+    bound = "".join(f", {p}={p}" for p in params)
+    source = f"def make(fn{''.join(', ' + p for p in params)}):\n" \
+             f"    return lambda r, fn=fn{bound}: fn({', '.join(exprs)})\n"
     namespace: dict = {}
     exec(source, namespace)           # noqa: S102 -- our own text, from kinds and identifiers only
     make = _FACTORIES[shape] = namespace["make"]
