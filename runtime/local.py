@@ -445,6 +445,8 @@ class LocalExecutor:
         self.cursor: list = [0] * len(self.host_order)
         self.ready_devices = queue.SimpleQueue()
         self._exhausted = itertools.count()
+        self._pool: list = []                  # the pool threads started (see *Threads*)
+        self._pool_slots = itertools.count()   # drawn per thread of the pool, started or this one
 
         self.steps: dict[str, list] = {}
         none = ()
@@ -605,20 +607,7 @@ class LocalExecutor:
                            drained=self.error is None)
         self.t0 = time.perf_counter()
         self.gpu_base: dict[str, tuple] = {}
-        threads = self._workers()
-        try:
-            for th in threads:
-                th.start()
-            if self.progress and self.n:
-                self._wait_with_progress(threads)
-            else:
-                for th in threads:
-                    th.join()
-        except BaseException as exc:          # KeyboardInterrupt: stop the workers, then report  # noqa: BLE001
-            self._fail(None, exc)
-            for th in threads:
-                if th.is_alive():
-                    th.join()
+        self._run_workers()
         for d in self.order:
             dev = self.devices[d]
             if dev.is_gpu and not getattr(dev, "abandoned", False):    # an abandoned stream may never finish
@@ -643,6 +632,67 @@ class LocalExecutor:
             devices[d] = {"executor": dev.executor, "busy": busy, "peak_memory": dev.peak_memory()}
         return Outcome(outputs=outputs, error=self.error, wall_time=wall, starts=starts,
                        finishes=finishes, attempts=list(self.attempts), devices=devices, drained=drained)
+
+    def _run_workers(self) -> None:
+        """Run the plan's workers until they end (see *Threads*): this thread is the host pool's
+        first, one more starts per device made ready while fewer than there are host devices
+        (:meth:`_queue`), and each GPU device has its own. With a progress bar to draw, this
+        thread draws it and every worker has its own thread (:meth:`_run_threads`)."""
+        if self.progress and self.n:
+            self._pool_slots = itertools.count(len(self.host_order))     # the pool is started whole
+            self._run_threads(self._workers())
+            return
+        gpu = [threading.Thread(target=self._gpu_worker, args=(d,), name=f"streammap {d}", daemon=True)
+               for d in self.order if self.devices[d].is_gpu]
+        pool = self._pool
+        try:
+            for th in gpu:
+                th.start()
+            if self.host_order:
+                next(self._pool_slots)                          # this thread's
+                for _ in range(self.ready_devices.qsize() - 1):  # the devices ready from the start
+                    if next(self._pool_slots) < len(self.host_order):
+                        self._start_pool_thread()
+                self._host_worker()
+            for th in gpu:              # first: a GPU worker may start a pool thread until it ends
+                th.join()
+            i = 0
+            while i < len(pool):        # a pool thread may start another until it ends
+                pool[i].join()
+                i += 1
+        except BaseException as exc:          # KeyboardInterrupt: stop the workers, then report  # noqa: BLE001
+            self._fail(None, exc)
+            for th in [*gpu, *pool]:
+                if th.is_alive():
+                    th.join()
+
+    def _run_threads(self, threads: list) -> None:
+        """Start ``threads`` and wait for them (drawing the progress bar when asked)."""
+        try:
+            for th in threads:
+                th.start()
+            if self.progress and self.n:
+                self._wait_with_progress(threads)
+            else:
+                for th in threads:
+                    th.join()
+        except BaseException as exc:          # KeyboardInterrupt: stop the workers, then report  # noqa: BLE001
+            self._fail(None, exc)
+            for th in threads:
+                if th.is_alive():
+                    th.join()
+
+    def _queue(self, h: int) -> None:
+        """Queue host device ``h`` (ready, held by no thread) for the pool; start a pool thread
+        for it while the pool has fewer threads than host devices."""
+        self.ready_devices.put(h)
+        if next(self._pool_slots) < len(self.host_order):
+            self._start_pool_thread()
+
+    def _start_pool_thread(self) -> None:
+        th = threading.Thread(target=self._host_worker, name=f"streammap host {len(self._pool) + 1}", daemon=True)
+        self._pool.append(th)
+        th.start()
 
     def _workers(self) -> list:
         """The threads that run the plan (not started): the host pool, then one per GPU device."""
@@ -713,6 +763,9 @@ class LocalExecutor:
 
     def _retry(self, k: int, call, retries: int, exc: BaseException):
         """``call()`` again after ``exc``, up to ``retries`` more times; raise :class:`_Stop` when out."""
+        if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+            self._fail(None, exc)     # Ctrl-C in a kernel the main thread ran: stop the run, not a retry
+            raise _Stop
         for _ in range(retries):
             if self.stop[0] and not self.draining:
                 break
@@ -766,7 +819,7 @@ class LocalExecutor:
         results, done, events = self.results, self.done, self.events
         pending, arrivals = self.pending, self.arrivals
         starts, finishes, attempts = self.starts, self.finishes, self.attempts
-        stop, put = self.stop, self.ready_devices.put
+        stop, put = self.stop, self._queue
         exhausted, n_host = self._exhausted, len(host_steps)
         perf = time.perf_counter
         steps = host_steps[h]
@@ -850,7 +903,7 @@ class LocalExecutor:
         set_current_device(dev)
         results, done, events, gpu_events = self.results, self.done, self.events, self.gpu_events
         attempts = self.attempts
-        stop, put = self.stop, self.ready_devices.put
+        stop, put = self.stop, self._queue
         stream = dev.stream
         try:
             with dev.device, stream:
