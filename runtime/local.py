@@ -131,6 +131,9 @@ from streammap.runtime.guard import (
 )
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+#: The task fields :meth:`LocalExecutor._compile` reads, in the order it unpacks them.
+_TASK_FIELDS_NAMES = ("id", "device", "kernel", "args", "kwargs", "deps", "timeout", "retries")
+_TASK_FIELDS = operator.attrgetter(*_TASK_FIELDS_NAMES)
 #: Plans of more tasks than this have what is alive after compiling their steps frozen (see *Garbage*).
 FREEZE_TASKS = 50_000
 
@@ -239,10 +242,12 @@ class LocalExecutor:
         tasks = plan.tasks
         n = len(tasks)
         self.n = n
-        dev_of = [t.device for t in tasks]
-        index = self.index = dict(zip([t.id for t in tasks], range(n)))
+        # the fields the passes read, as columns: one C call per task reads them all
+        ids, dev_of, kernel_of, args_of, kwargs_of, deps_of, timeout_of, retries_of = \
+            zip(*map(_TASK_FIELDS, tasks)) if n else ((),) * len(_TASK_FIELDS_NAMES)
+        index = self.index = dict(zip(ids, range(n)))
         carry = self.carry
-        carried: set[int] = {k for k, t in enumerate(tasks) if t.id in carry} if carry else set()
+        carried: set[int] = {k for k, tid in enumerate(ids) if tid in carry} if carry else set()
         self.carried = carried
         # each device's tasks in plan order; pos[k]: k's place in its device's list
         pos: list[int] = [-1] * n
@@ -279,14 +284,12 @@ class LocalExecutor:
         several: dict[int, dict[str, int]] = {}
         shapes: list = [None] * n
         baked: list = [None] * n
-        for k, t in enumerate(tasks):
+        for k, (d, args, kw) in enumerate(zip(dev_of, args_of, kwargs_of)):
             if carried and k in carried:
                 continue
-            d = dev_of[k]
-            kw = t.kwargs
             kinds = "" if not kw else None         # keyword arguments: the general path
             values = []
-            for spec in (t.args if not kw else (*t.args, *kw.values())):
+            for spec in (args if not kw else (*args, *kw.values())):
                 if "ref" in spec:
                     i = index[spec["ref"]]
                     e = last_dev[i]
@@ -372,7 +375,7 @@ class LocalExecutor:
             waited: dict[str, int] = {}
             h = slot.get(d)
             for k in ks:
-                deps = tasks[k].deps
+                deps = deps_of[k]
                 if not deps:
                     continue
                 if len(deps) == 1:          # the common case, without a dict per task
@@ -462,19 +465,18 @@ class LocalExecutor:
             if d in gpu_devices:
                 for k in ks:
                     t = tasks[k]
-                    fn = kernels[t.kernel]
-                    deadline = deadline_of(t, fn) if t.timeout is not None else None
+                    fn = kernels[kernel_of[k]]
+                    deadline = deadline_of(t, fn) if timeout_of[k] is not None else None
                     w = tuple([Wait._make((i, signals[i], task_on_gpu[i])) for i in (waits_of[k] or none)])
                     argg, kwg = self._resolver(t, dev, dev_of)
                     if deadline is not None:
                         fn = with_deadline(fn, deadline, dev)
                     append(new(GpuStep, (k, fn, argg, kwg, w, signals[k], wake_of[k], free_of[k], shared_of[k],
-                                         store[k], t.retries)))
+                                         store[k], retries_of[k])))
                 self.steps[d] = steps
                 continue
             for k in ks:
-                t = tasks[k]
-                fn = kernels[t.kernel]
+                fn = kernels[kernel_of[k]]
                 kinds = shapes[k]
                 call = None
                 if kinds is not None:
@@ -489,13 +491,13 @@ class LocalExecutor:
                         # a fan-in of plain refs: one C call gets them all, as in :meth:`_call`
                         call = _fan_in(fn, operator.itemgetter(*values))
                 if call is None:
-                    call = self._call(t, fn, dev, dev_of)
-                if t.timeout is not None:
-                    deadline = deadline_of(t, fn)
+                    call = self._call(tasks[k], fn, dev, dev_of)
+                if timeout_of[k] is not None:
+                    deadline = deadline_of(tasks[k], fn)
                     if deadline is not None:
                         call = with_deadline(call, deadline, dev)
                 append(new(HostStep, (k, call, gpu_wait_of[k], signals[k], wake_of[k], free_of[k], shared_of[k],
-                                      store[k], t.retries)))
+                                      store[k], retries_of[k])))
             self.steps[d] = steps
         self.host_steps = [self.steps[d] for d in self.host_order]        # by host slot
         self.host_devices = [devices[d] for d in self.host_order]
@@ -858,8 +860,9 @@ class LocalExecutor:
                     woken = None
                 if stop[0]:
                     return
-                for i in gpu_waits:
-                    events[i].synchronize()
+                if gpu_waits:
+                    for i in gpu_waits:
+                        events[i].synchronize()
                 attempts[k] = 1
                 s = perf()
                 try:
@@ -876,9 +879,10 @@ class LocalExecutor:
                     signal.set()
                 for i in frees:
                     results[i] = None
-                for i, counter, last_use in shared:
-                    if next(counter) == last_use:
-                        results[i] = None
+                if shared:
+                    for i, counter, last_use in shared:
+                        if next(counter) == last_use:
+                            results[i] = None
                 pos += 1
                 if wakes:                 # arrive at consumers on other devices (as _count_down)
                     for c, w in wakes:
