@@ -629,8 +629,7 @@ class LocalExecutor:
         devices = {}
         for d in self.order:
             dev = self.devices[d]
-            busy = sum(f - s for s, f in ((starts[k], finishes[k]) for k in self.order[d])
-                       if s is not None and f is not None)
+            busy = _busy(starts, finishes, self.order[d])
             devices[d] = {"executor": dev.executor, "busy": busy, "peak_memory": dev.peak_memory()}
         return Outcome(outputs=outputs, error=self.error, wall_time=wall, starts=starts,
                        finishes=finishes, attempts=list(self.attempts), devices=devices, drained=drained)
@@ -967,9 +966,7 @@ class LocalExecutor:
     # -- results -------------------------------------------------------------------------
     def _times(self) -> tuple[list, list]:
         """Measured start/finish of every task, in seconds from the run's start."""
-        t0 = self.t0
-        starts = [None if s is None else s - t0 for s in self.starts]
-        finishes = [None if f is None else f - t0 for f in self.finishes]
+        starts, finishes = _since(self.starts, self.t0), _since(self.finishes, self.t0)
         for d, (ev0, base) in getattr(self, "gpu_base", {}).items():
             dev = self.devices[d]
             elapsed = dev.cupy.cuda.get_elapsed_time
@@ -1008,6 +1005,23 @@ def _use_on(several: dict, last_dev: list, last_k: list, i: int, d: str, k: int)
         uses = several[i] = {last_dev[i]: last_k[i]}
         last_dev[i] = _SEVERAL
     uses[d] = k
+
+
+def _since(times: list, t0: float) -> list:
+    """``times`` (``perf_counter`` readings, ``None`` for a task that did not run) as seconds
+    from ``t0``; without ``None`` the subtractions run in C (``float.__rsub__``: ``s - t0``)."""
+    if None in times:
+        return [None if s is None else s - t0 for s in times]
+    return list(map(t0.__rsub__, times))
+
+
+def _busy(starts: list, finishes: list, ks: list) -> float:
+    """The summed durations of tasks ``ks`` that have both times, in their order (the same sum,
+    term by term, as a loop over them: C's ``map`` when none lacks a time)."""
+    s, f = list(map(starts.__getitem__, ks)), list(map(finishes.__getitem__, ks))
+    if None in s or None in f:
+        return sum(b - a for a, b in zip(s, f) if a is not None and b is not None)
+    return sum(map(operator.sub, f, s))
 
 
 def _grow(column: list, k: int, entry, grown: list) -> None:
