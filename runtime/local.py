@@ -36,9 +36,9 @@ Everything is prepared before any thread starts, so that the hot path is a handf
 Policy
 ------
 - **Order**: each device runs its tasks in plan order (``Plan.tasks_by_device``), one at a time.
-- **Host devices are run by a pool, not bound to threads**: there are as many host worker
-  threads as host devices, and a thread *holds* one device at a time, running its tasks while
-  their ``pending`` is 0. When a finished task makes another device's parked task ready, the
+- **Host devices are run by a pool, not bound to threads**: a thread *holds* one device at a
+  time, running its tasks while they are ready (their producers on other devices have all
+  arrived). When a finished task makes another device's parked task ready, the
   thread runs that device itself (no hand-off between threads, and no return to the pool's
   loop: :meth:`LocalExecutor._drive` switches devices in place) if its own next task must wait,
   else it queues the woken device for an idle thread. A chain alternating between two devices
@@ -47,6 +47,16 @@ Policy
   only its holder runs it, and it is held by one thread at most (a device is parked, queued or
   held: of its holder and a task's producers, only the last to draw from the task's ``arrivals``
   runs it on).
+- **Threads**: the pool has at most one thread per host device, started as they are needed.
+  Without a progress bar the thread that called :meth:`LocalExecutor.run` is the pool's first
+  (it would only wait otherwise), and each device queued for an idle thread starts one more
+  (:meth:`LocalExecutor._queue`) while the pool has fewer threads than host devices: a chain
+  alternating between devices starts no thread at all (starting one, and waiting for it to
+  run, costs more than a thousand tasks' hand-offs on a loaded machine), while independent work
+  starts its threads as it becomes ready. With a progress bar the calling thread draws it and
+  the whole pool is started at once. A Ctrl-C that lands in a kernel the calling thread runs
+  stops the run with ``KeyboardInterrupt``, as it does while that thread waits (it is neither
+  retried nor reported as the kernel's error).
 - **GPU devices** keep one thread each (their CUDA device and stream stay current). Before a
   task, the thread waits for its deps on other devices (``signals``; pruned: a device's tasks
   finish in order, so having waited for task k of device E, later waits for tasks of E at or
