@@ -53,10 +53,10 @@ Policy
   (:meth:`LocalExecutor._queue`) while the pool has fewer threads than host devices: a chain
   alternating between devices starts no thread at all (starting one and waiting for it to run
   takes ~0.1 ms on a quiet machine, milliseconds on a loaded one: µs per task of a short run),
-  while independent work starts its threads as it becomes ready. With a progress bar the calling thread draws it and
-  the whole pool is started at once. A Ctrl-C that lands in a kernel the calling thread runs
-  stops the run with ``KeyboardInterrupt``, as it does while that thread waits (it is neither
-  retried nor reported as the kernel's error).
+  while independent work starts its threads as it becomes ready. With a progress bar the
+  calling thread draws it and the whole pool is started at once. A Ctrl-C that lands in a
+  kernel the calling thread runs stops the run with ``KeyboardInterrupt``, as it does while that
+  thread waits (it is neither retried nor reported as the kernel's error).
 - **GPU devices** keep one thread each (their CUDA device and stream stay current). Before a
   task, the thread waits for its deps on other devices (``signals``; pruned: a device's tasks
   finish in order, so having waited for task k of device E, later waits for tasks of E at or
