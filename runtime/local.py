@@ -141,9 +141,9 @@ from streammap.runtime.guard import (
 )
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-#: The task fields :meth:`LocalExecutor._compile` reads, in the order it unpacks them.
-_TASK_FIELDS_NAMES = ("id", "device", "kernel", "args", "kwargs", "deps", "timeout", "retries")
-_TASK_FIELDS = operator.attrgetter(*_TASK_FIELDS_NAMES)
+#: Getters of the task fields :meth:`LocalExecutor._compile` reads, in the order it unpacks them.
+_TASK_FIELDS = tuple(map(operator.attrgetter,
+                         ("id", "device", "kernel", "args", "kwargs", "deps", "timeout", "retries")))
 #: Plans of more tasks than this have what is alive after compiling their steps frozen (see *Garbage*).
 FREEZE_TASKS = 50_000
 
@@ -252,9 +252,10 @@ class LocalExecutor:
         tasks = plan.tasks
         n = len(tasks)
         self.n = n
-        # the fields the passes read, as columns: one C call per task reads them all
+        # the fields the passes read, as columns, each read in C (a row per task would cost as
+        # much, and its tuples would all be alive at once)
         ids, dev_of, kernel_of, args_of, kwargs_of, deps_of, timeout_of, retries_of = \
-            zip(*map(_TASK_FIELDS, tasks)) if n else ((),) * len(_TASK_FIELDS_NAMES)
+            [tuple(map(field, tasks)) for field in _TASK_FIELDS]
         index = self.index = dict(zip(ids, range(n)))
         carry = self.carry
         carried: set[int] = {k for k, tid in enumerate(ids) if tid in carry} if carry else set()
