@@ -49,7 +49,8 @@ Policy
   runs it on).
 - **Threads**: the pool has at most one thread per host device, started as they are needed.
   Without a progress bar the thread that called :meth:`LocalExecutor.run` is the pool's first
-  (it would only wait otherwise), and each device queued for an idle thread starts one more
+  (it would only wait otherwise; its own current device is given back when the run ends, for a
+  run started inside a kernel), and each device queued for an idle thread starts one more
   (:meth:`LocalExecutor._queue`) while the pool has fewer threads than host devices: a chain
   alternating between devices starts no thread at all (starting one and waiting for it to run
   takes ~0.1 ms on a quiet machine, milliseconds on a loaded one: µs per task of a short run),
@@ -127,7 +128,7 @@ from streammap.errors import KernelError, PlanError
 from streammap.io.bulk import gc_paused
 from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan
-from streammap.runtime.context import set_current_device
+from streammap.runtime.context import current_device, set_current_device
 from streammap.runtime.devices import to_host
 from streammap.runtime.guard import (
     GuardError,
@@ -669,7 +670,11 @@ class LocalExecutor:
                 for _ in range(self.ready_devices.qsize() - 1):  # the devices ready from the start
                     if next(self._pool_slots) < len(self.host_order):
                         self._start_pool_thread()
-                self._host_worker()
+                caller_device = current_device()     # a run inside a kernel: its device, given back
+                try:
+                    self._host_worker()
+                finally:
+                    set_current_device(caller_device)
             for th in gpu:              # first: a GPU worker may start a pool thread until it ends
                 th.join()
             i = 0

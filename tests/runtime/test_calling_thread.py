@@ -3,7 +3,7 @@
 What a user relies on: without a progress bar, ``run_plan`` runs host tasks on the thread that
 called it, and starts a pool thread only for a device that becomes ready while the others are
 busy (never more than one per host device); independent devices still run at once (see
-``test_host_pool.py``). A Ctrl-C that lands in a kernel on that thread stops the run with
+``test_host_pool.py``), and the calling thread's own current device is as it was after the run. A Ctrl-C that lands in a kernel on that thread stops the run with
 ``KeyboardInterrupt``, as it did when that thread only waited for the workers: it is not a kernel
 error, and it is not retried.
 """
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from streammap.errors import KernelError
-from streammap.runtime import run_plan
+from streammap.runtime import current_device, run_plan
+from streammap.runtime.context import set_current_device
 from tests.helpers.plans import cpu_devices, make_plan, ref, task
 
 PROG = """
@@ -80,6 +81,18 @@ def test_independent_devices_start_at_most_one_pool_thread_per_host_device(tmp_p
     assert report["calls"] == 13
     assert threading.get_ident() in report["threads"]
     assert len(report["threads"]) <= len(devs)
+
+
+def test_the_calling_thread_keeps_its_own_current_device(tmp_path):
+    # a run started inside a kernel (a nested run) gives the kernel its device back
+    devs = devices(2)
+    outer = object()
+    set_current_device(outer)
+    try:
+        run(tmp_path, chain(6, devs), devs)
+        assert current_device() is outer
+    finally:
+        set_current_device(None)
 
 
 def test_a_ctrl_c_in_a_kernel_on_the_calling_thread_stops_the_run_without_retries(tmp_path):
