@@ -128,7 +128,7 @@ from streammap.errors import KernelError, PlanError
 from streammap.io.bulk import gc_paused
 from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan
-from streammap.runtime.context import current_device, set_current_device
+from streammap.runtime.context import current_device, device_cell, set_current_device
 from streammap.runtime.devices import to_host
 from streammap.runtime.guard import (
     GuardError,
@@ -846,7 +846,8 @@ class LocalExecutor:
         steps = host_steps[h]
         last = len(steps)
         pos = entered = cursor[h]
-        set_current_device(host_devices[h])
+        cell = device_cell()                   # cell[0] = device: this thread's current device
+        cell[0] = host_devices[h]
         woken = None           # a device the last task made ready: run here if this one must wait
         try:
             while True:
@@ -859,7 +860,7 @@ class LocalExecutor:
                     h, woken = woken, None             # take the device it woke
                     steps, pos = host_steps[h], cursor[h]
                     last, entered = len(steps), pos
-                    set_current_device(host_devices[h])
+                    cell[0] = host_devices[h]
                     continue
                 k, call, gpu_waits, signal, wakes, frees, shared, store, retries = steps[pos]     # HostStep
                 if pending[k] and pos != entered:   # (a device is entered where it is ready)
@@ -871,7 +872,7 @@ class LocalExecutor:
                         h, woken = woken, None         # take the device it woke
                         steps, pos = host_steps[h], cursor[h]
                         last, entered = len(steps), pos
-                        set_current_device(host_devices[h])
+                        cell[0] = host_devices[h]
                         continue
                     parked[h] = -1
                 if woken is not None:     # this device goes on: an idle thread takes the other
