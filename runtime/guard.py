@@ -88,7 +88,7 @@ def read_only(value):
         if not value.flags.writeable:
             return value
         view = value.view()
-        view.setflags(write=False)
+        view.setflags(False)         # positional: ``write=False`` costs NumPy's keyword parsing, ~0.2 µs
         return view
     if isinstance(value, (tuple, list, dict, _ndarray)):
         return map_leaves(value, _read_only_leaf)
@@ -98,7 +98,7 @@ def read_only(value):
 def _read_only_leaf(a):
     if isinstance(a, _ndarray) and a.flags.writeable:
         a = a.view()
-        a.setflags(write=False)
+        a.setflags(False)
     return a
 
 
@@ -107,7 +107,7 @@ def freeze(value):
     host copy of a GPU result, a spilled result), which nobody else holds."""
     for a in leaves(value):
         if isinstance(a, _ndarray):
-            a.setflags(write=False)
+            a.setflags(False)
     return value
 
 

@@ -139,8 +139,11 @@ def runnable_plan(plan, plan_path=None):
     return plan, plan_path, plan.check_source()
 
 
-def load_program(plan: Plan) -> Program:
+def load_program(plan: Plan, source: Path | None = None) -> Program:
     """Import the plan's program and look up its kernels.
+
+    ``source``: the program's file as :func:`runnable_plan` returned it, checked just before
+    (its sha256 is not computed twice in a run); by default it is checked here.
 
     Raises
     ------
@@ -150,7 +153,7 @@ def load_program(plan: Plan) -> Program:
         The source file is missing or changed since the plan was compiled.
     """
     refuse_workflow(plan)
-    path = plan.check_source().resolve()
+    path = (plan.check_source() if source is None else source).resolve()
     stem = re.sub(r"\W", "_", path.stem)
     name = f"_streammap_program_{stem}_{next(_counter)}"
     spec = importlib.util.spec_from_file_location(name, path)
@@ -195,6 +198,8 @@ def local_top_names(plan: Plan) -> set[str]:
 
 def _modules_named(tops: set[str]) -> list[str]:
     """Names in ``sys.modules`` that are ``tops`` or inside them (``mypkg.util``)."""
+    if not tops:                # a one-file program: no walk over every module of the process
+        return []
     return [n for n in list(sys.modules) if n.split(".", 1)[0] in tops]
 
 

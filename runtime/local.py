@@ -11,12 +11,16 @@ Everything is prepared before any thread starts, so that the hot path is a handf
 ``results``   list, one slot per task (plan order): the task's return value, or ``None`` once freed.
 ``done``      list of bools: the task has finished (its result is in ``results``; on a GPU, its
               work is *enqueued* and ``events[i]`` recorded, not necessarily complete).
-``pending``   per task of a host device: how many of its cross-device waits are still to come
-              (counted down, under the scheduler lock, by the thread that finishes the producer).
-              Deps on the task's own device need no count: a device runs its tasks in plan
-              order and the plan lists deps first.
-``parked``    per host device: the task it stopped at because that task's ``pending`` was not 0
-              (``-1``: the device is running, queued, or has nothing left). Under the scheduler lock.
+``pending``   per task of a host device: how many producers on other devices it waits for (the
+              pruned cross-device waits). Deps on the task's own device need no count: a device
+              runs its tasks in plan order and the plan lists deps first.
+``arrivals``  per task with ``pending``: an ``itertools.count`` that each of its producers draws
+              from when done, and its device when it reaches the task. Whoever draws last (the
+              value ``pending``) runs the device on from that task; the others leave it. ``next``
+              on a count is atomic, so this hand-over takes no lock.
+``parked``    per host device: the task it stopped at because producers of that task were still to
+              come (``-1``: the device is running, queued, or has nothing left); for reading only,
+              the hand-over is ``arrivals``'.
 ``signals``   for each task that a task on a *GPU* device waits for, a ``threading.Event`` set
               once the task is done (or the run stops): the GPU worker waits on it.
 ``events``    GPU tasks: the CUDA event recorded on the device's stream after the task.
@@ -32,15 +36,28 @@ Everything is prepared before any thread starts, so that the hot path is a handf
 Policy
 ------
 - **Order**: each device runs its tasks in plan order (``Plan.tasks_by_device``), one at a time.
-- **Host devices are run by a pool, not bound to threads**: there are as many host worker
-  threads as host devices, and a thread *holds* one device at a time, running its tasks while
-  their ``pending`` is 0. When a finished task makes another device's parked task ready, the
-  thread runs that device itself (no hand-off between threads) if its own next task must wait,
+- **Host devices are run by a pool, not bound to threads**: a thread *holds* one device at a
+  time, running its tasks while they are ready (their producers on other devices have all
+  arrived). When a finished task makes another device's parked task ready, the
+  thread runs that device itself (no hand-off between threads, and no return to the pool's
+  loop: :meth:`LocalExecutor._drive` switches devices in place) if its own next task must wait,
   else it queues the woken device for an idle thread. A chain alternating between two devices
   thus runs on one thread with no wake-up per task, while independent work on several devices
   still runs on as many threads as devices. Each device's order and one-task-at-a-time are kept:
   only its holder runs it, and it is held by one thread at most (a device is parked, queued or
-  held, under the scheduler lock).
+  held: of its holder and a task's producers, only the last to draw from the task's ``arrivals``
+  runs it on).
+- **Threads**: the pool has at most one thread per host device, started as they are needed.
+  Without a progress bar the thread that called :meth:`LocalExecutor.run` is the pool's first
+  (it would only wait otherwise; its own current device is given back when the run ends, for a
+  run started inside a kernel), and each device queued for an idle thread starts one more
+  (:meth:`LocalExecutor._queue`) while the pool has fewer threads than host devices: a chain
+  alternating between devices starts no thread at all (starting one and waiting for it to run
+  takes ~0.1 ms on a quiet machine, milliseconds on a loaded one: µs per task of a short run),
+  while independent work starts its threads as it becomes ready. With a progress bar the
+  calling thread draws it and the whole pool is started at once. A Ctrl-C that lands in a
+  kernel the calling thread runs stops the run with ``KeyboardInterrupt``, as it does while that
+  thread waits (it is neither retried nor reported as the kernel's error).
 - **GPU devices** keep one thread each (their CUDA device and stream stay current). Before a
   task, the thread waits for its deps on other devices (``signals``; pruned: a device's tasks
   finish in order, so having waited for task k of device E, later waits for tasks of E at or
@@ -111,7 +128,7 @@ from streammap.errors import KernelError, PlanError
 from streammap.io.bulk import gc_paused
 from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan
-from streammap.runtime.context import set_current_device
+from streammap.runtime.context import current_device, device_cell, set_current_device
 from streammap.runtime.devices import to_host
 from streammap.runtime.guard import (
     GuardError,
@@ -125,6 +142,9 @@ from streammap.runtime.guard import (
 )
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+#: Getters of the task fields :meth:`LocalExecutor._compile` reads, in the order it unpacks them.
+_TASK_FIELDS = tuple(map(operator.attrgetter,
+                         ("id", "device", "kernel", "args", "kwargs", "deps", "timeout", "retries")))
 #: Plans of more tasks than this have what is alive after compiling their steps frozen (see *Garbage*).
 FREEZE_TASKS = 50_000
 
@@ -163,7 +183,7 @@ class HostStep(NamedTuple):
     gpu_waits: tuple                #: producers on GPUs (pruned) whose CUDA event the host syncs first
     signal: Optional[threading.Event]   #: set when the task is done (``None``: no GPU task waits)
     wakes: tuple                    #: ``(consumer, host device slot)`` of host tasks on other
-                                    #: devices whose ``pending`` this task counts down
+                                    #: devices whose ``arrivals`` this task draws from when done
     frees: tuple                    #: indices of the results this task is the last consumer of
     shared_frees: tuple             #: :class:`SharedFree` of results last used here and elsewhere
     store: bool                     #: keep the result (someone uses it, or it is an output)
@@ -220,64 +240,76 @@ class LocalExecutor:
 
     # -- preparation ---------------------------------------------------------------------
     def _compile(self) -> None:
+        """Prepare the run's state (see *State*) in a few passes over the plan's tasks.
+
+        Each pass fills lists indexed by task (``last_dev``/``last_k``, ``free_of``, ``wake_of``,
+        ...) rather than a dict or list per task: a task's step is then built from list reads.
+        What a step holds (its frees, its wakes) is the tuple its step record keeps, made at its
+        first entry; the rare task with more entries grows a list (:func:`_grow`), made a tuple
+        again once the pass is over. The common case, a step that frees one result and wakes one
+        consumer, so costs no list and no call.
+        """
         plan = self.plan
         tasks = plan.tasks
         n = len(tasks)
         self.n = n
-        index: dict[str, int] = {}
-        dev_of: list[str] = []
-        pos: list[int] = []
-        by_dev: dict[str, list[int]] = {}
+        # the fields the passes read, as columns, each read in C (a row per task would cost as
+        # much, and its tuples would all be alive at once)
+        ids, dev_of, kernel_of, args_of, kwargs_of, deps_of, timeout_of, retries_of = \
+            [tuple(map(field, tasks)) for field in _TASK_FIELDS]
+        index = self.index = dict(zip(ids, range(n)))
         carry = self.carry
-        carried: set[int] = set()
-        for k, t in enumerate(tasks):
-            index[t.id] = k
-            d = t.device
-            dev_of.append(d)
-            if carry and t.id in carry:
-                carried.add(k)
-                pos.append(-1)
+        carried: set[int] = {k for k, tid in enumerate(ids) if tid in carry} if carry else set()
+        self.carried = carried
+        # each device's tasks in plan order; pos[k]: k's place in its device's list
+        pos: list[int] = [-1] * n
+        by_dev: dict[str, list[int]] = {}
+        for k, d in enumerate(dev_of):
+            if carried and k in carried:
                 continue
             ks = by_dev.get(d)
             if ks is None:
                 ks = by_dev[d] = []
-            pos.append(len(ks))
+            pos[k] = len(ks)
             ks.append(k)
-        self.index = index
         # devices in the plan's device order (their threads start in that order)
         by_dev = {d.id: by_dev[d.id] for d in plan.devices if d.id in by_dev}
         missing = [d for d in by_dev if d not in self.devices]
         if missing:
             raise PlanError(f"no executor for device {missing[0]!r}")
         self.order = by_dev
-        self.carried = carried
-        on_gpu = {d: dev.is_gpu for d, dev in self.devices.items()}
-        self._on_gpu = [on_gpu.get(d, False) for d in dev_of]      # per task: its device is a GPU
-
-        # Data consumers: producer -> {consumer device: last consumer}. Plain refs are the
-        # common case and are read without walking the spec. The same pass notes the *shape* of
-        # each argument list that :func:`call_factory` can bake (positional refs to host results,
-        # indexed refs, constants): ``shapes[k]`` is its kinds as a string (``"rv"``), ``None``
-        # when the task needs :meth:`_call`'s general path; ``baked[k]`` the values, in order.
-        last_use: dict[int, dict[str, int]] = {}
+        devices, kernels = self.devices, self.kernels
+        gpu_devices = {d for d, dev in devices.items() if dev.is_gpu}
+        # per task: its device is a GPU
+        self._on_gpu = [d in gpu_devices for d in dev_of] if gpu_devices else [False] * n
         task_on_gpu = self._on_gpu
+
+        # Data consumers: per producer, its last consumer (``last_k``) on the one device that uses
+        # it (``last_dev``), or ``_SEVERAL`` and ``several[i]``: {consumer device: last consumer}.
+        # Plain refs are the common case and are read without walking the spec. The same pass
+        # notes the *shape* of each argument list that :func:`call_factory` can bake (positional
+        # refs to host results, indexed refs, constants): ``shapes[k]`` is its kinds as a string
+        # (``"rv"``), ``None`` when the task needs :meth:`_call`'s general path; ``baked[k]`` the
+        # values, in order.
+        last_dev: list = [None] * n
+        last_k: list = [0] * n
+        several: dict[int, dict[str, int]] = {}
         shapes: list = [None] * n
         baked: list = [None] * n
-        for k, t in enumerate(tasks):
+        for k, (d, args, kw) in enumerate(zip(dev_of, args_of, kwargs_of)):
             if carried and k in carried:
                 continue
-            d = dev_of[k]
-            kw = t.kwargs
             kinds = "" if not kw else None         # keyword arguments: the general path
             values = []
-            for spec in (t.args if not kw else (*t.args, *kw.values())):
+            for spec in (args if not kw else (*args, *kw.values())):
                 if "ref" in spec:
                     i = index[spec["ref"]]
-                    uses = last_use.get(i)
-                    if uses is None:
-                        last_use[i] = {d: k}
+                    e = last_dev[i]
+                    if e is None or e == d:
+                        last_dev[i] = d
+                        last_k[i] = k              # tasks are visited in order: k is the latest
                     else:
-                        uses[d] = k            # tasks are visited in order: k is the latest
+                        _use_on(several, last_dev, last_k, i, d, k)
                     if kinds is not None:
                         size = len(spec)
                         if task_on_gpu[i] or size > 2:
@@ -303,78 +335,108 @@ class LocalExecutor:
                 kinds = None
                 for r in spec_refs(spec):
                     i = index[r]
-                    uses = last_use.get(i)
-                    if uses is None:
-                        last_use[i] = {d: k}
+                    e = last_dev[i]
+                    if e is None or e == d:
+                        last_dev[i] = d
+                        last_k[i] = k
                     else:
-                        uses[d] = k
+                        _use_on(several, last_dev, last_k, i, d, k)
             if kinds is not None:
                 shapes[k] = kinds
                 baked[k] = values
         outputs = {index[r] for r in spec_refs(plan.outputs)}
-        frees: dict[int, list[int]] = {}
-        shared_frees: dict[int, list[tuple]] = {}
+        free_of: list = [()] * n                   # per consumer: the results it frees
+        shared_of: list = [()] * n                 # per consumer: its SharedFree records
+        grown: list = []                           # (column, task) of entries that grew lists (_grow)
         store = [True] * n
-        for i in range(n):
+        for i, e in enumerate(last_dev):
             if i in outputs:
                 continue
-            uses = last_use.get(i)
-            if uses is None:
+            if e is None:
                 store[i] = False
-            elif len(uses) == 1:
-                for k in uses.values():
-                    frees.setdefault(k, []).append(i)
+            elif e is not _SEVERAL:
+                k = last_k[i]
+                if free_of[k]:
+                    _grow(free_of, k, i, grown)
+                else:
+                    free_of[k] = (i,)
             else:
+                uses = several[i]
                 counter = itertools.count()
                 for k in uses.values():
-                    shared_frees.setdefault(k, []).append(SharedFree(i, counter, len(uses) - 1))
+                    entry = SharedFree(i, counter, len(uses) - 1)
+                    if shared_of[k]:
+                        _grow(shared_of, k, entry, grown)
+                    else:
+                        shared_of[k] = (entry,)
 
-        # Cross-device waits, pruned per (consumer device, producer device).
-        waits: dict[int, list[int]] = {}
+        # Cross-device waits, pruned per (consumer device, producer device): a host consumer
+        # counts them (``pending``, ``arrivals``) and its producers draw (``wake_of``: (consumer, host
+        # slot) pairs), syncing the CUDA events of those on GPUs first (``gpu_wait_of``); a GPU
+        # consumer waits on its producers' signals (``waits_of``).
+        # Host devices get slots 0..H-1 (the pool's ``parked`` and ``ready_devices`` name them so).
+        self.host_order = [d for d in by_dev if d not in gpu_devices]
+        slot = {d: h for h, d in enumerate(self.host_order)}
+        pending: list = [0] * n
+        arrivals: list = [None] * n
+        wake_of: list = [()] * n
+        gpu_wait_of: list = [()] * n
+        waits_of: list = [None] * n
+        signals: list = [None] * n
         for d, ks in by_dev.items():
             waited: dict[str, int] = {}
+            h = slot.get(d)
             for k in ks:
-                deps = tasks[k].deps
+                deps = deps_of[k]
                 if not deps:
                     continue
                 if len(deps) == 1:          # the common case, without a dict per task
                     i = index[deps[0]]
                     e = dev_of[i]
-                    if e != d and i not in carried and pos[i] > waited.get(e, -1):
-                        waited[e] = pos[i]
-                        waits[k] = [i]
-                    continue
-                latest: dict[str, int] = {}
-                for dep in deps:
-                    i = index[dep]
-                    if i in carried:
+                    if e == d or (carried and i in carried) or pos[i] <= waited.get(e, -1):
                         continue
-                    e = dev_of[i]
-                    if e != d and pos[i] > latest.get(e, -1):
-                        latest[e] = pos[i]
-                for e, p in latest.items():
-                    if p > waited.get(e, -1):
-                        waited[e] = p
-                        waits.setdefault(k, []).append(by_dev[e][p])
-
-        devices, kernels = self.devices, self.kernels
-        # Host devices get slots 0..H-1 (the pool's ``parked`` and ``ready_devices`` name them so).
-        self.host_order = [d for d in by_dev if not devices[d].is_gpu]
-        slot = {d: h for h, d in enumerate(self.host_order)}
-        self.pending: list = [0] * n
-        wakes: dict[int, list[tuple]] = {}
-        self.signals: list = [None] * n
-        for k, ws in waits.items():
-            d = dev_of[k]
-            if devices[d].is_gpu:
+                    waited[e] = pos[i]
+                    ws = (i,)
+                else:
+                    latest: dict[str, int] = {}
+                    for dep in deps:
+                        i = index[dep]
+                        if carried and i in carried:
+                            continue
+                        e = dev_of[i]
+                        if e != d and pos[i] > latest.get(e, -1):
+                            latest[e] = pos[i]
+                    ws = []
+                    for e, p in latest.items():
+                        if p > waited.get(e, -1):
+                            waited[e] = p
+                            ws.append(by_dev[e][p])
+                    if not ws:
+                        continue
+                if h is None:
+                    waits_of[k] = ws
+                    for i in ws:
+                        if signals[i] is None:
+                            signals[i] = threading.Event()
+                    continue
+                pending[k] = len(ws)
+                arrivals[k] = itertools.count()
+                pair = (k, h)
                 for i in ws:
-                    if self.signals[i] is None:
-                        self.signals[i] = threading.Event()
-            else:
-                self.pending[k] = len(ws)
-                h = slot[d]
-                for i in ws:
-                    wakes.setdefault(i, []).append((k, h))
+                    if wake_of[i]:
+                        _grow(wake_of, i, pair, grown)
+                    else:
+                        wake_of[i] = (pair,)
+                    if task_on_gpu[i]:
+                        if gpu_wait_of[k]:
+                            _grow(gpu_wait_of, k, i, grown)
+                        else:
+                            gpu_wait_of[k] = (i,)
+        for column, k in grown:
+            column[k] = tuple(column[k])
+        self.pending = pending
+        self.arrivals = arrivals
+        self.signals = signals
 
         self.results: list = [None] * n
         self.done: list = [False] * n
@@ -388,20 +450,20 @@ class LocalExecutor:
             value, event = carry[tasks[i].id]
             self.done[i] = True
             self.events[i] = event
-            if store[i] and (i in outputs or i in last_use):
+            if store[i] and (i in outputs or last_dev[i] is not None):
                 self.results[i] = value
         self.error: Optional[BaseException] = None
         self._error_lock = threading.Lock()
         self._halted = False
         # the host pool's scheduler state (see *Policy*)
-        self._sched = threading.Lock()
         self.parked: list = [-1] * len(self.host_order)
         self.cursor: list = [0] * len(self.host_order)
         self.ready_devices = queue.SimpleQueue()
         self._exhausted = itertools.count()
+        self._pool: list = []                  # the pool threads started (see *Threads*)
+        self._pool_slots = itertools.count()   # drawn per thread of the pool, started or this one
 
         self.steps: dict[str, list] = {}
-        signals, on_gpu = self.signals, self._on_gpu
         none = ()
         # ``tuple.__new__`` of the fields in order, as ``_make`` does without its frame: calling
         # the class costs ~0.3 µs a task more (~1 µs with keywords), a tenth of the executor's
@@ -410,51 +472,56 @@ class LocalExecutor:
         makers: dict = {}                      # shape string -> its call factory (or None)
         for d, ks in by_dev.items():
             dev = devices[d]
-            gpu = dev.is_gpu
             steps = []
             append = steps.append
-            for k in ks:
-                t = tasks[k]
-                fn = kernels[t.kernel]
-                deadline = deadline_of(t, fn) if t.timeout is not None else None
-                w = waits.get(k, none)
-                wk = wakes.get(k)
-                wk = tuple(wk) if wk else none
-                fr = frees.get(k)
-                fr = tuple(fr) if fr else none
-                sh = shared_frees.get(k)
-                sh = tuple(sh) if sh else none
-                if gpu:
-                    w = tuple([Wait._make((i, signals[i], devices[dev_of[i]].is_gpu)) for i in w])
+            if d in gpu_devices:
+                for k in ks:
+                    t = tasks[k]
+                    fn = kernels[kernel_of[k]]
+                    deadline = deadline_of(t, fn) if timeout_of[k] is not None else None
+                    w = tuple([Wait._make((i, signals[i], task_on_gpu[i])) for i in (waits_of[k] or none)])
                     argg, kwg = self._resolver(t, dev, dev_of)
                     if deadline is not None:
                         fn = with_deadline(fn, deadline, dev)
-                    append(new(GpuStep, (k, fn, argg, kwg, w, signals[k], wk, fr, sh, store[k], t.retries)))
-                else:
-                    gw = tuple([i for i in w if on_gpu[i]]) if w else none
-                    kinds = shapes[k]
-                    call = None
-                    if kinds is not None:
-                        values = baked[k]
-                        baked[k] = None            # the call holds its values: free the list now
-                        make = makers.get(kinds, False)
-                        if make is False:
-                            make = makers[kinds] = call_factory(tuple([(None, c) for c in kinds]))
-                        if make is not None:
-                            call = make(fn, *values)
-                        elif len(kinds) > 1 and kinds.count("r") == len(kinds):
-                            # a fan-in of plain refs: one C call gets them all, as in :meth:`_call`
-                            call = _fan_in(fn, operator.itemgetter(*values))
-                    if call is None:
-                        call = self._call(t, fn, dev, dev_of)
+                    append(new(GpuStep, (k, fn, argg, kwg, w, signals[k], wake_of[k], free_of[k], shared_of[k],
+                                         store[k], retries_of[k])))
+                self.steps[d] = steps
+                continue
+            calls: list = []                   # the host steps' calls, in ``ks`` order
+            add_call = calls.append
+            for k in ks:
+                fn = kernels[kernel_of[k]]
+                kinds = shapes[k]
+                call = None
+                if kinds is not None:
+                    values = baked[k]
+                    baked[k] = None            # the call holds its values: free the list now
+                    make = makers.get(kinds, False)
+                    if make is False:
+                        make = makers[kinds] = call_factory(tuple([(None, c) for c in kinds]))
+                    if make is not None:     # (spelled out for one value: a star call costs ~0.1 µs more)
+                        call = make(fn, values[0]) if len(values) == 1 else make(fn, *values)
+                    elif len(kinds) > 1 and kinds.count("r") == len(kinds):
+                        # a fan-in of plain refs: one C call gets them all, as in :meth:`_call`
+                        call = _fan_in(fn, operator.itemgetter(*values))
+                if call is None:
+                    call = self._call(tasks[k], fn, dev, dev_of)
+                if timeout_of[k] is not None:
+                    deadline = deadline_of(tasks[k], fn)
                     if deadline is not None:
                         call = with_deadline(call, deadline, dev)
-                    append(new(HostStep, (k, call, gw, signals[k], wk, fr, sh, store[k], t.retries)))
-            self.steps[d] = steps
+                add_call(call)
+            # the records from the columns, in C: a ``zip`` row per task, copied into its record
+            self.steps[d] = list(map(new, itertools.repeat(HostStep), zip(
+                ks, calls, *[map(column.__getitem__, ks) for column in (
+                    gpu_wait_of, signals, wake_of, free_of, shared_of, store, retries_of)])))
+        self.host_steps = [self.steps[d] for d in self.host_order]        # by host slot
+        self.host_devices = [devices[d] for d in self.host_order]
         for h, d in enumerate(self.host_order):
             first = self.steps[d][0].index
             if self.pending[first]:
                 self.parked[h] = first
+                next(arrivals[first])          # the device has reached it: its producers come last
             else:
                 self.ready_devices.put(h)
 
@@ -558,20 +625,7 @@ class LocalExecutor:
                            drained=self.error is None)
         self.t0 = time.perf_counter()
         self.gpu_base: dict[str, tuple] = {}
-        threads = self._workers()
-        try:
-            for th in threads:
-                th.start()
-            if self.progress and self.n:
-                self._wait_with_progress(threads)
-            else:
-                for th in threads:
-                    th.join()
-        except BaseException as exc:          # KeyboardInterrupt: stop the workers, then report  # noqa: BLE001
-            self._fail(None, exc)
-            for th in threads:
-                if th.is_alive():
-                    th.join()
+        self._run_workers()
         for d in self.order:
             dev = self.devices[d]
             if dev.is_gpu and not getattr(dev, "abandoned", False):    # an abandoned stream may never finish
@@ -591,11 +645,75 @@ class LocalExecutor:
         devices = {}
         for d in self.order:
             dev = self.devices[d]
-            busy = sum(f - s for s, f in ((starts[k], finishes[k]) for k in self.order[d])
-                       if s is not None and f is not None)
+            busy = _busy(starts, finishes, self.order[d])
             devices[d] = {"executor": dev.executor, "busy": busy, "peak_memory": dev.peak_memory()}
         return Outcome(outputs=outputs, error=self.error, wall_time=wall, starts=starts,
                        finishes=finishes, attempts=list(self.attempts), devices=devices, drained=drained)
+
+    def _run_workers(self) -> None:
+        """Run the plan's workers until they end (see *Threads*): this thread is the host pool's
+        first, one more starts per device made ready while fewer than there are host devices
+        (:meth:`_queue`), and each GPU device has its own. With a progress bar to draw, this
+        thread draws it and every worker has its own thread (:meth:`_run_threads`)."""
+        if self.progress and self.n:
+            self._pool_slots = itertools.count(len(self.host_order))     # the pool is started whole
+            self._run_threads(self._workers())
+            return
+        gpu = [threading.Thread(target=self._gpu_worker, args=(d,), name=f"streammap {d}", daemon=True)
+               for d in self.order if self.devices[d].is_gpu]
+        pool = self._pool
+        try:
+            for th in gpu:
+                th.start()
+            if self.host_order:
+                next(self._pool_slots)                          # this thread's
+                for _ in range(self.ready_devices.qsize() - 1):  # the devices ready from the start
+                    if next(self._pool_slots) < len(self.host_order):
+                        self._start_pool_thread()
+                caller_device = current_device()     # a run inside a kernel: its device, given back
+                try:
+                    self._host_worker()
+                finally:
+                    set_current_device(caller_device)
+            for th in gpu:              # first: a GPU worker may start a pool thread until it ends
+                th.join()
+            i = 0
+            while i < len(pool):        # a pool thread may start another until it ends
+                pool[i].join()
+                i += 1
+        except BaseException as exc:          # KeyboardInterrupt: stop the workers, then report  # noqa: BLE001
+            self._fail(None, exc)
+            for th in [*gpu, *pool]:
+                if th.is_alive():
+                    th.join()
+
+    def _run_threads(self, threads: list) -> None:
+        """Start ``threads`` and wait for them (drawing the progress bar when asked)."""
+        try:
+            for th in threads:
+                th.start()
+            if self.progress and self.n:
+                self._wait_with_progress(threads)
+            else:
+                for th in threads:
+                    th.join()
+        except BaseException as exc:          # KeyboardInterrupt: stop the workers, then report  # noqa: BLE001
+            self._fail(None, exc)
+            for th in threads:
+                if th.is_alive():
+                    th.join()
+
+    def _queue(self, h: int) -> None:
+        """Queue host device ``h`` (ready, held by no thread) for the pool; start a pool thread
+        for it while the pool has fewer threads than host devices."""
+        self.ready_devices.put(h)
+        if next(self._pool_slots) < len(self.host_order):
+            self._start_pool_thread()
+
+    def _start_pool_thread(self) -> None:
+        th = threading.Thread(target=self._host_worker, name=f"streammap host {len(self._pool) + 1}", daemon=True)
+        self._pool.append(th)
+        th.start()
 
     def _workers(self) -> list:
         """The threads that run the plan (not started): the host pool, then one per GPU device."""
@@ -666,6 +784,9 @@ class LocalExecutor:
 
     def _retry(self, k: int, call, retries: int, exc: BaseException):
         """``call()`` again after ``exc``, up to ``retries`` more times; raise :class:`_Stop` when out."""
+        if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+            self._fail(None, exc)     # Ctrl-C in a kernel the main thread ran: stop the run, not a retry
+            raise _Stop
         for _ in range(retries):
             if self.stop[0] and not self.draining:
                 break
@@ -680,16 +801,14 @@ class LocalExecutor:
         raise _Stop
 
     def _count_down(self, wakes: tuple) -> list:
-        """Count down the host consumers of a finished task; the devices (slots) this unparks."""
+        """Arrive at the host consumers of a finished task (see ``arrivals``); the devices (slots)
+        this unparks."""
         woke = []
-        pending, parked = self.pending, self.parked
-        with self._sched:
-            for c, h in wakes:
-                left = pending[c] - 1
-                pending[c] = left
-                if not left and parked[h] == c:
-                    parked[h] = -1
-                    woke.append(h)
+        pending, arrivals, parked = self.pending, self.arrivals, self.parked
+        for c, h in wakes:
+            if next(arrivals[c]) == pending[c]:       # the last to arrive: the device is parked on c
+                parked[h] = -1
+                woke.append(h)
         return woke
 
     def _host_worker(self) -> None:
@@ -699,48 +818,71 @@ class LocalExecutor:
         try:
             h = get()
             while h is not None:
-                h = self._drive(h)
-                if h is None:
-                    h = get()
+                self._drive(h)
+                h = get()
         except BaseException as exc:       # a bug of ours: report it rather than hang  # noqa: BLE001
             self._fail(None, exc)
         finally:
             set_current_device(None)
 
-    def _drive(self, h: int) -> Optional[int]:
-        """Run host device ``h``'s tasks from its cursor while they are ready.
+    def _drive(self, h: int) -> None:
+        """Run host device ``h``'s tasks from its cursor while they are ready; then go idle.
 
-        Returns a device this thread made ready and should run next (its own next task waits:
-        taking the other device here saves a thread hand-off), or ``None`` to go idle.
+        When this device must wait (its next task is parked, or it has no task left) and its last
+        task made another device ready, the thread takes that device here, in this loop: a chain
+        alternating between two devices runs on one thread, without a thread hand-off or even a
+        return to :meth:`_host_worker` per task. The arrivals at other devices' consumers are
+        inline for the same reason (:meth:`_count_down` is the GPU workers'). A device is only
+        ever entered at a task that is ready (all its producers have arrived, or it has none), so
+        the device's own arrival is drawn for the tasks after that one.
         """
-        d = self.host_order[h]
-        steps = self.steps[d]
-        set_current_device(self.devices[d])
-        results, done, events, pending = self.results, self.done, self.events, self.pending
+        host_steps, host_devices, cursor, parked = self.host_steps, self.host_devices, self.cursor, self.parked
+        results, done, events = self.results, self.done, self.events
+        pending, arrivals = self.pending, self.arrivals
         starts, finishes, attempts = self.starts, self.finishes, self.attempts
-        stop, put = self.stop, self.ready_devices.put
+        stop, put = self.stop, self._queue
+        exhausted, n_host = self._exhausted, len(host_steps)
         perf = time.perf_counter
+        steps = host_steps[h]
         last = len(steps)
-        pos = self.cursor[h]
+        pos = entered = cursor[h]
+        cell = device_cell()                   # cell[0] = device: this thread's current device
+        cell[0] = host_devices[h]
         woken = None           # a device the last task made ready: run here if this one must wait
         try:
-            while pos < last:
+            while True:
+                if pos == last:                        # this device has nothing left
+                    cursor[h] = pos
+                    if next(exhausted) == n_host - 1:  # the last host device is done
+                        self._close_pool()
+                    if woken is None:
+                        return
+                    h, woken = woken, None             # take the device it woke
+                    steps, pos = host_steps[h], cursor[h]
+                    last, entered = len(steps), pos
+                    cell[0] = host_devices[h]
+                    continue
                 k, call, gpu_waits, signal, wakes, frees, shared, store, retries = steps[pos]     # HostStep
-                if pending[k]:
-                    with self._sched:
-                        parks = pending[k] != 0
-                        if parks:           # a producer's count-down will queue this device
-                            self.cursor[h] = pos
-                            self.parked[h] = k
-                    if parks:
-                        return woken
+                if pending[k] and pos != entered:   # (a device is entered where it is ready)
+                    cursor[h] = pos          # first: the producer that arrives last goes on from here
+                    parked[h] = k
+                    if next(arrivals[k]) != pending[k]:     # producers still to come: the last takes it
+                        if woken is None:
+                            return
+                        h, woken = woken, None         # take the device it woke
+                        steps, pos = host_steps[h], cursor[h]
+                        last, entered = len(steps), pos
+                        cell[0] = host_devices[h]
+                        continue
+                    parked[h] = -1
                 if woken is not None:     # this device goes on: an idle thread takes the other
                     put(woken)
                     woken = None
                 if stop[0]:
-                    return None
-                for i in gpu_waits:
-                    events[i].synchronize()
+                    return
+                if gpu_waits:
+                    for i in gpu_waits:
+                        events[i].synchronize()
                 attempts[k] = 1
                 s = perf()
                 try:
@@ -757,22 +899,21 @@ class LocalExecutor:
                     signal.set()
                 for i in frees:
                     results[i] = None
-                for i, counter, last_use in shared:
-                    if next(counter) == last_use:
-                        results[i] = None
+                if shared:
+                    for i, counter, last_use in shared:
+                        if next(counter) == last_use:
+                            results[i] = None
                 pos += 1
-                if wakes:
-                    for w in self._count_down(wakes):
-                        if woken is None:
-                            woken = w
-                        else:
-                            put(w)
+                if wakes:                 # arrive at consumers on other devices (as _count_down)
+                    for c, w in wakes:
+                        if next(arrivals[c]) == pending[c]:   # the last: its device is parked on c
+                            parked[w] = -1
+                            if woken is None:
+                                woken = w
+                            else:
+                                put(w)
         except _Stop:
-            return None
-        self.cursor[h] = pos
-        if next(self._exhausted) == len(self.host_order) - 1:     # the last host device is done
-            self._close_pool()
-        return woken
+            return
 
     def _release_remaining(self, d: str) -> None:
         done, signals = self.done, self.signals
@@ -786,7 +927,7 @@ class LocalExecutor:
         set_current_device(dev)
         results, done, events, gpu_events = self.results, self.done, self.events, self.gpu_events
         attempts = self.attempts
-        stop, put = self.stop, self.ready_devices.put
+        stop, put = self.stop, self._queue
         stream = dev.stream
         try:
             with dev.device, stream:
@@ -846,9 +987,7 @@ class LocalExecutor:
     # -- results -------------------------------------------------------------------------
     def _times(self) -> tuple[list, list]:
         """Measured start/finish of every task, in seconds from the run's start."""
-        t0 = self.t0
-        starts = [None if s is None else s - t0 for s in self.starts]
-        finishes = [None if f is None else f - t0 for f in self.finishes]
+        starts, finishes = _since(self.starts, self.t0), _since(self.finishes, self.t0)
         for d, (ev0, base) in getattr(self, "gpu_base", {}).items():
             dev = self.devices[d]
             elapsed = dev.cupy.cuda.get_elapsed_time
@@ -876,6 +1015,45 @@ class LocalExecutor:
         return resolve_spec(spec, lambda tid, i: item(results[index[tid]], i))
 
 
+#: ``last_dev`` of a result that consumers on several devices use (see :meth:`LocalExecutor._compile`).
+_SEVERAL = object()
+
+
+def _use_on(several: dict, last_dev: list, last_k: list, i: int, d: str, k: int) -> None:
+    """Note that task ``k`` on device ``d`` uses result ``i``, which another device uses too."""
+    uses = several.get(i)
+    if uses is None:
+        uses = several[i] = {last_dev[i]: last_k[i]}
+        last_dev[i] = _SEVERAL
+    uses[d] = k
+
+
+def _since(times: list, t0: float) -> list:
+    """``times`` (``perf_counter`` readings, ``None`` for a task that did not run) as seconds
+    from ``t0``; without ``None`` the subtractions run in C (``float.__rsub__``: ``s - t0``)."""
+    if None in times:
+        return [None if s is None else s - t0 for s in times]
+    return list(map(t0.__rsub__, times))
+
+
+def _busy(starts: list, finishes: list, ks: list) -> float:
+    """The summed durations of tasks ``ks`` that have both times, in their order (the same sum,
+    term by term, as a loop over them: C's ``map`` when none lacks a time)."""
+    s, f = list(map(starts.__getitem__, ks)), list(map(finishes.__getitem__, ks))
+    if None in s or None in f:
+        return sum(b - a for a, b in zip(s, f) if a is not None and b is not None)
+    return sum(map(operator.sub, f, s))
+
+
+def _grow(column: list, k: int, entry, grown: list) -> None:
+    """Add ``entry`` to ``column[k]``, which has entries already: a tuple becomes a list (noted in
+    ``grown``, to be made a tuple again), a list is appended to."""
+    entries = column[k]
+    if type(entries) is tuple:
+        entries = column[k] = list(entries)
+        grown.append((column, k))
+    entries.append(entry)
+
 #: Shapes of argument lists → the factory of their calls (see :func:`call_factory`).
 _FACTORIES: dict = {}
 #: Arguments a shape may have; longer lists resolve through getters.
@@ -895,7 +1073,7 @@ def call_factory(shape: tuple) -> Optional[Callable]:
     ``i`` is ``results[i][j]``, ``v`` is a constant; ``values`` give ``i`` (and ``j``) or the
     constant, in order. The factory is generated once per shape (as ``namedtuple`` generates its
     class), so that a call is that one expression, e.g. ``fn(r[a0], r[a1][b1], a2)``: no getter
-    per argument, no list built per call.
+    per argument, no list built per call (the values are bound as the call's parameter defaults).
     """
     make = _FACTORIES.get(shape)
     if make is not None or shape in _FACTORIES:
@@ -911,8 +1089,11 @@ def call_factory(shape: tuple) -> Optional[Callable]:
             params.append(f"b{p}")
         expr = {"r": f"r[a{p}]", "i": f"r[a{p}][b{p}]", "v": f"a{p}"}[kind]
         exprs.append(expr if name is None else f"{name}={expr}")
-    source = f"def make(fn, {', '.join(params)}):\n    return lambda r: fn({', '.join(exprs)})\n" if params \
-        else "def make(fn):\n    return lambda r: fn()\n"
+    # the values are the lambda's defaults, not a closure: one tuple per call instead of a cell per
+    # value and the closure's tuple (fewer objects to build, free, and for the collector to walk)
+    bound = "".join(f", {p}={p}" for p in params)
+    source = f"def make(fn{''.join(', ' + p for p in params)}):\n" \
+             f"    return lambda r, fn=fn{bound}: fn({', '.join(exprs)})\n"
     namespace: dict = {}
     exec(source, namespace)           # noqa: S102 -- our own text, from kinds and identifiers only
     make = _FACTORIES[shape] = namespace["make"]

@@ -126,7 +126,7 @@ def run_plan(plan, *, emulate: bool = False, outputs_path=None, record_path=None
     plan = session.plan
     placements = check_devices(plan, emulate=emulate)        # refuses before anything runs
     with session:
-        program = load_program(plan)
+        program = load_program(plan, session.source)       # checked by the session, just above
         session.defer(program.unload)
         kernels = checked_kernels(program.kernels) if check_inputs else program.kernels
         session.begin()

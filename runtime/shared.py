@@ -170,6 +170,9 @@ class SharingExecutor(LocalExecutor):
         return [threading.Thread(target=self._gpu_worker if self.devices[d].is_gpu else self._host_worker,
                                  args=(d,), name=f"streammap {d}", daemon=True) for d in self.order]
 
+    def _run_workers(self) -> None:
+        self._run_threads(self._workers())
+
     def _host_worker(self, d: str) -> None:
         self._spawn(d, self._host_loop)
 
