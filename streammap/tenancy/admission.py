@@ -254,6 +254,8 @@ class Pool:
                 names.sort()
             self.buckets[m] = buckets
         self.free_count = dict(self.size)
+        #: Bumped by every take and give: what was decided from the free counts stands while it does not move.
+        self.version = 0
         self.total_gpus = sum(self.size.values())
         self.total_memory = sum(self.memory_of.values())
 
@@ -277,6 +279,7 @@ class Pool:
             if len(got) == k:
                 break
         self.free_count[model] -= k
+        self.version += 1
         return tuple(got)
 
     def take_exact(self, devices) -> None:
@@ -287,6 +290,7 @@ class Pool:
             ids.remove(dev)
             self._moved(m, n, len(ids) + 1, len(ids))
             self.free_count[m] -= 1
+        self.version += 1
 
     def give(self, devices) -> None:
         for dev in devices:
@@ -295,6 +299,7 @@ class Pool:
             ids.append(dev)
             self._moved(m, n, len(ids) - 1, len(ids))
             self.free_count[m] += 1
+        self.version += 1
 
     def _moved(self, model: str, node: str, before: int, after: int) -> None:
         """Node ``node`` went from ``before`` to ``after`` free devices: move it between buckets."""
@@ -403,6 +408,9 @@ class Scheduler:
         self._shape_options: list[tuple] = []
         self._shape_of: dict[str, int] = {}
         self._shapes: dict[int, int] = {}
+        # Shapes with no model with enough free devices, as of the pool's version in [0]: past the
+        # depth a pass asks this of hundreds of jobs, and the free counts move only with a start.
+        self._roomless: tuple[int, dict[int, bool]] = (-1, {})
         self._no_quotas = all(self._unlimited(t.name) for t in tenants)
 
     # -- the queue ----------------------------------------------------------------------
@@ -659,7 +667,7 @@ class Scheduler:
         at = dict.fromkeys(last, 0)              # where each tenant's last job looked at was
         budget = {t: max(32, max_scan // max(1, len(last))) for t in last}
         fair = self._account(now) if smart else None
-        heap = [self._rank(t, fair, last) for t in last]
+        heap = [self._rank(t, fair, last, at) for t in last]
         heapq.heapify(heap)
         while heap:
             if (not any(self.pool.free_count.values()) and not (smart and self.tenants.preemption)
@@ -670,17 +678,13 @@ class Scheduler:
                 break                            # every job left is of a shape that cannot start now
             tenant = heapq.heappop(heap)[-1]
             q = self._queues[tenant]
-            # The next job after the last one looked at (the queue may have changed since: then
-            # the last one is no longer where it was, and is looked for).
-            prev, i = last[tenant], at[tenant]
-            if prev is not None:
-                i = i + 1 if i < len(q) and q[i] is prev else bisect.bisect_right(q, prev)
+            i = self._next_at(tenant, last, at)
             if i >= len(q):
                 continue
             last[tenant], at[tenant] = q[i], i
             job = self.jobs[q[i][1]]
             budget[tenant] -= 1
-            if smart and self._returns_unchanged(job, plan):
+            if smart and self._returns_unchanged(self._shape_of[job.id], plan):
                 plan.recheck = True              # what _place_smart would have done, and all
                 self._pass_over(tenant, heap, budget, fair, last, at, plan)
                 continue
@@ -695,21 +699,33 @@ class Scheduler:
             if s is not None:
                 starts.append(s)
             if budget[tenant] > 0:
-                heapq.heappush(heap, self._rank(tenant, fair, last))
+                heapq.heappush(heap, self._rank(tenant, fair, last, at))
         if smart:     # what each tenant holds until the next pass
             self._last_pass = self._last_pass[:2] + ({t: u.gpus for t, u in self.usage.items()},)
         return starts, preempted
 
-    def _returns_unchanged(self, job: Job, plan: "_Plan") -> bool:
-        """Whether :meth:`_place_smart` would return ``job`` at once, changing nothing but
-        ``plan.recheck``: past the reservation depth, without quotas, its shape has no model with
-        enough free devices, or (without preemption) was refused since the plan last changed."""
+    def _returns_unchanged(self, sid: int, plan: "_Plan") -> bool:
+        """Whether :meth:`_place_smart` would return a job of shape ``sid`` at once, changing
+        nothing but ``plan.recheck``: past the reservation depth, without quotas, its shape has no
+        model with enough free devices, or (without preemption) was refused since the plan last changed."""
         if plan.depth_left > 0 or not self._no_quotas:
             return False
-        if not self.tenants.preemption and self._shape_of[job.id] in plan.refused:
+        if not self.tenants.preemption and sid in plan.refused:
             return True
-        free = self.pool.free_count
-        return not any(free[o.model] >= o.gpus for o in job.demand.options)
+        return self._no_room(sid)
+
+    def _no_room(self, sid: int) -> bool:
+        """Whether no model of shape ``sid`` has as many free devices as it asks for (whole devices;
+        remembered until the pool next changes)."""
+        version, known = self._roomless
+        if version != self.pool.version:
+            known = {}
+            self._roomless = (self.pool.version, known)
+        out = known.get(sid)
+        if out is None:
+            free = self.pool.free_count
+            out = known[sid] = not any(free[o.model] >= o.gpus for o in self._shape_options[sid])
+        return out
 
     def _pass_over(self, tenant: str, heap: list, budget: dict, fair: dict, last: dict, at: dict,
                    plan: "_Plan") -> None:
@@ -721,27 +737,46 @@ class Scheduler:
         Each such job costs the pass loop a heap pop and push and a call that decides nothing
         (past the depth, a pass is mostly such jobs: a rare shape keeps it from settling); here
         it costs a rank and a set lookup. The jobs looked at, their order, and each tenant's
-        budget are exactly the loop's, so the pass decides the same."""
+        budget are exactly the loop's, so the pass decides the same. Nothing changes while jobs
+        are passed over, so the queue does not either: the next job is the next position."""
         q, i = self._queues[tenant], at[tenant]
-        while budget[tenant] > 0:
-            rank = self._rank(tenant, fair, last)
-            if (heap and rank > heap[0]) or i + 1 >= len(q) or not self._returns_unchanged(self.jobs[q[i + 1][1]],
-                                                                                           plan):
-                heapq.heappush(heap, rank)
-                return
+        shape_of, left = self._shape_of, budget[tenant]
+        end = len(q) - 1
+        while left > 0:
+            entry = q[i + 1] if i < end else None
+            rank = self._rank_of(tenant, fair, entry)
+            if (heap and rank > heap[0]) or entry is None or not self._returns_unchanged(shape_of[entry[1]], plan):
+                break
             i += 1
-            last[tenant], at[tenant] = q[i], i
-            budget[tenant] -= 1
+            left -= 1
+        if i != at[tenant]:
+            last[tenant], at[tenant], budget[tenant] = q[i], i, left
+        if left > 0:
+            heapq.heappush(heap, rank)
 
-    def _rank(self, tenant: str, fair: dict | None, last: dict) -> tuple:
-        """A tenant's place in a pass's heap: the least weighted dominant share first (``drf``);
-        for ``streammap``, tenants held below :data:`FLOOR` of their fair share first, then the
-        earliest slowdown deadline of each tenant's next job, whichever tenant it belongs to."""
+    def _next_at(self, tenant: str, last: dict, at: dict) -> int:
+        """Where the next job of ``tenant``'s queue after the last one a pass looked at is: the
+        position after it, unless the queue changed since (then the last one is looked for)."""
+        prev = last[tenant]
+        if prev is None:
+            return 0
+        q, i = self._queues[tenant], at[tenant]
+        return i + 1 if i < len(q) and q[i] is prev else bisect.bisect_right(q, prev)
+
+    def _rank(self, tenant: str, fair: dict | None, last: dict, at: dict) -> tuple:
+        """A tenant's place in a pass's heap: the rank of its next job (:meth:`_rank_of`)."""
+        q = self._queues[tenant]
+        i = self._next_at(tenant, last, at)
+        return self._rank_of(tenant, fair, q[i] if i < len(q) else None)
+
+    def _rank_of(self, tenant: str, fair: dict | None, entry: tuple | None) -> tuple:
+        """The rank of ``tenant`` whose next job is the queue entry ``entry`` (None: none left):
+        the least weighted dominant share first (``drf``); for ``streammap``, tenants held below
+        :data:`FLOOR` of their fair share first, then the earliest slowdown deadline of each
+        tenant's next job, whichever tenant it belongs to."""
         if fair is None:
             return (self.share(tenant), tenant)
-        q = self._queues[tenant]
-        i = 0 if last[tenant] is None else bisect.bisect_right(q, last[tenant])
-        deadline = q[i][0][1] if i < len(q) else math.inf
+        deadline = entry[0][1] if entry is not None else math.inf
         if self.usage[tenant].gpus < self.floor * fair[tenant]:
             return (0, self.attained(tenant), deadline, tenant)
         return (1, 0.0, deadline, tenant)
@@ -832,9 +867,8 @@ class Scheduler:
         if state == plan.checked:
             return False
         plan.checked = state
-        free, refused = self.pool.free_count, plan.refused
-        live = {sid for sid in self._shapes
-                if sid not in refused and any(free[o.model] >= o.gpus for o in self._shape_options[sid])}
+        refused, no_room = plan.refused, self._no_room
+        live = {sid for sid in self._shapes if sid not in refused and not no_room(sid)}
         if not live:
             return True
         if plan.windows is None or plan.windows[0] != plan.changes:
