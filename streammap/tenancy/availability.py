@@ -68,6 +68,7 @@ class Profile:
         self._times_buf, self._free_buf = self.times, self.free     # grown by _insert, viewed by times/free
         self._prefix_min: np.ndarray | None = None
         self._fits: dict[tuple, float] = {}     # earliest fits asked since the last change (jobs repeat shapes)
+        self._floors: dict[tuple, float] = {}   # earliest fits since moved by a taking: lower bounds (below)
 
     def fits_now(self, k: int, duration: float) -> bool:
         """Whether ``k`` devices are free for all of ``[now, now + duration)``."""
@@ -81,9 +82,12 @@ class Profile:
     def earliest_fit(self, k: int, duration: float) -> float:
         """The earliest ``t >= now`` with ``k`` devices free for all of ``[t, t + duration)``
         (``inf`` when the pool never has ``k`` free devices)."""
-        at = self._fits.get((k, duration))
+        key = (k, duration)
+        at = self._fits.get(key)
         if at is None:
-            at = self._fits[(k, duration)] = self._earliest_fit(k, duration)
+            floor = self._floors.get(key)
+            at = self._fits[key] = (self._earliest_fit(k, duration) if floor is None
+                                    else self._fit_from(k, duration, floor))
         return at
 
     def _earliest_fit(self, k: int, duration: float) -> float:
@@ -104,6 +108,34 @@ class Profile:
         fit = ((begin < stop) & (times[stop] - times[begin] >= duration)).nonzero()[0]
         return float(times[begin[fit[0]]] if fit.size else times[short[-1] + 1])
 
+    def _fit_from(self, k: int, duration: float, floor: float) -> float:
+        """:meth:`_earliest_fit`, knowing that the answer is not before ``floor`` (a segment start
+        past ``now``): the runs with ``k`` free that begin before it cannot fit (else one of them
+        would be the answer), so only the segments from ``floor`` on are scanned.
+
+        A floor is an earlier answer to the same question, before devices were taken. Taking
+        devices only shortens or splits the runs with ``k`` free: a run of the profile after is
+        inside one of the profile before, so if it fits, that one fitted too (by subtraction as
+        well: a rounded difference is monotone in both operands), and it begins no earlier. The
+        first run that fits therefore begins at or after the earlier answer, and the scan of the
+        segments from there finds the same run the whole scan would."""
+        free, times = self.free, self.times
+        if free[-1] < k:
+            return math.inf
+        j = int(times.searchsorted(floor))
+        if j == 0 or j >= times.size or times[j] != floor:
+            return self._earliest_fit(k, duration)          # not a segment start: cannot happen, but exact
+        head = free[j - 1] < k                  # a run begins at the floor (if free[j] >= k)
+        short = (free[j:] < k).nonzero()[0]
+        if not short.size:                      # the last run, which lasts for ever
+            return float(times[j]) if head else self._earliest_fit(k, duration)
+        short += j
+        if head and short[0] > j and times[short[0]] - times[j] >= duration:
+            return float(times[j])
+        begin, stop = short[:-1] + 1, short[1:]
+        fit = ((begin < stop) & (times[stop] - times[begin] >= duration)).nonzero()[0]
+        return float(times[begin[fit[0]]] if fit.size else times[short[-1] + 1])
+
     def add(self, t0: float, t1: float, delta: int) -> None:
         """Add ``delta`` free devices over ``[t0, t1)`` (negative: a reservation takes them)."""
         if t1 <= t0:
@@ -116,10 +148,18 @@ class Profile:
             i1 = self._split(t1) if math.isfinite(t1) else len(self.times)
         self.free[i0:i1] += delta
         self._prefix_min = None
-        if delta < 0 and self._fits:
-            self._fits = {key: at for key, at in self._fits.items() if _still_fits(at, key[1], t0, t1, self.now)}
-        else:
+        if delta < 0:
+            # A taking never makes a fit earlier: an answer it may have moved is kept as a floor.
+            kept, now = {}, self.now
+            for key, at in self._fits.items():
+                if _still_fits(at, key[1], t0, t1, now):
+                    kept[key] = at
+                elif at > now:
+                    self._floors[key] = at
+            self._fits = kept
+        else:                                   # devices given back: fits may come earlier
             self._fits.clear()
+            self._floors.clear()
 
     def reserve(self, start: float, k: int, duration: float) -> None:
         """Take ``k`` devices for ``[start, start + duration)``."""

@@ -117,3 +117,27 @@ def test_a_profile_split_again_and_again_is_the_step_function_of_its_reservation
         for t in np.arange(0.0, 260.0, 0.5):
             i = int(p.times.searchsorted(t, "right")) - 1
             assert p.free[i] == 40 - sum(a <= t < b for a, b in taken)
+
+
+def test_an_answer_moved_by_reservations_is_found_again_from_where_it_was_exactly():
+    # A profile asked the same shapes again and again while reservations land inside their
+    # windows (each search then starts from the answer before, which a taking can only delay),
+    # and devices are now and then given back (which may bring fits earlier): every answer is
+    # the scan's, far out or near.
+    rng = np.random.default_rng(23)
+    for _ in range(40):
+        now = float(rng.integers(0, 100))
+        releases = [(now + float(rng.integers(1, 3000)), int(rng.integers(1, 4))) for _ in range(rng.integers(20, 200))]
+        p = Profile(now, int(rng.integers(0, 4)), releases)
+        shapes = [(int(rng.integers(1, 40)), float(rng.choice([0, int(rng.integers(1, 800))]))) for _ in range(5)]
+        for step in range(40):
+            for k, d in shapes:
+                assert p.earliest_fit(k, d) == brute_force_fit(p, k, d)
+            k, d = shapes[int(rng.integers(0, len(shapes)))]
+            at = p.earliest_fit(k, d)
+            if step % 13 == 12:                 # a preemption gives devices back for a while
+                p.add(now + float(rng.integers(0, 500)), now + float(rng.integers(500, 4000)), int(rng.integers(1, 5)))
+            elif math.isfinite(at):
+                p.reserve(at, k, max(d, 1.0))
+            else:
+                p.reserve(now + float(rng.integers(0, 3000)), 1, float(rng.integers(1, 300)))
