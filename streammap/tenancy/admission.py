@@ -990,17 +990,19 @@ class _Plan:
         end first (ties: the faster model), unless it must wait and a slower model has room now
         for the job to end within ``slack`` times its time to finish on the first (waiting included)."""
         first = options[0]
-        if self.profile(first.model).fits_now(first.gpus, first.duration):
+        p0 = self.profiles.get(first.model) or self.profile(first.model)
+        if p0.fits_now(first.gpus, first.duration):
             return first, self.now              # the fastest model, now: nothing ends sooner
+        profiles = [p0] + [self.profiles.get(o.model) or self.profile(o.model) for o in options[1:]]
         best, best_at, best_end = first, math.inf, math.inf
-        for o in options:
-            at = self.profile(o.model).earliest_fit(o.gpus, o.duration)
+        for o, p in zip(options, profiles):
+            at = p.earliest_fit(o.gpus, o.duration)
             if at + o.duration < best_end:
                 best, best_at, best_end = o, at, at + o.duration
         if best_at > self.now:
-            for o in options:
+            for o, p in zip(options, profiles):
                 if (o.model not in self.blocked and o.duration <= self.sched.slack * (best_end - self.now)
-                        and self.profile(o.model).fits_now(o.gpus, o.duration)):
+                        and p.fits_now(o.gpus, o.duration)):
                     return o, self.now
         return best, best_at
 

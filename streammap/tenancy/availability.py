@@ -51,15 +51,28 @@ class Profile:
     """
 
     def __init__(self, now: float, free_now: int, releases=(), *, presorted: bool = False):
-        self.now = now
         after = math.nextafter(now, math.inf)
         rel = np.asarray(releases if isinstance(releases, np.ndarray) else list(releases), dtype=float).reshape(-1, 2)
         ends = np.maximum(rel[:, 0], after)
         if presorted:                           # by end already (see Releases): no sort
-            gained = np.cumsum(rel[:, 1])
+            gained = rel[:, 1]
         else:
             order = np.argsort(ends, kind="stable")
-            ends, gained = ends[order], np.cumsum(rel[order, 1])
+            ends, gained = ends[order], rel[order, 1]
+        self._steps(now, free_now, ends, gained)
+
+    @classmethod
+    def of_ends(cls, now: float, free_now: int, ends: np.ndarray, gpus: np.ndarray) -> Profile:
+        """The profile of releases given as two arrays, ``ends`` ascending and all after ``now``
+        (what :class:`Releases` keeps): the same as ``Profile(now, free_now, zip(ends, gpus))``."""
+        p = cls.__new__(cls)
+        p._steps(now, free_now, ends, gpus)
+        return p
+
+    def _steps(self, now: float, free_now: int, ends: np.ndarray, gained: np.ndarray) -> None:
+        """The step function of releases ``gained`` at ``ends`` (ascending, after ``now``)."""
+        self.now = now
+        gained = np.cumsum(gained)
         # One segment per distinct end: the devices free after the last release at that time.
         last = np.ones(ends.size, dtype=bool)
         last[:-1] = ends[1:] != ends[:-1]
@@ -258,8 +271,8 @@ class Releases:
         """The pool's availability profile at ``now`` with ``free_now`` devices free, before any
         reservation: the same as one built from every running job's :func:`expected_ends`."""
         late = int(self.ends.searchsorted(now, "right"))     # estimated ends at or before now
-        if late == 0:
-            return Profile(now, free_now, np.column_stack((self.ends, self.gpus)), presorted=True)
+        if late == 0:                           # every end after now: the kept order is the profile's
+            return Profile.of_ends(now, free_now, self.ends, self.gpus)
         start = np.array([self._runs[j][0] for j in self.ids[:late]])
         duration = np.array([self._runs[j][1] for j in self.ids[:late]])
         ends = np.concatenate((expected_ends(start, duration, now), self.ends[late:]))
