@@ -717,15 +717,20 @@ class Scheduler:
     def _no_room(self, sid: int) -> bool:
         """Whether no model of shape ``sid`` has as many free devices as it asks for (whole devices;
         remembered until the pool next changes)."""
-        version, known = self._roomless
-        if version != self.pool.version:
-            known = {}
-            self._roomless = (self.pool.version, known)
+        known = self._room_known()
         out = known.get(sid)
         if out is None:
             free = self.pool.free_count
             out = known[sid] = not any(free[o.model] >= o.gpus for o in self._shape_options[sid])
         return out
+
+    def _room_known(self) -> dict[int, bool]:
+        """The shapes known to have no room (True) or room (False) in the pool as it is now."""
+        version, known = self._roomless
+        if version != self.pool.version:
+            known = {}
+            self._roomless = (self.pool.version, known)
+        return known
 
     def _pass_over(self, tenant: str, heap: list, budget: dict, fair: dict, last: dict, at: dict,
                    plan: "_Plan") -> None:
@@ -739,14 +744,23 @@ class Scheduler:
         it costs a rank and a set lookup. The jobs looked at, their order, and each tenant's
         budget are exactly the loop's, so the pass decides the same. Nothing changes while jobs
         are passed over, so the queue does not either: the next job is the next position."""
+        # Called only past the depth and without quotas (the first job returned unchanged), and
+        # passing over changes nothing: _returns_unchanged is its last two tests, inlined.
         q, i = self._queues[tenant], at[tenant]
         shape_of, left = self._shape_of, budget[tenant]
+        refused = () if self.tenants.preemption else plan.refused
+        roomless = self._room_known()
         end = len(q) - 1
         while left > 0:
             entry = q[i + 1] if i < end else None
             rank = self._rank_of(tenant, fair, entry)
-            if (heap and rank > heap[0]) or entry is None or not self._returns_unchanged(shape_of[entry[1]], plan):
+            if (heap and rank > heap[0]) or entry is None:
                 break
+            sid = shape_of[entry[1]]
+            if sid not in refused:
+                no_room = roomless.get(sid)
+                if not (self._no_room(sid) if no_room is None else no_room):
+                    break
             i += 1
             left -= 1
         if i != at[tenant]:
