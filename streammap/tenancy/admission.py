@@ -364,6 +364,7 @@ class Scheduler:
         self.usage = {t.name: Usage() for t in tenants}
         self.jobs: dict[str, Job] = {}                 # queued jobs by id
         self._queues: dict[str, list] = {t.name: [] for t in tenants}   # sorted (key, job id)
+        self._queue_shapes: dict[str, list] = {t.name: [] for t in tenants}   # the same jobs' shapes
         self._fifo: list = []
         self._arrivals: dict[str, list] = {t.name: [] for t in tenants}   # per tenant, arrival order
         self._by_model: dict[str, dict[str, Running]] = {m: {} for m in self.pool.models}
@@ -411,6 +412,8 @@ class Scheduler:
         # Shapes with no model with enough free devices, as of the pool's version in [0]: past the
         # depth a pass asks this of hundreds of jobs, and the free counts move only with a start.
         self._roomless: tuple[int, dict[int, bool]] = (-1, {})
+        self._shapes_moved = 0                          # submits and unqueues so far
+        self._roomy: tuple | None = None                 # ((pool version, _shapes_moved), shapes with room)
         self._no_quotas = all(self._unlimited(t.name) for t in tenants)
 
     # -- the queue ----------------------------------------------------------------------
@@ -475,7 +478,11 @@ class Scheduler:
             self._shape_options.append(job.demand.options)
         self._shape_of[job.id] = sid
         self._shapes[sid] = self._shapes.get(sid, 0) + 1
-        bisect.insort(self._queues[job.tenant], (self._key(job), job.id))
+        self._shapes_moved += 1
+        q, entry = self._queues[job.tenant], (self._key(job), job.id)
+        i = bisect.bisect_right(q, entry)
+        q.insert(i, entry)
+        self._queue_shapes[job.tenant].insert(i, sid)
         bisect.insort(self._fifo, ((job.arrival, job.seq), job.id))
         bisect.insort(self._arrivals[job.tenant], ((job.arrival, job.seq), job.id))
 
@@ -491,8 +498,11 @@ class Scheduler:
             self._shapes[sid] = left
         else:
             del self._shapes[sid]
+        self._shapes_moved += 1
         q = self._queues[job.tenant]
-        q.pop(bisect.bisect_left(q, (self._key(job), job.id)))
+        i = bisect.bisect_left(q, (self._key(job), job.id))
+        q.pop(i)
+        self._queue_shapes[job.tenant].pop(i)
         self._fifo.pop(bisect.bisect_left(self._fifo, ((job.arrival, job.seq), job.id)))
         a = self._arrivals[job.tenant]
         a.pop(bisect.bisect_left(a, ((job.arrival, job.seq), job.id)))
@@ -674,7 +684,7 @@ class Scheduler:
                     and not (smart and plan.depth_left > 0)
                     and not (self._fractions_queued and self.packing.used)):   # joint placement: open devices
                 break                            # nothing can start, and nothing more is planned
-            if smart and plan.recheck and self._settled(plan, last, budget):
+            if smart and plan.recheck and self._settled(plan, last, at, budget):
                 break                            # every job left is of a shape that cannot start now
             tenant = heapq.heappop(heap)[-1]
             q = self._queues[tenant]
@@ -747,7 +757,7 @@ class Scheduler:
         # Called only past the depth and without quotas (the first job returned unchanged), and
         # passing over changes nothing: _returns_unchanged is its last two tests, inlined.
         q, i = self._queues[tenant], at[tenant]
-        shape_of, left = self._shape_of, budget[tenant]
+        shapes, left = self._queue_shapes[tenant], budget[tenant]
         refused = () if self.tenants.preemption else plan.refused
         roomless = self._room_known()
         end = len(q) - 1
@@ -756,7 +766,7 @@ class Scheduler:
             rank = self._rank_of(tenant, fair, entry)
             if (heap and rank > heap[0]) or entry is None:
                 break
-            sid = shape_of[entry[1]]
+            sid = shapes[i + 1]
             if sid not in refused:
                 no_room = roomless.get(sid)
                 if not (self._no_room(sid) if no_room is None else no_room):
@@ -865,7 +875,7 @@ class Scheduler:
             self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
         return None, []
 
-    def _settled(self, plan: "_Plan", last: dict, budget: dict) -> bool:
+    def _settled(self, plan: "_Plan", last: dict, at: dict, budget: dict) -> bool:
         """Whether no queued job can start in the rest of this pass (streammap policy, past the
         reservation depth, no quotas, no preemption): every job the pass can still look at (each
         tenant's next ones, as many as its budget) is of a shape refused since the pass last
@@ -881,24 +891,31 @@ class Scheduler:
         if state == plan.checked:
             return False
         plan.checked = state
-        refused, no_room = plan.refused, self._no_room
-        live = {sid for sid in self._shapes if sid not in refused and not no_room(sid)}
+        refused = plan.refused
+        live = {sid for sid in self._shapes_with_room() if sid not in refused}
         if not live:
             return True
         if plan.windows is None or plan.windows[0] != plan.changes:
-            plan.windows = (plan.changes, self._windows(last, budget))
-        return not any(live & shapes for shapes in plan.windows[1].values())
+            plan.windows = (plan.changes, self._windows(last, at, budget))
+        return live.isdisjoint(plan.windows[1])
 
-    def _windows(self, last: dict, budget: dict) -> dict[str, set]:
-        """The shapes of the jobs each tenant can still be looked at in this pass: from the job after
-        its last one looked at, as many as its budget. While the plan does not change the queues do
-        not either, and each job looked at moves a window's start by one and spends one of its
-        budget: its end stays, and the shapes remembered are a superset of the window's."""
-        out = {}
-        for tenant, prev in last.items():
-            q = self._queues[tenant]
-            i = 0 if prev is None else bisect.bisect_right(q, prev)
-            out[tenant] = {self._shape_of[jid] for _, jid in q[i:i + max(0, budget[tenant])]}
+    def _shapes_with_room(self) -> list[int]:
+        """The queued shapes with a model with enough free devices (kept until a job is queued or
+        unqueued or the pool changes: past the depth, a pass asks after every refusal)."""
+        state = (self.pool.version, self._shapes_moved)
+        if self._roomy is None or self._roomy[0] != state:
+            self._roomy = (state, [sid for sid in self._shapes if not self._no_room(sid)])
+        return self._roomy[1]
+
+    def _windows(self, last: dict, at: dict, budget: dict) -> set:
+        """The shapes of the jobs the tenants can still be looked at in this pass: for each, from
+        the job after its last one looked at, as many as its budget. While the plan does not change
+        the queues do not either, and each job looked at moves a window's start by one and spends
+        one of its budget: its end stays, and the shapes remembered are a superset of the window's."""
+        out: set = set()
+        for tenant in last:
+            i = self._next_at(tenant, last, at)
+            out.update(self._queue_shapes[tenant][i:i + max(0, budget[tenant])])
         return out
 
     def _place_fraction(self, job: Job, now: float, plan: "_Plan", allowed: list[Option]) -> Start | None:
@@ -991,7 +1008,7 @@ class _Plan:
         self.recheck = False                    # a refusal since the last check whether the pass is settled
         self.changes = 0                        # reservations, starts and preemptions so far
         self.checked: tuple | None = None       # (refusals, changes) at the last check
-        self.windows: tuple | None = None       # (changes, shapes each tenant can still be looked at)
+        self.windows: tuple | None = None       # (changes, shapes the tenants can still be looked at)
 
     def profile(self, model: str) -> Profile:
         p = self.profiles.get(model)
