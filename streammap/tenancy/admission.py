@@ -410,7 +410,7 @@ class Scheduler:
         self._shape_of: dict[str, int] = {}
         self._shapes: dict[int, int] = {}
         # Shapes with no model with enough free devices, as of the pool's version in [0]: past the
-        # depth a pass asks this of hundreds of jobs, and the free counts move only with a start.
+        # depth a pass asks this of hundreds of jobs, and the free counts move only with a start or a finish.
         self._roomless: tuple[int, dict[int, bool]] = (-1, {})
         self._shapes_moved = 0                          # submits and unqueues so far
         self._roomy: tuple | None = None                 # ((pool version, _shapes_moved), shapes with room)
