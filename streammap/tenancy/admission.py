@@ -254,6 +254,8 @@ class Pool:
                 names.sort()
             self.buckets[m] = buckets
         self.free_count = dict(self.size)
+        #: Bumped by every take and give: what was decided from the free counts stands while it does not move.
+        self.version = 0
         self.total_gpus = sum(self.size.values())
         self.total_memory = sum(self.memory_of.values())
 
@@ -277,6 +279,7 @@ class Pool:
             if len(got) == k:
                 break
         self.free_count[model] -= k
+        self.version += 1
         return tuple(got)
 
     def take_exact(self, devices) -> None:
@@ -287,6 +290,7 @@ class Pool:
             ids.remove(dev)
             self._moved(m, n, len(ids) + 1, len(ids))
             self.free_count[m] -= 1
+        self.version += 1
 
     def give(self, devices) -> None:
         for dev in devices:
@@ -295,6 +299,7 @@ class Pool:
             ids.append(dev)
             self._moved(m, n, len(ids) - 1, len(ids))
             self.free_count[m] += 1
+        self.version += 1
 
     def _moved(self, model: str, node: str, before: int, after: int) -> None:
         """Node ``node`` went from ``before`` to ``after`` free devices: move it between buckets."""
@@ -359,6 +364,7 @@ class Scheduler:
         self.usage = {t.name: Usage() for t in tenants}
         self.jobs: dict[str, Job] = {}                 # queued jobs by id
         self._queues: dict[str, list] = {t.name: [] for t in tenants}   # sorted (key, job id)
+        self._queue_shapes: dict[str, list] = {t.name: [] for t in tenants}   # the same jobs' shapes
         self._fifo: list = []
         self._arrivals: dict[str, list] = {t.name: [] for t in tenants}   # per tenant, arrival order
         self._by_model: dict[str, dict[str, Running]] = {m: {} for m in self.pool.models}
@@ -403,6 +409,11 @@ class Scheduler:
         self._shape_options: list[tuple] = []
         self._shape_of: dict[str, int] = {}
         self._shapes: dict[int, int] = {}
+        # Shapes with no model with enough free devices, as of the pool's version in [0]: past the
+        # depth a pass asks this of hundreds of jobs, and the free counts move only with a start or a finish.
+        self._roomless: tuple[int, dict[int, bool]] = (-1, {})
+        self._shapes_moved = 0                          # submits and unqueues so far
+        self._roomy: tuple | None = None                 # ((pool version, _shapes_moved), shapes with room)
         self._no_quotas = all(self._unlimited(t.name) for t in tenants)
 
     # -- the queue ----------------------------------------------------------------------
@@ -467,7 +478,11 @@ class Scheduler:
             self._shape_options.append(job.demand.options)
         self._shape_of[job.id] = sid
         self._shapes[sid] = self._shapes.get(sid, 0) + 1
-        bisect.insort(self._queues[job.tenant], (self._key(job), job.id))
+        self._shapes_moved += 1
+        q, entry = self._queues[job.tenant], (self._key(job), job.id)
+        i = bisect.bisect_right(q, entry)
+        q.insert(i, entry)
+        self._queue_shapes[job.tenant].insert(i, sid)
         bisect.insort(self._fifo, ((job.arrival, job.seq), job.id))
         bisect.insort(self._arrivals[job.tenant], ((job.arrival, job.seq), job.id))
 
@@ -483,8 +498,11 @@ class Scheduler:
             self._shapes[sid] = left
         else:
             del self._shapes[sid]
+        self._shapes_moved += 1
         q = self._queues[job.tenant]
-        q.pop(bisect.bisect_left(q, (self._key(job), job.id)))
+        i = bisect.bisect_left(q, (self._key(job), job.id))
+        q.pop(i)
+        self._queue_shapes[job.tenant].pop(i)
         self._fifo.pop(bisect.bisect_left(self._fifo, ((job.arrival, job.seq), job.id)))
         a = self._arrivals[job.tenant]
         a.pop(bisect.bisect_left(a, ((job.arrival, job.seq), job.id)))
@@ -659,28 +677,24 @@ class Scheduler:
         at = dict.fromkeys(last, 0)              # where each tenant's last job looked at was
         budget = {t: max(32, max_scan // max(1, len(last))) for t in last}
         fair = self._account(now) if smart else None
-        heap = [self._rank(t, fair, last) for t in last]
+        heap = [self._rank(t, fair, last, at) for t in last]
         heapq.heapify(heap)
         while heap:
             if (not any(self.pool.free_count.values()) and not (smart and self.tenants.preemption)
                     and not (smart and plan.depth_left > 0)
                     and not (self._fractions_queued and self.packing.used)):   # joint placement: open devices
                 break                            # nothing can start, and nothing more is planned
-            if smart and plan.recheck and self._settled(plan, last, budget):
+            if smart and plan.recheck and self._settled(plan, last, at, budget):
                 break                            # every job left is of a shape that cannot start now
             tenant = heapq.heappop(heap)[-1]
             q = self._queues[tenant]
-            # The next job after the last one looked at (the queue may have changed since: then
-            # the last one is no longer where it was, and is looked for).
-            prev, i = last[tenant], at[tenant]
-            if prev is not None:
-                i = i + 1 if i < len(q) and q[i] is prev else bisect.bisect_right(q, prev)
+            i = self._next_at(tenant, last, at)
             if i >= len(q):
                 continue
             last[tenant], at[tenant] = q[i], i
             job = self.jobs[q[i][1]]
             budget[tenant] -= 1
-            if smart and self._returns_unchanged(job, plan):
+            if smart and self._returns_unchanged(self._shape_of[job.id], plan):
                 plan.recheck = True              # what _place_smart would have done, and all
                 self._pass_over(tenant, heap, budget, fair, last, at, plan)
                 continue
@@ -695,21 +709,38 @@ class Scheduler:
             if s is not None:
                 starts.append(s)
             if budget[tenant] > 0:
-                heapq.heappush(heap, self._rank(tenant, fair, last))
+                heapq.heappush(heap, self._rank(tenant, fair, last, at))
         if smart:     # what each tenant holds until the next pass
             self._last_pass = self._last_pass[:2] + ({t: u.gpus for t, u in self.usage.items()},)
         return starts, preempted
 
-    def _returns_unchanged(self, job: Job, plan: "_Plan") -> bool:
-        """Whether :meth:`_place_smart` would return ``job`` at once, changing nothing but
-        ``plan.recheck``: past the reservation depth, without quotas, its shape has no model with
-        enough free devices, or (without preemption) was refused since the plan last changed."""
+    def _returns_unchanged(self, sid: int, plan: "_Plan") -> bool:
+        """Whether :meth:`_place_smart` would return a job of shape ``sid`` at once, changing
+        nothing but ``plan.recheck``: past the reservation depth, without quotas, its shape has no
+        model with enough free devices, or (without preemption) was refused since the plan last changed."""
         if plan.depth_left > 0 or not self._no_quotas:
             return False
-        if not self.tenants.preemption and self._shape_of[job.id] in plan.refused:
+        if not self.tenants.preemption and sid in plan.refused:
             return True
-        free = self.pool.free_count
-        return not any(free[o.model] >= o.gpus for o in job.demand.options)
+        return self._no_room(sid)
+
+    def _no_room(self, sid: int) -> bool:
+        """Whether no model of shape ``sid`` has as many free devices as it asks for (whole devices;
+        remembered until the pool next changes)."""
+        known = self._room_known()
+        out = known.get(sid)
+        if out is None:
+            free = self.pool.free_count
+            out = known[sid] = not any(free[o.model] >= o.gpus for o in self._shape_options[sid])
+        return out
+
+    def _room_known(self) -> dict[int, bool]:
+        """The shapes known to have no room (True) or room (False) in the pool as it is now."""
+        version, known = self._roomless
+        if version != self.pool.version:
+            known = {}
+            self._roomless = (self.pool.version, known)
+        return known
 
     def _pass_over(self, tenant: str, heap: list, budget: dict, fair: dict, last: dict, at: dict,
                    plan: "_Plan") -> None:
@@ -721,27 +752,55 @@ class Scheduler:
         Each such job costs the pass loop a heap pop and push and a call that decides nothing
         (past the depth, a pass is mostly such jobs: a rare shape keeps it from settling); here
         it costs a rank and a set lookup. The jobs looked at, their order, and each tenant's
-        budget are exactly the loop's, so the pass decides the same."""
+        budget are exactly the loop's, so the pass decides the same. Nothing changes while jobs
+        are passed over, so the queue does not either: the next job is the next position."""
+        # Called only past the depth and without quotas (the first job returned unchanged), and
+        # passing over changes nothing: _returns_unchanged is its last two tests, inlined.
         q, i = self._queues[tenant], at[tenant]
-        while budget[tenant] > 0:
-            rank = self._rank(tenant, fair, last)
-            if (heap and rank > heap[0]) or i + 1 >= len(q) or not self._returns_unchanged(self.jobs[q[i + 1][1]],
-                                                                                           plan):
-                heapq.heappush(heap, rank)
-                return
+        shapes, left = self._queue_shapes[tenant], budget[tenant]
+        refused = () if self.tenants.preemption else plan.refused
+        roomless = self._room_known()
+        end = len(q) - 1
+        while left > 0:
+            entry = q[i + 1] if i < end else None
+            rank = self._rank_of(tenant, fair, entry)
+            if (heap and rank > heap[0]) or entry is None:
+                break
+            sid = shapes[i + 1]
+            if sid not in refused:
+                no_room = roomless.get(sid)
+                if not (self._no_room(sid) if no_room is None else no_room):
+                    break
             i += 1
-            last[tenant], at[tenant] = q[i], i
-            budget[tenant] -= 1
+            left -= 1
+        if i != at[tenant]:
+            last[tenant], at[tenant], budget[tenant] = q[i], i, left
+        if left > 0:
+            heapq.heappush(heap, rank)
 
-    def _rank(self, tenant: str, fair: dict | None, last: dict) -> tuple:
-        """A tenant's place in a pass's heap: the least weighted dominant share first (``drf``);
-        for ``streammap``, tenants held below :data:`FLOOR` of their fair share first, then the
-        earliest slowdown deadline of each tenant's next job, whichever tenant it belongs to."""
+    def _next_at(self, tenant: str, last: dict, at: dict) -> int:
+        """Where the next job of ``tenant``'s queue after the last one a pass looked at is: the
+        position after it, unless the queue changed since (then the last one is looked for)."""
+        prev = last[tenant]
+        if prev is None:
+            return 0
+        q, i = self._queues[tenant], at[tenant]
+        return i + 1 if i < len(q) and q[i] is prev else bisect.bisect_right(q, prev)
+
+    def _rank(self, tenant: str, fair: dict | None, last: dict, at: dict) -> tuple:
+        """A tenant's place in a pass's heap: the rank of its next job (:meth:`_rank_of`)."""
+        q = self._queues[tenant]
+        i = self._next_at(tenant, last, at)
+        return self._rank_of(tenant, fair, q[i] if i < len(q) else None)
+
+    def _rank_of(self, tenant: str, fair: dict | None, entry: tuple | None) -> tuple:
+        """The rank of ``tenant`` whose next job is the queue entry ``entry`` (None: none left):
+        the least weighted dominant share first (``drf``); for ``streammap``, tenants held below
+        :data:`FLOOR` of their fair share first, then the earliest slowdown deadline of each
+        tenant's next job, whichever tenant it belongs to."""
         if fair is None:
             return (self.share(tenant), tenant)
-        q = self._queues[tenant]
-        i = 0 if last[tenant] is None else bisect.bisect_right(q, last[tenant])
-        deadline = q[i][0][1] if i < len(q) else math.inf
+        deadline = entry[0][1] if entry is not None else math.inf
         if self.usage[tenant].gpus < self.floor * fair[tenant]:
             return (0, self.attained(tenant), deadline, tenant)
         return (1, 0.0, deadline, tenant)
@@ -816,7 +875,7 @@ class Scheduler:
             self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
         return None, []
 
-    def _settled(self, plan: "_Plan", last: dict, budget: dict) -> bool:
+    def _settled(self, plan: "_Plan", last: dict, at: dict, budget: dict) -> bool:
         """Whether no queued job can start in the rest of this pass (streammap policy, past the
         reservation depth, no quotas, no preemption): every job the pass can still look at (each
         tenant's next ones, as many as its budget) is of a shape refused since the pass last
@@ -832,25 +891,31 @@ class Scheduler:
         if state == plan.checked:
             return False
         plan.checked = state
-        free, refused = self.pool.free_count, plan.refused
-        live = {sid for sid in self._shapes
-                if sid not in refused and any(free[o.model] >= o.gpus for o in self._shape_options[sid])}
+        refused = plan.refused
+        live = {sid for sid in self._shapes_with_room() if sid not in refused}
         if not live:
             return True
         if plan.windows is None or plan.windows[0] != plan.changes:
-            plan.windows = (plan.changes, self._windows(last, budget))
-        return not any(live & shapes for shapes in plan.windows[1].values())
+            plan.windows = (plan.changes, self._windows(last, at, budget))
+        return live.isdisjoint(plan.windows[1])
 
-    def _windows(self, last: dict, budget: dict) -> dict[str, set]:
-        """The shapes of the jobs each tenant can still be looked at in this pass: from the job after
-        its last one looked at, as many as its budget. While the plan does not change the queues do
-        not either, and each job looked at moves a window's start by one and spends one of its
-        budget: its end stays, and the shapes remembered are a superset of the window's."""
-        out = {}
-        for tenant, prev in last.items():
-            q = self._queues[tenant]
-            i = 0 if prev is None else bisect.bisect_right(q, prev)
-            out[tenant] = {self._shape_of[jid] for _, jid in q[i:i + max(0, budget[tenant])]}
+    def _shapes_with_room(self) -> list[int]:
+        """The queued shapes with a model with enough free devices (kept until a job is queued or
+        unqueued or the pool changes: past the depth, a pass asks after every refusal)."""
+        state = (self.pool.version, self._shapes_moved)
+        if self._roomy is None or self._roomy[0] != state:
+            self._roomy = (state, [sid for sid in self._shapes if not self._no_room(sid)])
+        return self._roomy[1]
+
+    def _windows(self, last: dict, at: dict, budget: dict) -> set:
+        """The shapes of the jobs the tenants can still be looked at in this pass: for each, from
+        the job after its last one looked at, as many as its budget. While the plan does not change
+        the queues do not either, and each job looked at moves a window's start by one and spends
+        one of its budget: its end stays, and the shapes remembered are a superset of the window's."""
+        out: set = set()
+        for tenant in last:
+            i = self._next_at(tenant, last, at)
+            out.update(self._queue_shapes[tenant][i:i + max(0, budget[tenant])])
         return out
 
     def _place_fraction(self, job: Job, now: float, plan: "_Plan", allowed: list[Option]) -> Start | None:
@@ -943,7 +1008,7 @@ class _Plan:
         self.recheck = False                    # a refusal since the last check whether the pass is settled
         self.changes = 0                        # reservations, starts and preemptions so far
         self.checked: tuple | None = None       # (refusals, changes) at the last check
-        self.windows: tuple | None = None       # (changes, shapes each tenant can still be looked at)
+        self.windows: tuple | None = None       # (changes, shapes the tenants can still be looked at)
 
     def profile(self, model: str) -> Profile:
         p = self.profiles.get(model)
@@ -956,17 +1021,19 @@ class _Plan:
         end first (ties: the faster model), unless it must wait and a slower model has room now
         for the job to end within ``slack`` times its time to finish on the first (waiting included)."""
         first = options[0]
-        if self.profile(first.model).fits_now(first.gpus, first.duration):
+        p0 = self.profiles.get(first.model) or self.profile(first.model)
+        if p0.fits_now(first.gpus, first.duration):
             return first, self.now              # the fastest model, now: nothing ends sooner
+        profiles = [p0] + [self.profiles.get(o.model) or self.profile(o.model) for o in options[1:]]
         best, best_at, best_end = first, math.inf, math.inf
-        for o in options:
-            at = self.profile(o.model).earliest_fit(o.gpus, o.duration)
+        for o, p in zip(options, profiles):
+            at = p.earliest_fit(o.gpus, o.duration)
             if at + o.duration < best_end:
                 best, best_at, best_end = o, at, at + o.duration
         if best_at > self.now:
-            for o in options:
+            for o, p in zip(options, profiles):
                 if (o.model not in self.blocked and o.duration <= self.sched.slack * (best_end - self.now)
-                        and self.profile(o.model).fits_now(o.gpus, o.duration)):
+                        and p.fits_now(o.gpus, o.duration)):
                     return o, self.now
         return best, best_at
 

@@ -5,7 +5,9 @@ answers across reservations that cannot have moved them)."""
 import math
 
 import numpy as np
+import pytest
 
+from streammap.tenancy import availability
 from streammap.tenancy.availability import Profile, Releases
 
 
@@ -51,9 +53,11 @@ def test_a_reservation_inside_a_remembered_window_moves_the_answer():
     assert p.earliest_fit(4, 10.0) == 15.0
 
 
-def test_a_long_profile_answers_as_a_scan_does_however_far_out_the_first_fit_is():
-    # Hundreds of segments: the search looks at a prefix first and widens it, and must still
-    # find the first window with room, near the start or far out.
+@pytest.mark.parametrize("loop_up_to", [0, 64, 10**9])
+def test_a_long_profile_answers_as_a_scan_does_however_far_out_the_first_fit_is(monkeypatch, loop_up_to):
+    # Hundreds of segments: the search loops over the runs between few short segments and uses
+    # array expressions for many, and must find the first window with room either way.
+    monkeypatch.setattr(availability, "SHORT_LOOP", loop_up_to)
     rng = np.random.default_rng(11)
     for _ in range(40):
         now = float(rng.integers(0, 100))
@@ -117,3 +121,26 @@ def test_a_profile_split_again_and_again_is_the_step_function_of_its_reservation
         for t in np.arange(0.0, 260.0, 0.5):
             i = int(p.times.searchsorted(t, "right")) - 1
             assert p.free[i] == 40 - sum(a <= t < b for a, b in taken)
+
+
+def test_answers_remembered_across_reservations_and_give_backs_stay_the_scans():
+    # A profile asked the same shapes again and again while reservations land inside and outside
+    # their windows (an answer is kept only where the taking cannot have moved it), and devices
+    # are now and then given back (which may bring fits earlier): every answer is the scan's.
+    rng = np.random.default_rng(23)
+    for _ in range(40):
+        now = float(rng.integers(0, 100))
+        releases = [(now + float(rng.integers(1, 3000)), int(rng.integers(1, 4))) for _ in range(rng.integers(20, 200))]
+        p = Profile(now, int(rng.integers(0, 4)), releases)
+        shapes = [(int(rng.integers(1, 40)), float(rng.choice([0, int(rng.integers(1, 800))]))) for _ in range(5)]
+        for step in range(40):
+            for k, d in shapes:
+                assert p.earliest_fit(k, d) == brute_force_fit(p, k, d)
+            k, d = shapes[int(rng.integers(0, len(shapes)))]
+            at = p.earliest_fit(k, d)
+            if step % 13 == 12:                 # a preemption gives devices back for a while
+                p.add(now + float(rng.integers(0, 500)), now + float(rng.integers(500, 4000)), int(rng.integers(1, 5)))
+            elif math.isfinite(at):
+                p.reserve(at, k, max(d, 1.0))
+            else:
+                p.reserve(now + float(rng.integers(0, 3000)), 1, float(rng.integers(1, 300)))

@@ -44,3 +44,19 @@ def test_a_small_job_past_what_a_pass_may_look_at_waits_for_a_later_pass():
     s.submit(job("small", 100, 10, 2))
     assert s.schedule(100, max_scan=32)[0] == []
     assert [x.job_id for x in s.schedule(100, max_scan=64)[0]] == ["small"]
+
+
+def test_a_shape_without_room_in_one_pass_starts_in_the_next_once_devices_are_freed():
+    # Past the depth, a pass remembers which shapes have no model with room until the pool
+    # changes: the 4-GPU jobs passed over while 6 of 8 GPUs are busy start as soon as they are not.
+    s = Scheduler(eight_gpus(), tenants_from_dict(["a", "b"]), depth=0)
+    s.submit(job("busy", 0, 100, 6))
+    s.schedule(0)
+    for i in range(4):
+        s.submit(job(f"big{i}", 1 + i, 10, 4, tenant="ab"[i % 2]))
+    s.submit(job("small", 5, 10, 1, tenant="b"))
+    assert [x.job_id for x in s.schedule(5)[0]] == ["small"]
+    assert s.schedule(6)[0] == []            # one GPU free: no room for a 4-GPU job, remembered
+    s.finish("busy")
+    s.finish("small")
+    assert sorted(x.job_id for x in s.schedule(100)[0]) == ["big0", "big1"]
