@@ -80,7 +80,7 @@ Policies
       job starts now only if it fits now around all of them. So backfilling a job never delays
       an earlier job's estimated start (EASY backfilling protects only the first waiting job).
       The first ``depth`` waiting jobs of a pass get reservations (:func:`reservation_depth`:
-      :data:`DEPTH`, or one per 16 GPUs on a cluster above 512 GPUs, at most 128; the service shows them as
+      :data:`DEPTH`, or one per 16 GPUs on a cluster above 512 GPUs, at most 64; the service shows them as
       estimated starts); jobs after them may still start where they fit around those, but get
       none themselves (with 10,000 jobs on 1,000 GPUs the queue can hold thousands, and planning
       them all on every event would cost many minutes; the jobs past the depth are the latest
@@ -139,11 +139,12 @@ SLOWDOWN = 4.0
 DEPTH = 32
 #: On a large cluster a fixed 32 reservations plan a small part of its near future: the jobs past
 #: them expect a fast GPU "in a few seconds" that a reserved job takes, pass after pass, while the
-#: slow GPUs idle (2,000 GPUs, tuning seed 1, load 1.1: V100s 68% busy while jobs arrived against
-#: FIFO's 88%, average JCT 1.01x FIFO's; 128 reservations: 0.87x; README). One reservation per 16
-#: GPUs keeps 32 up to 512 GPUs (where it was chosen) and caps the pass's cost at 128.
+#: slow GPUs idle (2,000 GPUs, 10,000 jobs, tuning seed 1, load 1.1: V100s 68% busy while jobs
+#: arrived against FIFO's 88%, average JCT 1.01x FIFO's; 64 reservations: 0.90x for 1.4x the CPU
+#: time, 125: 0.88x for 2.5x; README). One reservation per 16 GPUs keeps 32 up to 512 GPUs (where
+#: it was chosen) and the cap keeps the pass's cost within 2x of 32's.
 GPUS_PER_RESERVATION = 16
-MAX_DEPTH = 128
+MAX_DEPTH = 64
 #: A job that would end first on a busy model starts now on a slower one with room if it ends there
 #: within this factor of its time to finish on the busy one, waiting included (see _Plan.placement).
 SLACK = 1.5

@@ -299,8 +299,8 @@ def test_a_job_whose_estimate_was_low_cannot_hold_the_queue_past_its_deadline():
 def test_a_larger_cluster_gives_more_waiting_jobs_a_reservation():
     # Every GPU is held by one job and 200 one-GPU jobs wait: 32 of them get an estimated start on
     # 256 GPUs, one per 16 GPUs on a larger cluster (the jobs past the plan would otherwise keep
-    # expecting GPUs that reserved jobs take), at most 128; a depth given explicitly is kept.
-    for gpus, planned, depth in ((256, 32, None), (1024, 64, None), (4096, 128, None), (1024, 8, 8)):
+    # expecting GPUs that reserved jobs take), at most 64; a depth given explicitly is kept.
+    for gpus, planned, depth in ((256, 32, None), (768, 48, None), (2048, 64, None), (768, 8, 8)):
         s = Scheduler(one_model_cluster(gpus), tenants_from_dict(["a"]), depth=depth)
         s.submit(job("all", 0, 100, gpus=gpus))
         s.schedule(0)
