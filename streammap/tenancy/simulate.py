@@ -61,7 +61,6 @@ from streammap.compiler import load_source_graph, resolve_cluster
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write, atomic_write_text
 from streammap.tenancy.admission import (
-    DEPTH,
     FLOOR,
     POLICIES,
     SLACK,
@@ -200,7 +199,7 @@ def prepare_jobs(specs: list[JobSpec], estimator: Estimator) -> list[Job]:
 
 
 def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streammap",
-             estimate_error: float = 0.0, seed: int = 0, backfill: bool = True, depth: int = DEPTH,
+             estimate_error: float = 0.0, seed: int = 0, backfill: bool = True, depth: int | None = None,
              slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR, tail: float = TAIL,
              tail_wait: float = TAIL_WAIT, joint: bool = True) -> SimResult:
     """Replay ``jobs`` (admission jobs with demands) under ``policy``; see the module docstring.
@@ -217,7 +216,8 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
     estimate_error : float
         Sigma of the log-normal factor between a job's real and estimated duration (0: exact).
     backfill, depth, slack, slowdown, floor, tail, tail_wait : bool, int, float, float, float, float, float
-        Conservative backfill, its reservation depth, the placement slack, the slowdown deadline,
+        Conservative backfill, its reservation depth (default: the cluster's, see
+        :func:`~.admission.reservation_depth`), the placement slack, the slowdown deadline,
         the fair-share floor, the tail deadline (``streammap`` policy; see
         :class:`~.admission.Scheduler`).
     joint : bool

@@ -294,3 +294,17 @@ def test_a_job_whose_estimate_was_low_cannot_hold_the_queue_past_its_deadline():
     start, after = run_stream_with(job("low", 0.5, 2.0), real=50.0)
     assert start == 5
     assert after[:100] == list(range(start + 50, start + 150))
+
+
+def test_a_larger_cluster_gives_more_waiting_jobs_a_reservation():
+    # Every GPU is held by one job and 200 one-GPU jobs wait: 32 of them get an estimated start on
+    # 256 GPUs, one per 16 GPUs on a larger cluster (the jobs past the plan would otherwise keep
+    # expecting GPUs that reserved jobs take), at most 64; a depth given explicitly is kept.
+    for gpus, planned, depth in ((256, 32, None), (768, 48, None), (2048, 64, None), (768, 8, 8)):
+        s = Scheduler(one_model_cluster(gpus), tenants_from_dict(["a"]), depth=depth)
+        s.submit(job("all", 0, 100, gpus=gpus))
+        s.schedule(0)
+        for i in range(200):
+            s.submit(job(f"w{i}", 1, 10))
+        s.schedule(1)
+        assert len(s.estimated_starts) == planned
