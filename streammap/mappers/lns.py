@@ -4,7 +4,8 @@
 (:mod:`streammap.mappers.exact`). On larger ones, :func:`improve_plan` starts from ``auto``'s best
 heuristic plan and repeatedly frees a *window* of it, a few dozen tasks, while everything else
 keeps its device and its place in its device's order; CP-SAT re-places the window (device and
-start of each of its tasks) for the least makespan of the *whole* plan, and the plan is replaced
+start of each of its tasks) so that what comes after it can start as soon as possible (the
+makespan, when the window's model reaches the end of the plan), and the plan is replaced
 whenever the result, re-timed by :func:`~streammap.mappers.schedule.simulate` (the evaluator
 ``auto`` compares its candidates with) and checked against every capacity, is shorter. This is
 large-neighbourhood search (Shaw 1998) with a fixed rotation of neighbourhood kinds, as in
@@ -16,9 +17,11 @@ The current plan: an assignment ``device[T]``, and the order of the tasks on eac
 start and finish :func:`simulate` gives them. Every task runs as early as its order allows, so a
 task none of whose ancestors (through data edges or device order) is in the window cannot move:
 it is a *constant* of the window's model (a fixed interval on its device, a fixed arrival time of
-its outputs). The window's descendants stay on their device and in their order but may start
-earlier or later (their start is a variable); only the window's own tasks choose a device and a
-place among the others on it.
+its outputs). Only the window's own tasks choose a device and a place among the others on their
+device. The first of the window's descendants, in order of start, up to :data:`VARIABLE_TASKS`
+tasks with the window, keep their device and order but their start is a variable; the
+descendants past them are *beyond*: fixed intervals at their start in the plan, and *needs*: the
+instants by which their inputs (and device turns) must be there.
 
 Windows, in the order they are tried (:func:`windows`)
 --------------------------------------------------------
@@ -39,11 +42,15 @@ The model of a window
 ---------------------
 As :mod:`streammap.mappers.exact` (the model of the cost model: eligibility, transfer times per
 device pair from whichever devices the two ends take, one task at a time per device), restricted
-as above. Times are whole *ticks* rounded down (:func:`streammap.mappers.exact._tick`), so the
-current plan, its times rounded down, satisfies every constraint and is given to CP-SAT as its
-hint: the window's solution is never longer in the model than the plan it came from. Memory is
-not in the window's model: a window solution that the re-timing shows to break a capacity is
-dropped (the plan in hand is kept).
+as above. The objective is the *shift* of the window's boundary: the largest of (end of a variable
+sink - the plan's makespan) and (arrival of an input or device turn at a task beyond - its start
+in the plan), at most 0. When every descendant is a variable it is the makespan less the plan's;
+otherwise every task beyond can start that much sooner, as far as the window is concerned.
+Times are whole *ticks* rounded down (:func:`streammap.mappers.exact._tick`), so the current
+plan, its times rounded down, satisfies every constraint and is given to CP-SAT as its hint: the
+window's solution is never worse in the model than the plan it came from. Memory is not in the
+window's model: a window solution that the re-timing shows to break a capacity is dropped (the
+plan in hand is kept).
 
 Determinism
 -----------
@@ -82,14 +89,14 @@ PATH_STRETCH = 12
 #: descendants (:func:`_variables`); the model of a window early in a large plan stays small.
 VARIABLE_TASKS = 100
 #: CP-SAT's budget for one window, in deterministic seconds.
-WINDOW_WORK = 0.05
+WINDOW_WORK = 0.02
 #: CP-SAT's linear relaxation in a window (``linearization_level``): 0, propagation alone, explores
 #: far more of a small window within the budget than the full relaxation the exact model uses.
 LINEARIZATION = 0
 #: Most windows solved on one graph.
-LNS_MAX_WINDOWS = 24
+LNS_MAX_WINDOWS = 12
 #: Windows x tasks the search may spend: a graph of T tasks gets ``LNS_TASK_WINDOWS // T`` windows.
-LNS_TASK_WINDOWS = 6_000
+LNS_TASK_WINDOWS = 3_000
 
 
 def window_budget(n_tasks: int) -> int:
@@ -98,7 +105,7 @@ def window_budget(n_tasks: int) -> int:
     Examples
     --------
     >>> window_budget(100), window_budget(700), window_budget(10_000)
-    (24, 8, 0)
+    (12, 4, 0)
     """
     if n_tasks > LNS_MAX_TASKS:
         return 0
