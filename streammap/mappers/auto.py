@@ -66,6 +66,14 @@ Candidates, in order:
    ``"exact"``); either way the schedule carries the solver's proven lower bound
    (``Schedule.bound``). Never on large graphs: the mapping time at scale is that of the
    heuristics. ``exact=False`` leaves it out (the gap benchmark's "before").
+7. **Large-neighbourhood search** (:func:`streammap.mappers.lns.improve_plan`), by default, on
+   graphs too large for the exact model and of at most :data:`~streammap.mappers.lns.LNS_MAX_TASKS`
+   tasks, when the best plan is more than :data:`EXACT_GAP` above :func:`cheap_bound`: windows of
+   the best plan (critical-path stretches, device pairs, time slices) are re-placed by CP-SAT, the
+   rest of the plan kept in its order, and every window solution that shortens the whole plan,
+   re-timed and memory-valid, is kept (winner ``"<name>+lns"``). Its budget, in windows of a fixed
+   deterministic time each, shrinks as the graph grows and as the plan gets shorter (at most 1% of the
+   makespan at half a second a window: a plan of milliseconds gets none). ``exact=False`` leaves it out too.
 
 Effort is bounded by operation counts that scale with the graph (no wall-clock budget, which
 would make plans depend on the machine's load): the number of candidates shrinks as ``T × D``
@@ -96,6 +104,7 @@ from streammap.mappers.exact import available as exact_available
 from streammap.mappers.exact import model_size, solve_exact
 from streammap.mappers.grouping import grouped_schedule
 from streammap.mappers.heft import check_placeable, heft, list_schedule, priority_order, upward_rank
+from streammap.mappers.lns import improve_plan, window_budget
 from streammap.mappers.local_search import improve
 from streammap.mappers.lookahead import lookahead_heft
 from streammap.mappers.partition import GroupTimes, device_speed, partition_tasks
@@ -289,7 +298,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     exact : bool
         Run the exact model (:mod:`streammap.mappers.exact`) on small graphs (see
         :func:`exact_fits`) when the best heuristic plan is more than :data:`EXACT_GAP` above
-        :func:`cheap_bound` (the default); ``False`` gives the heuristic candidates alone.
+        :func:`cheap_bound`, and the large-neighbourhood search on larger graphs (candidate 7;
+        the default); ``False`` gives the heuristic candidates alone.
 
     Returns
     -------
@@ -487,6 +497,13 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         bound = res.bound
         if res.schedule is not None and res.schedule.makespan < best.makespan:
             name, best = "exact", res.schedule
+    elif exact and (lns_windows := window_budget(T, ms)) > 0 and exact_available() \
+            and ms > cheap_bound(cost) * (1.0 + EXACT_GAP):
+        # Too large for the exact model: CP-SAT on windows of the best plan (candidate 7), which
+        # keeps only plans shorter than the one in hand; a short plan gets few windows or none.
+        better = improve_plan(cost, best, max_windows=lns_windows)
+        if better is not best:
+            name, best = f"{name}+lns", better
     return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
                     n_devices=D, seq=best.seq, bound=bound, heft_makespan=heft_ms)
 
