@@ -263,3 +263,21 @@ def test_plan_errors_are_plan_errors(workdir, compiled):
     compiled["params"]["N"] = {"nested": 1}
     with pytest.raises(PlanError, match="params.N"):
         streammap.read_plan(write_plan_data(workdir, compiled))
+
+
+# -- error messages stay short ----------------------------------------------------------------------------
+
+def test_an_error_on_a_megabyte_line_quotes_a_window_with_the_caret_on_the_culprit(workdir, capsys):
+    (workdir / "long.yaml").write_text("streammap_plan: 1\n" + "9" * 1_000_000 + ": 1\n")
+    err = refused(["show", "long.yaml"], capsys, "long.yaml:2:1000001:")
+    assert len(err) < 2000
+    quoted, caret = err.splitlines()[1:3]
+    assert quoted.startswith("    ...999") and quoted.endswith(": 1")
+    assert quoted[caret.index("^")] == ":"
+
+
+def test_an_error_at_the_start_of_a_long_line_quotes_its_beginning(workdir, capsys):
+    path = program(workdir, clause="flops=1, flopz=" + "1" * 1_000_000)
+    err = refused(compile_args(path), capsys, "p.py:2:")
+    assert len(err) < 2000
+    assert "# @stream kernel(flops=1, flopz=111" in err and "111..." in err
