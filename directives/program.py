@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, Evaluator, Locator, Unavailable
 from streammap.directives.scan import Clause, Directive, Source, basename, scan
 from streammap.errors import DirectiveError
+from streammap.ir import MAX_RETRIES
 
 PARAM_TYPES = (int, float, str, bool, type(None))
 SIZE_CLAUSES = ("flops", "bytes", "mem", "out")
@@ -676,7 +677,7 @@ def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed: set, wha
 
 CLAUSE_HINT = ("flops, bytes, mem and out are non-negative numbers; device is a string (\"gpu\", "
                 "\"cpu\", \"any\", or a model/vendor); split is an int axis; share is a number in "
-                "(0, 1]; stateful is a bool; retries is an int >= 0; timeout is a number of seconds > 0 "
+                f"(0, 1]; stateful is a bool; retries is an int in 0..{MAX_RETRIES}; timeout is a number of seconds > 0 "
                 "(or None)")
 
 
@@ -702,8 +703,8 @@ def clause_problem(name: str, value) -> str | None:
     if name == "stateful":
         return None if isinstance(value, bool) else f"stateful must be True or False, got {value!r}"
     if name == "retries":
-        return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
-            else f"retries must be an int >= 0, got {value!r}"
+        return None if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RETRIES \
+            else f"retries must be an int in 0..{MAX_RETRIES}, got {_short(value)}"
     if name == "timeout":
         return None if value is None or (number(value) and math.isfinite(value) and value > 0) \
             else f"timeout must be a number of seconds > 0, got {value!r}"

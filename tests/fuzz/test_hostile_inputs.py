@@ -119,6 +119,13 @@ def test_deeply_nested_directive_clauses_are_refused(workdir, capsys):
     refused(compile_args(path), capsys, "p.py:2:", "nested more than 100 levels")
 
 
+
+def test_a_kernel_retried_a_billion_times_is_refused_at_its_clause(workdir, capsys):
+    """A kernel that always fails would be called again for days: retries are bounded, as in workflows."""
+    path = program(workdir, clause="flops=1, retries=10**9")
+    refused(compile_args(path), capsys, "p.py:2:", "retries must be an int in 0..1000, got 1000000000")
+    assert main([str(a) for a in compile_args(program(workdir, clause="flops=1, retries=1000"))]) == 0
+
 def test_output_names_must_be_identifiers(workdir, capsys):
     path = program(workdir, body='    return {"../../x": k()}')
     refused(compile_args(path), capsys, "p.py:8:", "output name '../../x' is not an identifier")
@@ -182,6 +189,13 @@ def test_hostile_plans_are_refused_before_anything_runs(workdir, capsys, compile
     refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, needle)
     assert not (workdir / "o.npz").exists()
 
+
+
+def test_a_plan_task_retried_a_billion_times_is_refused_before_anything_runs(workdir, capsys, compiled):
+    compiled["tasks"][0]["retries"] = 10**9
+    bad = write_plan_data(workdir, compiled)
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, "bad.yaml:", "tasks[0].retries")
+    assert not (workdir / "o.npz").exists()
 
 def test_a_plan_runs_only_a_source_inside_its_own_folder_or_the_current_one(workdir, capsys, compiled, monkeypatch):
     (workdir / "elsewhere").mkdir()
