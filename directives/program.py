@@ -461,6 +461,8 @@ def _assigned_name(stmt: ast.stmt) -> str:
 
 def _bindings_of(prog: Program, stmt: ast.stmt) -> list[Derived]:
     """The names a module-level statement binds, as :class:`Derived` steps."""
+    if isinstance(stmt, (ast.Pass, ast.Expr)):         # bind nothing; a file may hold 100,000 of them
+        return []
     where = f"{basename(prog.path)}:{stmt.lineno}"
     text = prog.lines[stmt.lineno - 1].strip()
     text = text if len(text) <= 80 else text[:77] + "..."
