@@ -527,7 +527,7 @@ class GraphBuilder(Evaluator):
                 seq, n = (left, right) if isinstance(left, SList) else (right, left)
                 if isinstance(n, int) and not isinstance(n, (bool, SList)):
                     self.built(node, len(seq.items) * max(n, 0))
-                    return SList(seq.items * n, seq.kind)
+                    return SList(seq.items * max(n, 0), seq.kind)     # n < -2**63 overflows
             raise self.loc.error(node, "unsupported operation on a static list",
                                  "static lists support + (concatenation) and * int (repetition)")
         return super().binop(node, left, right)

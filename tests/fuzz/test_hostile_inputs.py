@@ -74,6 +74,15 @@ def test_doubling_a_list_in_a_loop_is_refused_at_the_list_limit(workdir, capsys)
     refused(compile_args(path), capsys, "p.py:10:", "longer than the limit of 1000000")
 
 
+
+@pytest.mark.parametrize("repeat", ["[1] * -10**100", "-10**100 * [1]", "'ab' * -10**100", "(1,) * -10**100"])
+def test_a_sequence_repeated_a_negative_googol_times_is_empty_as_in_python(workdir, repeat):
+    """A repeat count past the machine's index size crashed the graph builder with an OverflowError."""
+    body = f"    a = {repeat}\n    return [k(i) for i in range(len(a) + 1)]"
+    path = program(workdir, body=body)
+    plan = streammap.compile(path, cluster=CLUSTER, history=False)
+    assert len(plan.tasks) == 1
+
 def test_a_program_of_more_tasks_than_max_tasks_is_refused(workdir, capsys):
     body = "    ys = [k(i) for i in range(50)]\n    return ys"
     path = program(workdir, body=body)
