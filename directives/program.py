@@ -372,8 +372,13 @@ def read_program(path) -> Program:
         else:
             _read_graph(prog, d)
     _read_derived(prog, {id(d.target): d for d in src.directives if d.name == "param"})
+    static = _static_names(prog)                # once: a file may define thousands of kernels
+    derived = [d for d in dict.fromkeys(d.name for d in prog.derived) if d in static]
+    shown = ", ".join(derived[:MAX_HINT_NAMES]) + (f" and {len(derived) - MAX_HINT_NAMES} more"
+                                                   if len(derived) > MAX_HINT_NAMES else "")
+    derived_text = f"values derived from them ({shown}), " if derived else ""
     for k in prog.kernels.values():
-        _check_clauses(prog, k)
+        _check_clauses(prog, k, static, derived_text)
     for g in prog.graphs.values():
         if g.items is not None:
             ev = Evaluator({}, g.items.loc, context="the items clause",
@@ -629,13 +634,29 @@ def _no_duplicate(prog: Program, fn: ast.FunctionDef) -> None:
                                 f"'{fn.name}' is both a param and a function name")
 
 
-def _check_clauses(prog: Program, k: Kernel) -> None:
+#: Derived values a hint names (a file may derive thousands).
+MAX_HINT_NAMES = 20
+
+
+class _AnyOf:
+    """Membership in any of a few sets, without copying them (a union per kernel of a file of
+    thousands of kernels and derived values made reading it quadratic)."""
+
+    __slots__ = ("sets",)
+
+    def __init__(self, *sets):
+        self.sets = sets
+
+    def __contains__(self, name) -> bool:
+        return any(name in s for s in self.sets)
+
+
+def _check_clauses(prog: Program, k: Kernel, static: set[str], derived_text: str) -> None:
+    """Check kernel ``k``'s clauses: names they may use are ``static`` (params and values derived
+    from them, :func:`_static_names`; ``derived_text`` names them for the hint) and its arguments."""
     args = k.signature.names()
-    static = _static_names(prog)
-    allowed = static | set(args)
+    allowed = _AnyOf(static, set(args))
     params = ", ".join(prog.params) or "none"
-    derived = [d for d in dict.fromkeys(d.name for d in prog.derived) if d in static]
-    derived_text = f"values derived from them ({', '.join(derived)}), " if derived else ""
     hint = (f"clauses may use params ({params}), {derived_text}the arguments of {k.name} "
             f"({', '.join(args) or 'none'}) and the functions {FUNCTION_LIST}")
     for name, clause in k.clauses.items():
@@ -651,7 +672,7 @@ def _check_clauses(prog: Program, k: Kernel) -> None:
                 raise clause.loc.error(clause.expr, f"{what}: {problem}", CLAUSE_HINT)
 
 
-def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed: set, what: str,
+def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed, what: str,
                  derived: bool = False) -> set:
     """``ev.check`` with messages that say why a name is not available (``derived``: values
     derived from params are allowed, so a module global is refused for having no value)."""
