@@ -304,3 +304,23 @@ def test_an_error_at_the_start_of_a_long_line_quotes_its_beginning(workdir, caps
     err = refused(compile_args(path), capsys, "p.py:2:")
     assert len(err) < 2000
     assert "# @stream kernel(flops=1, flopz=111" in err and "111..." in err
+
+
+# -- what the plan records ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, line", [
+    ("    a = [0] * 1000000\n    return [k(a) for i in range(100)]", 9),      # one list, a copy per call: 5 GB
+    ("    return [k() for i in range(10)] * 100000", 8),                       # a million outputs: 1.7 GB
+    ("    a = [(0, 0)] * 100000\n    return k(a)", 9),                          # tuples inside count too
+])
+def test_static_values_a_plan_would_copy_past_the_limit_are_refused_at_their_line(workdir, capsys, body, line):
+    path = program(workdir, body=body)
+    refused(compile_args(path), capsys, f"p.py:{line}:", "more than 250000 items of static lists",
+            "pass a kernel the size")
+    assert not (workdir / "plan.yaml").exists()
+
+
+def test_a_fan_in_of_every_task_is_within_what_a_plan_records(workdir):
+    body = "    ys = [k(i) for i in range(2000)]\n    return k(ys), ys"
+    plan = streammap.compile(program(workdir, body=body), cluster=CLUSTER, history=False)
+    assert len(plan.tasks) == 2001
