@@ -137,7 +137,7 @@ class PlanDevice(_Strict):
     vendor: Optional[str] = None
     model: Optional[str] = None
     index: Optional[int] = Field(default=None, ge=0, le=65535)
-    memory: Optional[float] = None
+    memory: Optional[float] = Field(default=None, ge=0)      # bytes; the spill logic's capacity
 
 
 class PlanTask(_Strict):

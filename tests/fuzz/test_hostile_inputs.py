@@ -190,6 +190,8 @@ def write_plan_data(workdir, data, name="bad.yaml") -> Path:
     (lambda d: d["params"].update(N=[1, 2]), "params.N"),
     (lambda d: d["source"].update(path="."), "not a file"),
     (lambda d: d["devices"][0].update(index=-1), "devices[0].index"),
+    (lambda d: d["devices"][0].update(memory=-1.0), "devices[0].memory"),       # the spill logic's capacity
+    (lambda d: d["devices"][0].update(memory=float("nan")), "devices[0].memory"),
     (lambda d: d.update(outputs={"dict": {"../../x": d["outputs"]}}), "output name '../../x'"),
 ])
 def test_hostile_plans_are_refused_before_anything_runs(workdir, capsys, compiled, edit, needle):
