@@ -159,6 +159,19 @@ def test_hostile_cluster_files_are_refused(workdir, capsys, text, needle):
     refused(compile_args(FM), capsys, needle)
 
 
+
+def many_devices(n: int) -> str:
+    devices = "".join(f"      - {{name: g{i}, kind: gpu, memory: 1GiB}}\n" for i in range(n))
+    return f"name: big\nnodes:\n  - name: n\n    link: {{bandwidth: 10 GB/s}}\n    devices:\n{devices}"
+
+
+def test_a_cluster_of_more_devices_than_the_limit_is_refused_before_any_matrix_is_built(workdir, capsys):
+    """20,000 devices: the device-pair link matrices alone asked for 6 GB (a MemoryError traceback)."""
+    (workdir / "cluster.yaml").write_text(many_devices(4097))
+    refused(compile_args(FM), capsys, "cluster.yaml:", "4097 devices (limit: 4096)")
+    (workdir / "cluster.yaml").write_text(many_devices(300))
+    assert main([str(a) for a in compile_args(FM)]) == 0
+
 def test_a_cluster_file_that_is_not_utf8_is_refused(workdir, capsys):
     (workdir / "cluster.yaml").write_bytes(b"name: lab\xff\n")
     refused(compile_args(FM), capsys, "cluster.yaml", "not UTF-8")
