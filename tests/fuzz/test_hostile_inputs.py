@@ -257,6 +257,19 @@ def test_show_refuses_a_file_that_is_neither_a_plan_nor_a_record(workdir, capsys
     refused(["show", "deep.run.json"], capsys, "deep.run.json")
 
 
+
+@pytest.mark.parametrize("field, value", [("finish", float("inf")), ("start", float("nan")),
+                                          ("finish", -1e300), ("estimated_finish", float("inf"))])
+def test_a_run_record_with_impossible_task_times_is_refused_by_every_view(workdir, capsys, compiled, field, value):
+    """A record's finish of Infinity ended the Gantt chart in a ZeroDivisionError traceback."""
+    assert main(["run", "plan.yaml", "-o", "o.npz", "--emulate", "--no-progress", "--no-telemetry"]) == 0
+    record = json.loads((workdir / "o.run.json").read_text())
+    record["tasks"][0][field] = value
+    (workdir / "bad.run.json").write_text(json.dumps(record))
+    for extra in ([], ["--gantt", "g.png"], ["--html", "r.html"]):
+        refused(["show", "bad.run.json", *extra], capsys, "bad.run.json", f"tasks.0.{field}")
+    assert not (workdir / "g.png").exists() and not (workdir / "r.html").exists()
+
 # -- imported workflows -----------------------------------------------------------------------------------
 
 def node_link(**node):
