@@ -352,3 +352,26 @@ def test_a_fan_in_of_every_task_is_within_what_a_plan_records(workdir):
     body = "    ys = [k(i) for i in range(2000)]\n    return k(ys), ys"
     plan = streammap.compile(program(workdir, body=body), cluster=CLUSTER, history=False)
     assert len(plan.tasks) == 2001
+
+
+# -- command-line numbers -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, needle", [
+    (["run", "plan.yaml", "-o", "o.npz", "--emulate", "--metrics-port", "-1"], "--metrics-port: -1 is not a port"),
+    (["run", "plan.yaml", "-o", "o.npz", "--emulate", "--metrics-port", "99999999"], "is not a port (0 to 65535)"),
+    (["run", "plan.yaml", "-o", "o.npz", "--emulate", "--sample-interval", "1e400"], "--sample-interval: "),
+    (["run", "plan.yaml", "-o", "o.npz", "--emulate", "--sample-interval", "-1"], "a number of seconds > 0"),
+    (["monitor", "--interval", "-1", "--count", "2"], "--interval: -1 is not a number of seconds > 0"),
+    (["monitor", "--interval", "nan", "--count", "2"], "--interval: nan"),
+    (["monitor", "--interval", "1e300", "--count", "2"], "at most 86400"),
+    (["doctor", "--no-calibrate", "--size", "100000000"], "--size: 100000000 is not a size in MiB (1 to 65536)"),
+])
+def test_numbers_on_the_command_line_out_of_range_are_usage_errors(workdir, capsys, compiled, argv, needle):
+    """Each of these was a traceback (bind(): port must be 0-65535; sleep length must be
+    non-negative; timestamp out of range) or, for --size, a 100 TB file written to /tmp."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not (workdir / "o.npz").exists()
