@@ -375,3 +375,11 @@ def test_numbers_on_the_command_line_out_of_range_are_usage_errors(workdir, caps
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
     assert not (workdir / "o.npz").exists()
+
+
+@pytest.mark.parametrize("option", ["--gantt", "--graph"])
+def test_a_picture_that_cannot_be_written_is_refused_and_a_missing_folder_is_made(workdir, capsys, compiled, option):
+    """``--gantt /etc/passwd/g.png`` ended in a FileExistsError traceback."""
+    refused(["show", "plan.yaml", option, "/etc/passwd/g.png"], capsys, "/etc/passwd", "not a folder")
+    assert main(["show", "plan.yaml", option, "pictures/g.png"]) == 0
+    assert (workdir / "pictures" / "g.png").stat().st_size > 0
