@@ -383,3 +383,11 @@ def test_a_picture_that_cannot_be_written_is_refused_and_a_missing_folder_is_mad
     refused(["show", "plan.yaml", option, "/etc/passwd/g.png"], capsys, "/etc/passwd", "not a folder")
     assert main(["show", "plan.yaml", option, "pictures/g.png"]) == 0
     assert (workdir / "pictures" / "g.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("version", ["9.99", "../../../etc", "1.30; rm -rf /"])
+def test_an_unknown_kubernetes_version_is_refused_naming_the_option(workdir, capsys, compiled, version):
+    """Each ended in a traceback from the schema library (VersionNotSupportedError, IndexError)."""
+    refused(["export", "k8s", "plan.yaml", "-o", "k8s", "--k8s-version", version], capsys,
+            f"--k8s-version {version}", "1.30")
+    assert not (workdir / "k8s").exists()
