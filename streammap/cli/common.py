@@ -59,6 +59,21 @@ def test_file_mib(text: str) -> int:
     return value
 
 
+#: Most timed runs per device ``profile --repeats`` makes.
+MAX_REPEATS = 1000
+
+
+def repeats(text: str) -> int:
+    """An argparse type: timed runs per device, 1 to :data:`MAX_REPEATS`."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_REPEATS:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of runs (1 to {MAX_REPEATS})")
+    return value
+
+
 def parse_defines(defines: list[str]) -> dict:
     params = {}
     for item in defines:

@@ -41,7 +41,7 @@ def run(args) -> int:
     plan_path = Path(args.plan)
     plan = read_plan(plan_path)
     output = check_output_path(args.output or plan_path.with_name(plan_path.stem + ".out.npz"), "outputs")
-    record = Path(args.record) if args.record else run_record_path(output)
+    record = check_output_path(args.record, "run record") if args.record else run_record_path(output)
     monitoring = monitoring_options(args)    # a bad alerts file is reported before anything runs
     t0 = time.perf_counter()
     try:

@@ -391,3 +391,20 @@ def test_an_unknown_kubernetes_version_is_refused_naming_the_option(workdir, cap
     refused(["export", "k8s", "plan.yaml", "-o", "k8s", "--k8s-version", version], capsys,
             f"--k8s-version {version}", "1.30")
     assert not (workdir / "k8s").exists()
+
+
+def test_a_run_record_path_that_cannot_be_written_is_refused_before_the_run(workdir, capsys, compiled):
+    """The outputs were written first, and the run then failed on the record: half a result."""
+    refused(["run", "plan.yaml", "-o", "o.npz", "--emulate", "--no-progress", "--record", "missing/r.run.json"],
+            capsys, "the folder missing does not exist")
+    refused(["run", "plan.yaml", "-o", "o.npz", "--emulate", "--no-progress", "--record", "."], capsys, "it is a folder")
+    assert not (workdir / "o.npz").exists()
+
+
+@pytest.mark.parametrize("repeats", ["0", "-1", "1000000000"])
+def test_profile_repeats_out_of_range_are_usage_errors(workdir, capsys, repeats):
+    """--repeats 1000000000 ran the program's kernels a billion times."""
+    shutil.copy(FM, workdir / "fm.py")
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "fm.py", "-D", "N=64", "--repeats", repeats])
+    assert exc.value.code == 2 and "--repeats: " in capsys.readouterr().err
