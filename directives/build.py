@@ -45,7 +45,10 @@ budgets bound what one build may do, each an error at the statement that goes ov
 * ``max_tasks`` kernel calls (default :data:`MAX_TASKS`; ``--max-tasks`` on the command line);
 * :data:`MAX_UNROLL` loop and comprehension iterations in all;
 * :data:`MAX_LIST_LEN` items in one static list, and :data:`MAX_GRAPH_WORK` steps in all, where
-  a step is a node evaluated or an item copied into a static list.
+  a step is a node evaluated or an item copied into a static list;
+* :data:`MAX_RECORDED_ITEMS` items of static lists, tuples and dicts recorded in the plan in all
+  (kernel arguments and outputs): the plan holds one copy per call, so a list within
+  :data:`MAX_LIST_LEN` passed to many calls would otherwise take gigabytes.
 """
 
 from __future__ import annotations
@@ -85,6 +88,9 @@ MAX_UNROLL = 1_000_000
 MAX_TASKS = 200_000
 #: Most items in one static list or tuple of a graph body.
 MAX_LIST_LEN = 1_000_000
+#: Most items of static lists, tuples and dicts that the task arguments and outputs of one graph
+#: hold in all (a real program passes tasks' results, not long constant lists, to its kernels).
+MAX_RECORDED_ITEMS = 250_000
 #: Most steps (nodes evaluated, items copied into lists) one graph build may take.
 MAX_GRAPH_WORK = 20_000_000
 
@@ -151,6 +157,17 @@ def spec(value) -> dict:
     return {"value": value}
 
 
+def static_items(value) -> int:
+    """Items of the static lists, tuples and dicts in ``value``, counted as :func:`spec` records them."""
+    if isinstance(value, SList):
+        return len(value.items) + sum(static_items(v) for v in value.items if not isinstance(v, TaskRef))
+    if isinstance(value, SDict):
+        return len(value) + sum(static_items(v) for v in value.values() if not isinstance(v, TaskRef))
+    if isinstance(value, tuple):
+        return len(value) + sum(static_items(v) for v in value if isinstance(v, (SList, SDict, tuple)))
+    return 0
+
+
 def build_graph(prog: Program, params: dict, entry: GraphFunc, max_tasks: int = MAX_TASKS) -> nx.DiGraph:
     """The IR of graph function ``entry`` with param values ``params`` (at most ``max_tasks``)."""
     return GraphBuilder(prog, params, entry, max_tasks=max_tasks).build()
@@ -168,6 +185,7 @@ class GraphBuilder(Evaluator):
         self.env = prog.derived_values(params)
         self._globals: dict[str, object] = {}      # env values as graph-body values (tuples)
         self.max_tasks = max_tasks
+        self.recorded = 0                          # items of static values recorded so far
         self.kernels = prog.kernels
         self.file = basename(prog.path)
         self.g = new_graph(entry.name, "program", source=prog.path, entry=entry.name,
@@ -298,8 +316,11 @@ class GraphBuilder(Evaluator):
             raise _Return(None)
         if isinstance(stmt.value, ast.Dict):
             keys, values = stmt.value.keys, stmt.value.values
-            raise _Return(SDict({k.value: self.eval(v) for k, v in zip(keys, values)}))
-        raise _Return(self.eval(stmt.value))
+            value = SDict({k.value: self.eval(v) for k, v in zip(keys, values)})
+        else:
+            value = self.eval(stmt.value)
+        self.record(stmt, [value])                  # the plan records the outputs
+        raise _Return(value)
 
     def exec_Pass(self, stmt) -> None:
         pass
@@ -364,6 +385,16 @@ class GraphBuilder(Evaluator):
     def budget_hint(self) -> str:
         return ("the graph body does too much work at compile time: use smaller params, or "
                 "describe repetition with a pipeline")
+
+    def record(self, node, values: list) -> None:
+        """``values`` are about to be recorded in the plan (a call's arguments, the outputs):
+        count their static items against :data:`MAX_RECORDED_ITEMS` first."""
+        self.recorded += sum(static_items(v) for v in values)
+        if self.recorded > MAX_RECORDED_ITEMS:
+            raise self.loc.error(node, f"the plan would record more than {MAX_RECORDED_ITEMS} items of static "
+                                 "lists, tuples and dicts in kernel arguments and outputs",
+                                 "pass a kernel the size (an int) and let it build the list, or pass a task's "
+                                 "result; the plan keeps a copy of a static argument for every call")
 
     def built(self, node, items: int, added: int | None = None) -> None:
         """A static list of ``items`` items is being built at ``node``, ``added`` of them copied
@@ -527,7 +558,7 @@ class GraphBuilder(Evaluator):
                 seq, n = (left, right) if isinstance(left, SList) else (right, left)
                 if isinstance(n, int) and not isinstance(n, (bool, SList)):
                     self.built(node, len(seq.items) * max(n, 0))
-                    return SList(seq.items * n, seq.kind)
+                    return SList(seq.items * max(n, 0), seq.kind)     # n < -2**63 overflows
             raise self.loc.error(node, "unsupported operation on a static list",
                                  "static lists support + (concatenation) and * int (repetition)")
         return super().binop(node, left, right)
@@ -606,6 +637,7 @@ class GraphBuilder(Evaluator):
             attrs[name] = self._clause(kernel, name, bound, node)
 
         task_id = self._task_id(kernel.name, node)
+        self.record(node, [*args, *(v for _, v, _ in kwargs)])
         args_spec = [spec(a) for a in args]
         kwargs_spec = {name: spec(v) for name, v, _ in kwargs}
         add_task(self.g, task_id, kernel.name, site=f"{self.file}:{node.lineno}", code=kernel.code,

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, Evaluator, Locator, Unavailable
 from streammap.directives.scan import Clause, Directive, Source, basename, scan
 from streammap.errors import DirectiveError
+from streammap.ir import MAX_RETRIES
 
 PARAM_TYPES = (int, float, str, bool, type(None))
 SIZE_CLAUSES = ("flops", "bytes", "mem", "out")
@@ -371,8 +372,13 @@ def read_program(path) -> Program:
         else:
             _read_graph(prog, d)
     _read_derived(prog, {id(d.target): d for d in src.directives if d.name == "param"})
+    static = _static_names(prog)                # once: a file may define thousands of kernels
+    derived = [d for d in dict.fromkeys(d.name for d in prog.derived) if d in static]
+    shown = ", ".join(derived[:MAX_HINT_NAMES]) + (f" and {len(derived) - MAX_HINT_NAMES} more"
+                                                   if len(derived) > MAX_HINT_NAMES else "")
+    derived_text = f"values derived from them ({shown}), " if derived else ""
     for k in prog.kernels.values():
-        _check_clauses(prog, k)
+        _check_clauses(prog, k, static, derived_text)
     for g in prog.graphs.values():
         if g.items is not None:
             ev = Evaluator({}, g.items.loc, context="the items clause",
@@ -460,6 +466,8 @@ def _assigned_name(stmt: ast.stmt) -> str:
 
 def _bindings_of(prog: Program, stmt: ast.stmt) -> list[Derived]:
     """The names a module-level statement binds, as :class:`Derived` steps."""
+    if isinstance(stmt, (ast.Pass, ast.Expr)):         # bind nothing; a file may hold 100,000 of them
+        return []
     where = f"{basename(prog.path)}:{stmt.lineno}"
     text = prog.lines[stmt.lineno - 1].strip()
     text = text if len(text) <= 80 else text[:77] + "..."
@@ -626,13 +634,29 @@ def _no_duplicate(prog: Program, fn: ast.FunctionDef) -> None:
                                 f"'{fn.name}' is both a param and a function name")
 
 
-def _check_clauses(prog: Program, k: Kernel) -> None:
+#: Derived values a hint names (a file may derive thousands).
+MAX_HINT_NAMES = 20
+
+
+class _AnyOf:
+    """Membership in any of a few sets, without copying them (a union per kernel of a file of
+    thousands of kernels and derived values made reading it quadratic)."""
+
+    __slots__ = ("sets",)
+
+    def __init__(self, *sets):
+        self.sets = sets
+
+    def __contains__(self, name) -> bool:
+        return any(name in s for s in self.sets)
+
+
+def _check_clauses(prog: Program, k: Kernel, static: set[str], derived_text: str) -> None:
+    """Check kernel ``k``'s clauses: names they may use are ``static`` (params and values derived
+    from them, :func:`_static_names`; ``derived_text`` names them for the hint) and its arguments."""
     args = k.signature.names()
-    static = _static_names(prog)
-    allowed = static | set(args)
+    allowed = _AnyOf(static, set(args))
     params = ", ".join(prog.params) or "none"
-    derived = [d for d in dict.fromkeys(d.name for d in prog.derived) if d in static]
-    derived_text = f"values derived from them ({', '.join(derived)}), " if derived else ""
     hint = (f"clauses may use params ({params}), {derived_text}the arguments of {k.name} "
             f"({', '.join(args) or 'none'}) and the functions {FUNCTION_LIST}")
     for name, clause in k.clauses.items():
@@ -648,7 +672,7 @@ def _check_clauses(prog: Program, k: Kernel) -> None:
                 raise clause.loc.error(clause.expr, f"{what}: {problem}", CLAUSE_HINT)
 
 
-def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed: set, what: str,
+def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed, what: str,
                  derived: bool = False) -> set:
     """``ev.check`` with messages that say why a name is not available (``derived``: values
     derived from params are allowed, so a module global is refused for having no value)."""
@@ -676,7 +700,7 @@ def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed: set, wha
 
 CLAUSE_HINT = ("flops, bytes, mem and out are non-negative numbers; device is a string (\"gpu\", "
                 "\"cpu\", \"any\", or a model/vendor); split is an int axis; share is a number in "
-                "(0, 1]; stateful is a bool; retries is an int >= 0; timeout is a number of seconds > 0 "
+                f"(0, 1]; stateful is a bool; retries is an int in 0..{MAX_RETRIES}; timeout is a number of seconds > 0 "
                 "(or None)")
 
 
@@ -702,8 +726,8 @@ def clause_problem(name: str, value) -> str | None:
     if name == "stateful":
         return None if isinstance(value, bool) else f"stateful must be True or False, got {value!r}"
     if name == "retries":
-        return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
-            else f"retries must be an int >= 0, got {value!r}"
+        return None if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RETRIES \
+            else f"retries must be an int in 0..{MAX_RETRIES}, got {_short(value)}"
     if name == "timeout":
         return None if value is None or (number(value) and math.isfinite(value) and value > 0) \
             else f"timeout must be a number of seconds > 0, got {value!r}"

@@ -109,6 +109,14 @@ def describe(node: ast.AST) -> str:
     return _DESCRIBE.get(type(node), type(node).__name__)
 
 
+
+def _repeat_count(n, other):
+    """``n`` as a repeat count of the sequence ``other``: at least 0 (Python's ``seq * -5`` is
+    empty, but ``seq * -10**100`` does not fit an index and raises instead)."""
+    if isinstance(other, (str, tuple)) and isinstance(n, int) and not isinstance(n, bool) and n < 0:
+        return 0
+    return n
+
 class Locator:
     """Maps positions of an ``ast`` tree back into the file it came from.
 
@@ -383,6 +391,8 @@ class Evaluator:
         self.operand(node.left, left)
         self.operand(node.right, right)
         self._guard(node, type(node.op), left, right)
+        if fn is operator.mul:              # a sequence repeated n < 0 times is empty, however large
+            left, right = _repeat_count(left, right), _repeat_count(right, left)
         try:
             result = fn(left, right)
         except (TypeError, ValueError, ArithmeticError) as exc:

@@ -25,9 +25,11 @@ only where a directive can be:
 * the second gives libcst a *skeleton* of the file, in which the body of every module-level
   ``def`` and ``class`` is cut to one ``pass`` at the body's indentation (its header, decorators
   and everything after its last statement, such as a comment that still belongs to the body,
-  stay as they are), with a map from skeleton lines back to file lines. libcst decides which
-  comments belong to which module-level statement exactly as on the whole file, at a cost that
-  does not grow with the bodies.
+  stay as they are), and every run of module-level statements with no directive comment in or
+  directly above any of them is cut to one ``pass`` too, with a map from skeleton lines back to
+  file lines. libcst decides which comments belong to which module-level statement exactly as on
+  the whole file, at a cost that grows with neither the bodies nor the module-level code between
+  directives (a file of 200,000 module-level statements took libcst minutes).
 
 The attached directives are then parsed: the text after ``@stream`` is a Python expression
 (``kernel(flops=16*N)``), parsed with :mod:`ast` so that clause values are ``ast`` expressions
@@ -35,7 +37,8 @@ that :mod:`.safe_eval` can check and evaluate. A directive may continue on follo
 while its parenthesis is open. Positions inside the comment are mapped back to file columns by a
 :class:`~.safe_eval.Locator`.
 
-Bounds: a program file is at most :data:`MAX_SOURCE_BYTES`, and its syntax tree at most
+Bounds: a program file is at most :data:`MAX_SOURCE_BYTES` and :data:`MAX_MODULE_STATEMENTS`
+module-level statements, and its syntax tree at most
 :data:`~.safe_eval.MAX_DEPTH` levels deep below a statement's expression, checked on the ``ast``
 tree before libcst (which recurses, and fails inside itself on deep input) sees the file.
 
@@ -73,6 +76,10 @@ _CANDIDATE = re.compile(r"#[^\S\n]*@stream")
 _MAX_CONTINUATION = 50
 #: Largest program file read.
 MAX_SOURCE_BYTES = 16 * 1024 * 1024
+#: Module-level statements allowed in a program file. Each costs the front end tens of
+#: microseconds (its bindings are checked against those above it); real programs have hundreds,
+#: and 16 MiB of one-line assignments would otherwise take minutes.
+MAX_MODULE_STATEMENTS = 100_000
 #: Nesting allowed in a file: statements (def, for, if, ...) above an expression of MAX_DEPTH.
 MAX_FILE_DEPTH = MAX_DEPTH + 20
 
@@ -128,7 +135,7 @@ def scan(path) -> Source:
     comments = _directive_comments(src)
     if not comments:
         return src
-    skeleton, origin = _skeleton(src)
+    skeleton, origin = _skeleton(src, {line for line, *_ in comments})
     attached = _attached_lines(_parse_cst(path, skeleton, lines, origin), origin)
     by_line = {}
     for stmt in reversed(tree.body):
@@ -204,6 +211,12 @@ def _read(path: str) -> str:
 
 def _parse_ast(path: str, text: str, lines: list[str]) -> ast.Module:
     tree = _parse_python(path, text, lines)
+    if len(tree.body) > MAX_MODULE_STATEMENTS:
+        line = tree.body[MAX_MODULE_STATEMENTS].lineno
+        raise DirectiveError(f"the file has {len(tree.body)} module-level statements "
+                             f"(limit: {MAX_MODULE_STATEMENTS}); this is the first past the limit",
+                             path=path, line=line, source_line=lines[line - 1],
+                             hint="keep data out of the program: kernels can read it from a file")
     deep = _deepest_code(tree, MAX_FILE_DEPTH)
     if deep is not None:
         raise too_deep(Locator(path, lines), deep, "code")
@@ -250,10 +263,11 @@ def _deepest_code(tree: ast.Module, limit: int):
     return None
 
 
-def _skeleton(src: Source) -> tuple[str, list[int]]:
-    """The file with the body of every module-level def and class cut to one ``pass`` (see the
-    module docstring), and ``origin[k]``: the file line of skeleton line ``k + 1``."""
-    cuts: dict[int, tuple[int, str]] = {}      # first body line -> (last body line, indentation)
+def _skeleton(src: Source, directive_lines: set[int]) -> tuple[str, list[int]]:
+    """The file with the body of every module-level def and class cut to one ``pass``, and every
+    run of module-level statements far from the directives (at ``directive_lines``) cut to one
+    ``pass`` (see the module docstring); and ``origin[k]``: the file line of skeleton line ``k + 1``."""
+    cuts: dict[int, tuple[int, str]] = _quiet_runs(src, directive_lines)   # first line -> (last, indentation)
     for stmt in src.tree.body:
         if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
@@ -270,6 +284,33 @@ def _skeleton(src: Source) -> tuple[str, list[int]]:
         origin.append(line)
         line = line + 1 if cut is None else cut[0] + 1
     return "\n".join(out), origin
+
+
+def _quiet_runs(src: Source, directive_lines: set[int]) -> dict[int, tuple[int, str]]:
+    """``{first line: (last line, "")}`` of each run of two or more module-level statements with
+    no directive comment in them or in the lines between them and the statement before.
+
+    No directive can belong to a statement of such a run, and the comments libcst attaches to the
+    statements around it are outside it, so the run may reach libcst as one ``pass``. A run ends
+    short of a line it shares with a statement outside it (``a = 1; b = 2``)."""
+    body = src.tree.body
+    marked = sorted(directive_lines)
+    runs: dict[int, tuple[int, str]] = {}
+    run: list[int] = []                         # indices of the statements of the current run
+    for k, stmt in enumerate(body + [None]):
+        if stmt is not None:
+            above = body[k - 1].end_lineno + 1 if k else 1
+            i = bisect.bisect_left(marked, above)
+            quiet = i == len(marked) or marked[i] > stmt.end_lineno
+            shares = (k and body[k - 1].end_lineno >= _first_line(stmt)) or \
+                (k + 1 < len(body) and stmt.end_lineno >= _first_line(body[k + 1]))
+            if quiet and not shares:
+                run.append(k)
+                continue
+        if len(run) > 1:
+            runs[_first_line(body[run[0]])] = (body[run[-1]].end_lineno, "")
+        run = []
+    return runs
 
 
 def _parse_cst(path: str, text: str, lines: list[str], origin: list[int]):
@@ -532,6 +573,8 @@ def _clauses(name: str, call: ast.Call, loc: Locator) -> tuple[Clause, ...]:
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=64)
 def basename(path: str) -> str:
-    """The file name used in task ids and sites (``fm_radio.py``)."""
+    """The file name used in task ids and sites (``fm_radio.py``); asked once per module-level
+    statement, so remembered (a ``Path`` costs microseconds)."""
     return Path(path).name

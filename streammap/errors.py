@@ -22,6 +22,10 @@ from pathlib import Path
 EXIT_USAGE = 2
 #: Exit status for a run that failed while executing a valid plan (a kernel raised).
 EXIT_FAILURE = 1
+#: The longest source line an error quotes whole. A longer one (minified code, a megabyte of YAML
+#: on one line) is quoted as a window of this many characters around the column, so that one error
+#: is a few lines of terminal output, never megabytes.
+MAX_QUOTED_LINE = 200
 
 
 class StreamMapError(Exception):
@@ -62,11 +66,11 @@ class StreamMapError(Exception):
         loc = self.location()
         out = [f"{loc}: error: {self.message}" if loc else f"error: {self.message}"]
         if self.source_line is not None:
-            text = self.source_line.rstrip("\n")
+            text, col = quoted_window(self.source_line.rstrip("\n"), self.col)
             out.append("    " + text)
-            if self.col:
+            if col:
                 # Keep tabs so the caret lines up under the offending column.
-                pad = "".join(c if c == "\t" else " " for c in text[: self.col - 1])
+                pad = "".join(c if c == "\t" else " " for c in text[: col - 1])
                 out.append("    " + pad + "^")
         if self.hint:
             out.append(f"hint: {self.hint}")
@@ -110,6 +114,19 @@ class KernelError(Exception):
 
     def format(self) -> str:
         return f"error: {self}\n{self.traceback_text.rstrip()}"
+
+
+def quoted_window(text: str, col: int | None) -> tuple[str, int | None]:
+    """``(text, col)`` clipped to :data:`MAX_QUOTED_LINE` characters around ``col`` (the line's
+    start when there is none), ``...`` marking each cut end; ``col`` then counts in the clipped
+    text, so the caret still points at the same character."""
+    if len(text) <= MAX_QUOTED_LINE:
+        return text, col
+    start = max(0, min((col or 1) - 1 - MAX_QUOTED_LINE // 2, len(text) - MAX_QUOTED_LINE))
+    end = start + MAX_QUOTED_LINE
+    head = "..." if start else ""
+    tail = "..." if end < len(text) else ""
+    return head + text[start:end] + tail, (col - start + len(head) if col else None)
 
 
 def _read_line(path: str, line: int) -> str | None:

@@ -28,7 +28,7 @@ Node attributes (one node per task; the node key is the task id)
 ``device``    device constraint string: ``"any"`` (default), a kind, vendor or model filter.
 ``split``     data-parallel axis (``int``) or ``None``.
 ``share``     fraction of one device's compute, ``0 < share <= 1`` (default 1.0).
-``stateful``  ``bool``; ``retries``: ``int`` (default 0).
+``stateful``  ``bool``; ``retries``: ``int`` in 0..:data:`MAX_RETRIES` (default 0).
 ``timeout``   seconds a call may run before it is abandoned and counts as failed (``float``), or
               ``None`` (default: no limit).
 ``compute_class`` what kind of arithmetic the kernel does, for the rate its ``flops`` run at:
@@ -64,6 +64,10 @@ import networkx as nx
 
 from streammap.errors import PlanError
 from streammap.io.files import atomic_write_text
+
+#: The most times a failed call is retried (a kernel's ``retries``, in a program, a workflow or a plan):
+#: a kernel that always fails, retried a billion times, would hold a run (or a tenant's devices) for days.
+MAX_RETRIES = 1000
 
 #: Node attributes with their defaults; importers and the front end fill every one of them.
 NODE_DEFAULTS = {

@@ -68,7 +68,7 @@ from streammap.io.bulk import gc_paused
 from streammap.io.columnar import decode_strings, encode_strings, read_columns, write_columns
 from streammap.io.files import atomic_write_text, check_output_path
 from streammap.io.yamlfile import dump_mapping_yaml, dump_yaml, load_yaml, validation_error
-from streammap.ir import spec_refs
+from streammap.ir import MAX_RETRIES, spec_refs
 
 PLAN_VERSION = 1
 
@@ -137,7 +137,7 @@ class PlanDevice(_Strict):
     vendor: Optional[str] = None
     model: Optional[str] = None
     index: Optional[int] = Field(default=None, ge=0, le=65535)
-    memory: Optional[float] = None
+    memory: Optional[float] = Field(default=None, ge=0)      # bytes; the spill logic's capacity
 
 
 class PlanTask(_Strict):
@@ -149,7 +149,7 @@ class PlanTask(_Strict):
     finish: float = Field(ge=0)
     site: Optional[str] = None
     estimate: Optional[str] = None
-    retries: int = Field(default=0, ge=0)
+    retries: int = Field(default=0, ge=0, le=MAX_RETRIES)
     # Seconds a call may run before it is abandoned and counts as a failure (the kernel's timeout clause).
     timeout: Optional[float] = Field(default=None, gt=0)
     # GPU sharing (streammap.placement.sharing): the fraction of its device the task needs, and, under
@@ -601,7 +601,7 @@ def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], pa
                                    f"{key}_names") if f"{key}_names_utf8" in columns else []
             table = names + [None]           # code -1 picks None
             optional[key] = [table[c] for c in codes(key, len(names), none_ok=True).tolist()]
-    checks = {"retries": lambda c: c >= 0, "timeout": lambda c: np.isnan(c) | (c > 0),
+    checks = {"retries": lambda c: (c >= 0) & (c <= MAX_RETRIES), "timeout": lambda c: np.isnan(c) | (c > 0),
               "share": lambda c: (c > 0) & (c <= 1), "out": lambda c: np.isnan(c) | (c >= 0),
               "stateful": lambda c: np.ones(c.size, dtype=bool)}
     for key, ok in checks.items():
@@ -718,7 +718,7 @@ def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
         if (site is not None and type(site) is not str_) or (estimate is not None and type(estimate) is not str_):
             return None
         retries = get("retries", 0)
-        if type(retries) is not int_ or retries < 0:
+        if type(retries) is not int_ or not 0 <= retries <= MAX_RETRIES:
             return None
         timeout, share, out = get("timeout"), get("share", 1.0), get("out")
         if timeout is not None:

@@ -36,9 +36,10 @@ from __future__ import annotations
 import json
 from json.encoder import encode_basestring
 from pathlib import Path
-from typing import Literal, Optional, Sequence
+from typing import Annotated, Literal, Optional, Sequence
 
 import pydantic
+from pydantic import Field
 
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write, atomic_write_text, read_text_bounded
@@ -47,16 +48,20 @@ from streammap.plan import _Strict, read_plan, sha256_file
 RUN_VERSION = 1
 
 
+#: A time of a task in a record: seconds >= 0, finite (views divide by spans of them).
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class TaskRun(_Strict):
     id: str
     kernel: str
     device: str
     site: Optional[str] = None
-    estimated_start: float
-    estimated_finish: float
-    start: Optional[float] = None      # measured, seconds from run start; None if it never ran
-    finish: Optional[float] = None
-    attempts: int = 0
+    estimated_start: Seconds
+    estimated_finish: Seconds
+    start: Optional[Seconds] = None      # measured, seconds from run start; None if it never ran
+    finish: Optional[Seconds] = None
+    attempts: int = Field(default=0, ge=0)
     planned_device: Optional[str] = None   # the plan's device, when a re-mapping moved the task
     share: float = 1.0                      # the fraction of its device it was given (GPU sharing)
 
@@ -144,8 +149,8 @@ class RunRecord(_Strict):
     backend: str = "local"
     emulate: bool = False
     started: str                       # ISO 8601 wall-clock time
-    wall_time: float
-    estimated_makespan: float
+    wall_time: Seconds
+    estimated_makespan: Seconds
     # incomplete: written when the run starts and replaced when it ends; a record still
     # incomplete means the run's process ended first (a kernel called os._exit or crashed it, or
     # it was killed); ``error`` then says so

@@ -1,7 +1,12 @@
-"""What the commands share: the console they print to, ``-D NAME=VALUE`` parsing, and serving metrics."""
+"""What the commands share: the console they print to, ``-D NAME=VALUE`` parsing, serving metrics,
+and the argument types of numbers with a range (a value out of it is a usage error, exit 2, before
+anything runs: a port past 65535, an infinite interval or a 100 TB test file used to get far enough
+to fail with a traceback, or not to fail at all)."""
 
 from __future__ import annotations
 
+import argparse
+import math
 import sys
 
 from rich.console import Console
@@ -13,6 +18,60 @@ from streammap.monitoring.metrics import open_metrics
 def console() -> Console:
     """Standard output; wide when it is not a terminal, so tables in logs do not wrap."""
     return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+#: Longest interval between refreshes or samples (a day): a longer one overflows the clocks.
+MAX_INTERVAL = 86_400.0
+#: Largest test file ``doctor --size`` writes, in MiB.
+MAX_TEST_MIB = 65_536
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port (0 to 65535)")
+    return value
+
+
+def interval(text: str) -> float:
+    """An argparse type: seconds between two events, > 0 and at most :data:`MAX_INTERVAL`."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_INTERVAL:           # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds > 0 and at most {MAX_INTERVAL:.0f}")
+    return value
+
+
+def test_file_mib(text: str) -> int:
+    """An argparse type: the MiB of a test file, 1 to :data:`MAX_TEST_MIB`."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_TEST_MIB:
+        raise argparse.ArgumentTypeError(f"{text} is not a size in MiB (1 to {MAX_TEST_MIB})")
+    return value
+
+
+#: Most timed runs per device ``profile --repeats`` makes.
+MAX_REPEATS = 1000
+
+
+def repeats(text: str) -> int:
+    """An argparse type: timed runs per device, 1 to :data:`MAX_REPEATS`."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_REPEATS:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of runs (1 to {MAX_REPEATS})")
+    return value
 
 
 def parse_defines(defines: list[str]) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from streammap.cli.common import test_file_mib
 from streammap.cluster.doctor import format_checks, run_checks
 from streammap.errors import EXIT_FAILURE
 
@@ -12,7 +13,7 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--cluster", metavar="FILE", help="a cluster file: validated, and its network claim checked with --ray")
     parser.add_argument("--ray", metavar="ADDRESS", help="connect to this Ray cluster and measure between two nodes")
     parser.add_argument("--path", help="folder whose storage throughput to measure (default: the temporary folder)")
-    parser.add_argument("--size", type=int, default=32, metavar="MiB", help="MiB written and read (default 32)")
+    parser.add_argument("--size", type=test_file_mib, default=32, metavar="MiB", help="MiB written and read (default 32; at most 65536)")
     parser.add_argument("--no-calibrate", dest="calibrate", action="store_false",
                         help="skip measuring each device (a GEMM and a copy, under a second per device)")
     parser.set_defaults(func=run)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streammap.cli.common import serve_metrics
+from streammap.cli.common import interval, port, serve_metrics
 from streammap.cluster.model import load_cluster
 from streammap.cluster.ray import connect
 from streammap.errors import StreamMapError
@@ -15,10 +15,10 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--ray", metavar="ADDRESS", nargs="?", const="auto",
                    help="show every node of the Ray cluster at ADDRESS (default auto), sampled on each node")
     parser.add_argument("--node", help="which node of the cluster file this machine is (default: the host name)")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    parser.add_argument("--interval", type=interval, default=1.0, help="seconds between refreshes (default 1)")
     parser.add_argument("--once", action="store_true", help="print one table and exit")
     parser.add_argument("--count", type=int, help="stop after this many refreshes")
-    parser.add_argument("--metrics-port", type=int, metavar="PORT", help="also serve the device metrics on this port")
+    parser.add_argument("--metrics-port", type=port, metavar="PORT", help="also serve the device metrics on this port")
     parser.add_argument("--metrics-addr", default="127.0.0.1", help="address to serve metrics on (default 127.0.0.1)")
     parser.add_argument("--dcgm-names", action="store_true", help="also export DCGM exporter metric names")
     parser.set_defaults(func=run)

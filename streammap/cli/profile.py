@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streammap.cli.common import console, parse_defines
+from streammap.cli.common import console, parse_defines, repeats
 from streammap.cli.compile import add_max_tasks_argument, max_tasks
 from streammap.cost.calibrate import profile
 
@@ -12,7 +12,8 @@ def configure(parser, command: str) -> None:
     parser.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                    help="override a # @stream param (repeatable): profile at the sizes you compile for")
     parser.add_argument("--entry", help="the # @stream graph function, when the file has several")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per device after one warm-up (default 3)")
+    parser.add_argument("--repeats", type=repeats, default=3,
+                        help="timed runs per device after one warm-up (default 3; at most 1000)")
     parser.add_argument("--device", dest="devices", action="append", default=[], metavar="NAME",
                    help="profile only this device (name such as cpu or gpu1, a kind, or a model substring; repeatable)")
     parser.add_argument("--history", metavar="DIR", help="history folder (default: $STREAMMAP_HISTORY, else "

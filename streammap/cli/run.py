@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from streammap.cli.common import console, serve_metrics
+from streammap.cli.common import console, interval, port, serve_metrics
 from streammap.cost.history import record_after_run
 from streammap.io.files import check_output_path
 from streammap.monitoring.alerts import load_alert_config
@@ -41,7 +41,7 @@ def run(args) -> int:
     plan_path = Path(args.plan)
     plan = read_plan(plan_path)
     output = check_output_path(args.output or plan_path.with_name(plan_path.stem + ".out.npz"), "outputs")
-    record = Path(args.record) if args.record else run_record_path(output)
+    record = check_output_path(args.record, "run record") if args.record else run_record_path(output)
     monitoring = monitoring_options(args)    # a bad alerts file is reported before anything runs
     t0 = time.perf_counter()
     try:
@@ -64,7 +64,7 @@ def run(args) -> int:
 
 def add_monitoring_arguments(parser) -> None:
     """The monitoring options of ``streammap run``."""
-    parser.add_argument("--metrics-port", type=int, metavar="PORT",
+    parser.add_argument("--metrics-port", type=port, metavar="PORT",
                         help="serve Prometheus metrics (streammap_*) on this port during the run (0: any free port)")
     parser.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
                         help="address to serve metrics on (default 127.0.0.1; 0.0.0.0 for every interface)")
@@ -72,7 +72,7 @@ def add_monitoring_arguments(parser) -> None:
                         help="also export GPU metrics under the DCGM exporter's names (DCGM_FI_DEV_*)")
     parser.add_argument("--alerts", metavar="FILE", help="alert thresholds and re-mapping settings (YAML)")
     parser.add_argument("--no-telemetry", action="store_true", help="do not sample the devices during the run")
-    parser.add_argument("--sample-interval", type=float, metavar="SECONDS",
+    parser.add_argument("--sample-interval", type=interval, metavar="SECONDS",
                         help="seconds between telemetry samples (default 0.2)")
 
 

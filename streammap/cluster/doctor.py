@@ -302,7 +302,9 @@ def check_cluster_file(path) -> tuple[Check, object]:
     try:
         cluster = load_cluster(path)
     except StreamMapError as exc:
-        return Check("cluster file", "fail", exc.message, exc.hint or "fix the file"), None
+        where = exc.location()
+        return Check("cluster file", "fail", f"{where}: {exc.message}" if where else exc.message,
+                     exc.hint or "fix the file"), None
     n = len(cluster.devices)
     return Check("cluster file", "pass", f"{path}: {len(cluster.spec.nodes)} node(s), {n} device(s)"), cluster
 

@@ -180,6 +180,12 @@ class Node(BaseModel):
         return self
 
 
+#: Most devices a cluster file may describe. The cost model keeps device-pair matrices and
+#: task x device arrays, so 20,000 devices asked for gigabytes before any task was placed; the
+#: largest clusters one plan spans have hundreds.
+MAX_DEVICES = 4096
+
+
 class ClusterSpec(BaseModel):
     """The whole file."""
 
@@ -195,6 +201,10 @@ class ClusterSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self):
+        devices = sum(len(n.devices) for n in self.nodes)
+        if devices > MAX_DEVICES:
+            raise ValueError(f"{devices} devices (limit: {MAX_DEVICES}); describe the part of the "
+                             "cluster a plan runs on")
         seen = set()
         for n in self.nodes:
             if n.name in seen:

@@ -60,6 +60,21 @@ def check_output_path(path, what: str = "file") -> Path:
     return path
 
 
+def make_parent(path, what: str = "file") -> Path:
+    """``path`` as a :class:`Path`, its folder created when missing (pictures and reports go where
+    they are asked); a clear error when it cannot be (a file in the way, no permission)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise StreamMapError(f"cannot write the {what}: a part of {path.parent} is a file, not a folder",
+                             path=path, hint="give a path inside a folder") from None
+    except OSError as exc:
+        raise StreamMapError(f"cannot write the {what}: cannot create the folder {path.parent}: {exc.strerror}",
+                             path=path, hint="write elsewhere") from None
+    return path
+
+
 def atomic_write(path, write: Callable[[IO], None], *, binary: bool = False, what: str = "file") -> None:
     """Call ``write(f)`` on a temporary file beside ``path``, then move it onto ``path``.
 

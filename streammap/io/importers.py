@@ -50,7 +50,7 @@ import networkx as nx
 from streammap.errors import StreamMapError
 from streammap.io.bulk import gc_paused
 from streammap.io.files import read_text_bounded
-from streammap.ir import NODE_DEFAULTS, add_task, new_graph
+from streammap.ir import MAX_RETRIES, NODE_DEFAULTS, add_task, new_graph
 
 __all__ = ["load_graph", "graph_from_wfcommons", "graph_from_node_link"]
 
@@ -190,8 +190,8 @@ _ATTR_CHECKS = {
     "share": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1,
               "a number in (0, 1]"),
     "stateful": (lambda v: isinstance(v, bool), "true or false"),
-    "retries": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1000,
-                "an int in 0..1000"),
+    "retries": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_RETRIES,
+                f"an int in 0..{MAX_RETRIES}"),
     "site": (lambda v: isinstance(v, str), "a string"),
     "code": (lambda v: isinstance(v, str), "a string"),
 }

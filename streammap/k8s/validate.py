@@ -76,8 +76,23 @@ def validate_objects(objects: Iterable[dict], version: str = K8S_VERSION) -> lis
     return problems
 
 
+def check_version(version: str) -> None:
+    """Raise :class:`StreamMapError` unless the schema library has schemas for ``version`` (the
+    library fails with its own exceptions, or an IndexError, on a version it does not know)."""
+    try:
+        from kubernetes_validate.utils import all_versions  # noqa: PLC0415 -- with the schemas, when validating
+    except ImportError:
+        return                          # _schema says the library is missing
+    known = sorted({".".join(v.split(".")[:2]) for v in all_versions()}, key=lambda v: tuple(map(int, v.split("."))))
+    if not re.fullmatch(r"[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,3})?", version) or \
+            ".".join(version.split(".")[:2]) not in known:
+        raise StreamMapError(f"--k8s-version {version[:100]}: no Kubernetes schemas for this version",
+                             hint=f"give one of {known[0]} to {known[-1]} (default {K8S_VERSION})")
+
+
 def check_objects(objects: list[dict], version: str = K8S_VERSION) -> None:
     """Raise :class:`StreamMapError` listing every problem of ``objects``."""
+    check_version(version)
     problems = validate_objects(objects, version)
     if problems:
         raise StreamMapError(f"{len(problems)} problem(s) in the Kubernetes objects:\n  " + "\n  ".join(problems),

@@ -24,6 +24,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from streammap.io.files import make_parent
 from streammap.runrecord import RunRecord, read_run_record
 from streammap.units import format_size, format_time
 from streammap.views.show import _palette, _save, _time_unit, gantt, run_summary
@@ -215,8 +216,7 @@ def write_report(record, path=None, *, top: int = TOP, record_path=None) -> Repo
         record = read_run_record(record)
     if path is None:
         path = default_report_path(record_path or "run.run.json")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = make_parent(path, "report")
     stem = path.name[: -len(".html")] if path.name.endswith(".html") else path.name
     g = path.with_name(stem + ".gantt.png")
     u = path.with_name(stem + ".utilisation.png")

@@ -29,6 +29,7 @@ from typing import Iterable, Union
 from rich.table import Table
 
 from streammap.errors import StreamMapError
+from streammap.io.files import atomic_write, make_parent
 from streammap.placement.sharing import share_profile, stack_offsets
 from streammap.plan import Plan
 from streammap.runrecord import RunRecord
@@ -377,8 +378,10 @@ def _time_unit(t_max: float) -> tuple[float, str]:
 
 
 def _save(fig, path: Path, dpi: int) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight", format=path.suffix.lower()[1:])
+    # Its folder made when missing; written whole or not at all (a failed save leaves no half picture).
+    path = make_parent(path, "picture")
+    atomic_write(path, lambda f: fig.savefig(f, dpi=dpi, bbox_inches="tight", format=path.suffix.lower()[1:]),
+                 binary=True, what="picture")
     return path
 
 

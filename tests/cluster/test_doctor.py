@@ -201,6 +201,7 @@ def test_a_bad_cluster_file_fails(tmp_path):
     bad.write_text("name: c\nnodes: []\n")
     c, cluster = doctor.check_cluster_file(bad)
     assert c.status == "fail" and cluster is None
+    assert c.detail.startswith(f"{bad}:2: nodes: List should have at least 1 item")     # where to fix it
 
 
 def test_doctor_on_this_machine_finishes_and_explains_what_is_missing(tmp_path):

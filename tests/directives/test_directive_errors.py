@@ -103,8 +103,8 @@ def test_an_unclosed_parenthesis_is_malformed_when_no_comment_line_continues_it(
 @pytest.mark.parametrize("clause, message", [
     ("share=2", "share must be a number with 0 < share <= 1, got 2"),
     ("share=0", "share must be a number with 0 < share <= 1, got 0"),
-    ("retries=-1", "retries must be an int >= 0, got -1"),
-    ("retries=1.5", "retries must be an int >= 0, got 1.5"),
+    ("retries=-1", "retries must be an int in 0..1000, got -1"),
+    ("retries=1.5", "retries must be an int in 0..1000, got 1.5"),
     ("split=1.5", "split must be an int axis, got 1.5"),
     ("stateful=1", "stateful must be True or False, got 1"),
     ("device=3", "device must be a non-empty string, got 3"),

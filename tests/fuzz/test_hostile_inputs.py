@@ -74,6 +74,15 @@ def test_doubling_a_list_in_a_loop_is_refused_at_the_list_limit(workdir, capsys)
     refused(compile_args(path), capsys, "p.py:10:", "longer than the limit of 1000000")
 
 
+
+@pytest.mark.parametrize("repeat", ["[1] * -10**100", "-10**100 * [1]", "'ab' * -10**100", "(1,) * -10**100"])
+def test_a_sequence_repeated_a_negative_googol_times_is_empty_as_in_python(workdir, repeat):
+    """A repeat count past the machine's index size crashed the graph builder with an OverflowError."""
+    body = f"    a = {repeat}\n    return [k(i) for i in range(len(a) + 1)]"
+    path = program(workdir, body=body)
+    plan = streammap.compile(path, cluster=CLUSTER, history=False)
+    assert len(plan.tasks) == 1
+
 def test_a_program_of_more_tasks_than_max_tasks_is_refused(workdir, capsys):
     body = "    ys = [k(i) for i in range(50)]\n    return ys"
     path = program(workdir, body=body)
@@ -119,6 +128,13 @@ def test_deeply_nested_directive_clauses_are_refused(workdir, capsys):
     refused(compile_args(path), capsys, "p.py:2:", "nested more than 100 levels")
 
 
+
+def test_a_kernel_retried_a_billion_times_is_refused_at_its_clause(workdir, capsys):
+    """A kernel that always fails would be called again for days: retries are bounded, as in workflows."""
+    path = program(workdir, clause="flops=1, retries=10**9")
+    refused(compile_args(path), capsys, "p.py:2:", "retries must be an int in 0..1000, got 1000000000")
+    assert main([str(a) for a in compile_args(program(workdir, clause="flops=1, retries=1000"))]) == 0
+
 def test_output_names_must_be_identifiers(workdir, capsys):
     path = program(workdir, body='    return {"../../x": k()}')
     refused(compile_args(path), capsys, "p.py:8:", "output name '../../x' is not an identifier")
@@ -142,6 +158,19 @@ def test_hostile_cluster_files_are_refused(workdir, capsys, text, needle):
     (workdir / "cluster.yaml").write_text(text)
     refused(compile_args(FM), capsys, needle)
 
+
+
+def many_devices(n: int) -> str:
+    devices = "".join(f"      - {{name: g{i}, kind: gpu, memory: 1GiB}}\n" for i in range(n))
+    return f"name: big\nnodes:\n  - name: n\n    link: {{bandwidth: 10 GB/s}}\n    devices:\n{devices}"
+
+
+def test_a_cluster_of_more_devices_than_the_limit_is_refused_before_any_matrix_is_built(workdir, capsys):
+    """20,000 devices: the device-pair link matrices alone asked for 6 GB (a MemoryError traceback)."""
+    (workdir / "cluster.yaml").write_text(many_devices(4097))
+    refused(compile_args(FM), capsys, "cluster.yaml:", "4097 devices (limit: 4096)")
+    (workdir / "cluster.yaml").write_text(many_devices(300))
+    assert main([str(a) for a in compile_args(FM)]) == 0
 
 def test_a_cluster_file_that_is_not_utf8_is_refused(workdir, capsys):
     (workdir / "cluster.yaml").write_bytes(b"name: lab\xff\n")
@@ -174,6 +203,8 @@ def write_plan_data(workdir, data, name="bad.yaml") -> Path:
     (lambda d: d["params"].update(N=[1, 2]), "params.N"),
     (lambda d: d["source"].update(path="."), "not a file"),
     (lambda d: d["devices"][0].update(index=-1), "devices[0].index"),
+    (lambda d: d["devices"][0].update(memory=-1.0), "devices[0].memory"),       # the spill logic's capacity
+    (lambda d: d["devices"][0].update(memory=float("nan")), "devices[0].memory"),
     (lambda d: d.update(outputs={"dict": {"../../x": d["outputs"]}}), "output name '../../x'"),
 ])
 def test_hostile_plans_are_refused_before_anything_runs(workdir, capsys, compiled, edit, needle):
@@ -182,6 +213,13 @@ def test_hostile_plans_are_refused_before_anything_runs(workdir, capsys, compile
     refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, needle)
     assert not (workdir / "o.npz").exists()
 
+
+
+def test_a_plan_task_retried_a_billion_times_is_refused_before_anything_runs(workdir, capsys, compiled):
+    compiled["tasks"][0]["retries"] = 10**9
+    bad = write_plan_data(workdir, compiled)
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, "bad.yaml:", "tasks[0].retries")
+    assert not (workdir / "o.npz").exists()
 
 def test_a_plan_runs_only_a_source_inside_its_own_folder_or_the_current_one(workdir, capsys, compiled, monkeypatch):
     (workdir / "elsewhere").mkdir()
@@ -218,6 +256,19 @@ def test_show_refuses_a_file_that_is_neither_a_plan_nor_a_record(workdir, capsys
     (workdir / "deep.run.json").write_text("[" * 100000)
     refused(["show", "deep.run.json"], capsys, "deep.run.json")
 
+
+
+@pytest.mark.parametrize("field, value", [("finish", float("inf")), ("start", float("nan")),
+                                          ("finish", -1e300), ("estimated_finish", float("inf"))])
+def test_a_run_record_with_impossible_task_times_is_refused_by_every_view(workdir, capsys, compiled, field, value):
+    """A record's finish of Infinity ended the Gantt chart in a ZeroDivisionError traceback."""
+    assert main(["run", "plan.yaml", "-o", "o.npz", "--emulate", "--no-progress", "--no-telemetry"]) == 0
+    record = json.loads((workdir / "o.run.json").read_text())
+    record["tasks"][0][field] = value
+    (workdir / "bad.run.json").write_text(json.dumps(record))
+    for extra in ([], ["--gantt", "g.png"], ["--html", "r.html"]):
+        refused(["show", "bad.run.json", *extra], capsys, "bad.run.json", f"tasks.0.{field}")
+    assert not (workdir / "g.png").exists() and not (workdir / "r.html").exists()
 
 # -- imported workflows -----------------------------------------------------------------------------------
 
@@ -263,3 +314,97 @@ def test_plan_errors_are_plan_errors(workdir, compiled):
     compiled["params"]["N"] = {"nested": 1}
     with pytest.raises(PlanError, match="params.N"):
         streammap.read_plan(write_plan_data(workdir, compiled))
+
+
+# -- error messages stay short ----------------------------------------------------------------------------
+
+def test_an_error_on_a_megabyte_line_quotes_a_window_with_the_caret_on_the_culprit(workdir, capsys):
+    (workdir / "long.yaml").write_text("streammap_plan: 1\n" + "9" * 1_000_000 + ": 1\n")
+    err = refused(["show", "long.yaml"], capsys, "long.yaml:2:1000001:")
+    assert len(err) < 2000
+    quoted, caret = err.splitlines()[1:3]
+    assert quoted.startswith("    ...999") and quoted.endswith(": 1")
+    assert quoted[caret.index("^")] == ":"
+
+
+def test_an_error_at_the_start_of_a_long_line_quotes_its_beginning(workdir, capsys):
+    path = program(workdir, clause="flops=1, flopz=" + "1" * 1_000_000)
+    err = refused(compile_args(path), capsys, "p.py:2:")
+    assert len(err) < 2000
+    assert "# @stream kernel(flops=1, flopz=111" in err and "111..." in err
+
+
+# -- what the plan records ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, line", [
+    ("    a = [0] * 1000000\n    return [k(a) for i in range(100)]", 9),      # one list, a copy per call: 5 GB
+    ("    return [k() for i in range(10)] * 100000", 8),                       # a million outputs: 1.7 GB
+    ("    a = [(0, 0)] * 100000\n    return k(a)", 9),                          # tuples inside count too
+])
+def test_static_values_a_plan_would_copy_past_the_limit_are_refused_at_their_line(workdir, capsys, body, line):
+    path = program(workdir, body=body)
+    refused(compile_args(path), capsys, f"p.py:{line}:", "more than 250000 items of static lists",
+            "pass a kernel the size")
+    assert not (workdir / "plan.yaml").exists()
+
+
+def test_a_fan_in_of_every_task_is_within_what_a_plan_records(workdir):
+    body = "    ys = [k(i) for i in range(2000)]\n    return k(ys), ys"
+    plan = streammap.compile(program(workdir, body=body), cluster=CLUSTER, history=False)
+    assert len(plan.tasks) == 2001
+
+
+# -- command-line numbers -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, needle", [
+    (["run", "plan.yaml", "-o", "o.npz", "--emulate", "--metrics-port", "-1"], "--metrics-port: -1 is not a port"),
+    (["run", "plan.yaml", "-o", "o.npz", "--emulate", "--metrics-port", "99999999"], "is not a port (0 to 65535)"),
+    (["run", "plan.yaml", "-o", "o.npz", "--emulate", "--sample-interval", "1e400"], "--sample-interval: "),
+    (["run", "plan.yaml", "-o", "o.npz", "--emulate", "--sample-interval", "-1"], "a number of seconds > 0"),
+    (["monitor", "--interval", "-1", "--count", "2"], "--interval: -1 is not a number of seconds > 0"),
+    (["monitor", "--interval", "nan", "--count", "2"], "--interval: nan"),
+    (["monitor", "--interval", "1e300", "--count", "2"], "at most 86400"),
+    (["doctor", "--no-calibrate", "--size", "100000000"], "--size: 100000000 is not a size in MiB (1 to 65536)"),
+])
+def test_numbers_on_the_command_line_out_of_range_are_usage_errors(workdir, capsys, compiled, argv, needle):
+    """Each of these was a traceback (bind(): port must be 0-65535; sleep length must be
+    non-negative; timestamp out of range) or, for --size, a 100 TB file written to /tmp."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not (workdir / "o.npz").exists()
+
+
+@pytest.mark.parametrize("option", ["--gantt", "--graph"])
+def test_a_picture_that_cannot_be_written_is_refused_and_a_missing_folder_is_made(workdir, capsys, compiled, option):
+    """``--gantt /etc/passwd/g.png`` ended in a FileExistsError traceback."""
+    refused(["show", "plan.yaml", option, "/etc/passwd/g.png"], capsys, "/etc/passwd", "not a folder")
+    assert main(["show", "plan.yaml", option, "pictures/g.png"]) == 0
+    assert (workdir / "pictures" / "g.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("version", ["9.99", "../../../etc", "1.30; rm -rf /"])
+def test_an_unknown_kubernetes_version_is_refused_naming_the_option(workdir, capsys, compiled, version):
+    """Each ended in a traceback from the schema library (VersionNotSupportedError, IndexError)."""
+    refused(["export", "k8s", "plan.yaml", "-o", "k8s", "--k8s-version", version], capsys,
+            f"--k8s-version {version}", "1.30")
+    assert not (workdir / "k8s").exists()
+
+
+def test_a_run_record_path_that_cannot_be_written_is_refused_before_the_run(workdir, capsys, compiled):
+    """The outputs were written first, and the run then failed on the record: half a result."""
+    refused(["run", "plan.yaml", "-o", "o.npz", "--emulate", "--no-progress", "--record", "missing/r.run.json"],
+            capsys, "the folder missing does not exist")
+    refused(["run", "plan.yaml", "-o", "o.npz", "--emulate", "--no-progress", "--record", "."], capsys, "it is a folder")
+    assert not (workdir / "o.npz").exists()
+
+
+@pytest.mark.parametrize("repeats", ["0", "-1", "1000000000"])
+def test_profile_repeats_out_of_range_are_usage_errors(workdir, capsys, repeats):
+    """--repeats 1000000000 ran the program's kernels a billion times."""
+    shutil.copy(FM, workdir / "fm.py")
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "fm.py", "-D", "N=64", "--repeats", repeats])
+    assert exc.value.code == 2 and "--repeats: " in capsys.readouterr().err
