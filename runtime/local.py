@@ -663,10 +663,14 @@ class LocalExecutor:
                for d in self.order if self.devices[d].is_gpu]
         pool = self._pool
         try:
+            if self.host_order:
+                # This thread's slot, drawn before any GPU worker starts: a GPU worker that makes a
+                # host device ready at once would otherwise draw slot 0, start a pool thread, and
+                # leave one thread more than the pool's closing ``None``s (a hang at the end).
+                next(self._pool_slots)
             for th in gpu:
                 th.start()
             if self.host_order:
-                next(self._pool_slots)                          # this thread's
                 for _ in range(self.ready_devices.qsize() - 1):  # the devices ready from the start
                     if next(self._pool_slots) < len(self.host_order):
                         self._start_pool_thread()
