@@ -180,10 +180,14 @@ class Node(BaseModel):
         return self
 
 
-#: Most devices a cluster file may describe. The cost model keeps device-pair matrices and
+#: Most devices a cluster file may describe: a large shared cluster, as the job service and the
+#: admission simulator manage it (10,000 GPUs), is a few hundred MB of device records at most.
+MAX_DEVICES = 32_768
+#: Most devices one plan may span. The cost model keeps device-pair matrices (D x D) and
 #: task x device arrays, so 20,000 devices asked for gigabytes before any task was placed; the
-#: largest clusters one plan spans have hundreds.
-MAX_DEVICES = 4096
+#: largest clusters one plan spans have hundreds. Checked by :meth:`Cluster.link_matrices`,
+#: before any matrix is built.
+MAX_PLAN_DEVICES = 4096
 
 
 class ClusterSpec(BaseModel):
@@ -445,8 +449,15 @@ class Cluster:
         return len(self.devices)
 
     def link_matrices(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(bandwidth, latency)`` arrays of shape (D, D); the diagonal is (inf, 0)."""
+        """``(bandwidth, latency)`` arrays of shape (D, D); the diagonal is (inf, 0).
+
+        Raises :class:`ClusterError` for a cluster of more than :data:`MAX_PLAN_DEVICES` devices.
+        """
         n = len(self.devices)
+        if n > MAX_PLAN_DEVICES:
+            raise ClusterError(f"{n} devices (limit for one plan: {MAX_PLAN_DEVICES})", path=self.path,
+                               hint="compile for the part of the cluster the plan runs on (a cluster file "
+                                    "of its nodes); the job service and `simulate` take larger clusters")
         bw = np.empty((n, n))
         lat = np.empty((n, n))
         node_of = np.array([self._node_pos(d.node) for d in self.devices])

@@ -168,9 +168,22 @@ def many_devices(n: int) -> str:
 def test_a_cluster_of_more_devices_than_the_limit_is_refused_before_any_matrix_is_built(workdir, capsys):
     """20,000 devices: the device-pair link matrices alone asked for 6 GB (a MemoryError traceback)."""
     (workdir / "cluster.yaml").write_text(many_devices(4097))
-    refused(compile_args(FM), capsys, "cluster.yaml:", "4097 devices (limit: 4096)")
+    refused(compile_args(FM), capsys, "cluster.yaml", "4097 devices (limit for one plan: 4096)")
     (workdir / "cluster.yaml").write_text(many_devices(300))
     assert main([str(a) for a in compile_args(FM)]) == 0
+
+
+def test_a_cluster_file_past_the_file_limit_is_refused_at_load():
+    """The job service's clusters may be larger than a plan's, but not without bound."""
+    from streammap.cluster.model import MAX_DEVICES, cluster_from_dict
+    from streammap.errors import ClusterError
+    n = MAX_DEVICES + 1
+    spec = {"name": "huge", "nodes": [{"name": "n", "link": {"bandwidth": "10 GB/s"},
+                                       "devices": [{"name": f"g{i}", "kind": "gpu", "memory": "1GiB"}
+                                                   for i in range(n)]}]}
+    with pytest.raises(ClusterError, match=f"{n} devices"):
+        cluster_from_dict(spec)
+
 
 def test_a_cluster_file_that_is_not_utf8_is_refused(workdir, capsys):
     (workdir / "cluster.yaml").write_bytes(b"name: lab\xff\n")
