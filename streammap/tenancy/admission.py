@@ -85,7 +85,7 @@ Policies
       job starts now only if it fits now around all of them. So backfilling a job never delays
       an earlier job's estimated start (EASY backfilling protects only the first waiting job).
       The first ``depth`` waiting jobs of a pass get reservations (:func:`reservation_depth`:
-      :data:`DEPTH`, or one per 16 GPUs on a cluster above 512 GPUs, at most 64; the service shows them as
+      :data:`DEPTH`, 64, up to 512 GPUs, 32 above; the service shows them as
       estimated starts); jobs after them may still start where they fit around those, but get
       none themselves (with 10,000 jobs on 1,000 GPUs the queue can hold thousands, and planning
       them all on every event would cost many minutes; the jobs past the depth are the latest
@@ -139,17 +139,17 @@ POLICIES = ("fifo", "drf", "streammap")
 #: its length (0 would be FIFO, infinity shortest-first; chosen by the simulator, README).
 SLOWDOWN = 4.0
 #: Waiting jobs per pass that get a reservation (conservative backfill's depth; streammap policy):
-#: DEPTH, or one per GPUS_PER_RESERVATION GPUs of the cluster where that is more, at most
-#: MAX_DEPTH (see :func:`reservation_depth`).
-DEPTH = 32
-#: On a large cluster a fixed 32 reservations plan a small part of its near future: the jobs past
-#: them expect a fast GPU "in a few seconds" that a reserved job takes, pass after pass, while the
-#: slow GPUs idle (2,000 GPUs, 10,000 jobs, tuning seed 1, load 1.1: V100s 68% busy while jobs
-#: arrived against FIFO's 88%, average JCT 1.01x FIFO's; 64 reservations: 0.90x for 1.4x the CPU
-#: time, 125: 0.88x for 2.5x; README). One reservation per 16 GPUs keeps 32 up to 512 GPUs (where
-#: it was chosen) and the cap keeps the pass's cost within 2x of 32's.
-GPUS_PER_RESERVATION = 16
-MAX_DEPTH = 64
+#: DEPTH on a cluster of up to SMALL_CLUSTER GPUs, LARGE_DEPTH above (see :func:`reservation_depth`).
+#: Only a job with a reservation waits for a faster model (_Plan.placement), so on a small cluster,
+#: where few devices free at a time, the reservations are how the long jobs get the fast GPUs: with
+#: 32 the jobs past them took the slow ones, and the average and tail grew (256 GPUs, tuning seeds,
+#: up to +0.09x FIFO's average at sigma 1.0); 64 kept them as before the promise rule. On a large
+#: cluster devices free every few seconds, so the jobs past the plan find room anyway: at 2,000 and
+#: 10,000 GPUs 32 reservations did as well as 64 (within 0.03x FIFO's average) for two thirds of
+#: the CPU time (README), which the 100,000-job scale target needs.
+DEPTH = 64
+SMALL_CLUSTER = 512
+LARGE_DEPTH = 32
 #: A job that would end first on a busy model starts now on a slower one with room if it ends there
 #: within this factor of its time to finish on the busy one, waiting included (see _Plan.placement).
 #: Only a job that gets a reservation waits: one past the reservation depth takes the room it has.
@@ -178,9 +178,8 @@ OVERLOAD = 1.0
 
 def reservation_depth(gpus: int) -> int:
     """How many waiting jobs of a pass get a reservation on a cluster of ``gpus`` GPUs:
-    :data:`DEPTH`, or one per :data:`GPUS_PER_RESERVATION` GPUs where that is more, at most
-    :data:`MAX_DEPTH`."""
-    return max(DEPTH, min(MAX_DEPTH, gpus // GPUS_PER_RESERVATION))
+    :data:`DEPTH` up to :data:`SMALL_CLUSTER` GPUs, :data:`LARGE_DEPTH` above."""
+    return DEPTH if gpus <= SMALL_CLUSTER else LARGE_DEPTH
 
 
 def water_fill(demand: dict[str, float], weights: dict[str, float], capacity: float) -> dict[str, float]:
