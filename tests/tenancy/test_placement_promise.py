@@ -11,6 +11,7 @@ starts on the fastest model with room now; one with a reservation still may wait
 from streammap.cluster.model import cluster_from_dict
 from streammap.tenancy.admission import Job, Scheduler
 from streammap.tenancy.estimate import Demand, Option
+from streammap.tenancy.packing import fractional_demand
 from streammap.tenancy.tenants import tenants_from_dict
 
 
@@ -80,3 +81,17 @@ def test_a_job_past_the_depth_does_not_take_a_slower_device_a_reservation_wants_
     s.submit(long_job())
     assert s.schedule(1.0)[0] == []
     assert s.estimated_starts == {"gang": (20.0, "V100")}
+
+
+def test_joint_placement_keeps_the_same_rule_for_a_job_of_half_a_gpu():
+    # The long job needs half a GPU: within the depth it waits for the A100 (a reservation there),
+    # past it it takes half of the free V100 now.
+    def half_gpu_long_job():
+        whole = long_job().demand
+        return Job("long", "a", 1.0, fractional_demand(whole, 0.5, {"A100": 50.0, "V100": 50.0}))
+
+    for depth, started in ((1, []), (0, [("long", "V100")])):
+        s = busy_a100_until_10(depth)
+        s.submit(half_gpu_long_job())
+        assert [(x.job_id, x.option.model) for x in s.schedule(1.0)[0]] == started
+    assert s.estimated_starts == {}
