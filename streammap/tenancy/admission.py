@@ -71,7 +71,12 @@ Policies
       V100s, "never wait when a slower model has room") long jobs land on slow GPUs and make the
       tail; at 1.5 a job waits for a fast GPU when that ends it sooner by a third or more, which
       sends the long jobs (the ones a wait costs least relative to their length) to fast GPUs
-      and the short ones to the idle slow ones;
+      and the short ones to the idle slow ones. Only a job that holds a **reservation** (below)
+      on the faster model waits for it: a job past the reservation depth is promised nothing
+      there (the next pass reserves that device for an earlier job, pass after pass), so it
+      starts on the fastest model with room now that no reservation wants before it would end
+      (issue 18: at 10,000 GPUs every second StreamMAP's jobs waited, they waited beside free
+      V100s, which idled while jobs arrived; README);
     * *conservative backfill* [5]_: each pass keeps an availability profile per model (free
       devices over time, from the running jobs' expected ends: the estimated end, or for a job
       already past it the first ``start + 2^i x estimate`` still ahead). Every job looked at in
@@ -80,7 +85,7 @@ Policies
       job starts now only if it fits now around all of them. So backfilling a job never delays
       an earlier job's estimated start (EASY backfilling protects only the first waiting job).
       The first ``depth`` waiting jobs of a pass get reservations (:func:`reservation_depth`:
-      :data:`DEPTH`, or one per 16 GPUs on a cluster above 512 GPUs, at most 64; the service shows them as
+      :data:`DEPTH`, 64, up to 512 GPUs, 32 above; the service shows them as
       estimated starts); jobs after them may still start where they fit around those, but get
       none themselves (with 10,000 jobs on 1,000 GPUs the queue can hold thousands, and planning
       them all on every event would cost many minutes; the jobs past the depth are the latest
@@ -134,19 +139,20 @@ POLICIES = ("fifo", "drf", "streammap")
 #: its length (0 would be FIFO, infinity shortest-first; chosen by the simulator, README).
 SLOWDOWN = 4.0
 #: Waiting jobs per pass that get a reservation (conservative backfill's depth; streammap policy):
-#: DEPTH, or one per GPUS_PER_RESERVATION GPUs of the cluster where that is more, at most
-#: MAX_DEPTH (see :func:`reservation_depth`).
-DEPTH = 32
-#: On a large cluster a fixed 32 reservations plan a small part of its near future: the jobs past
-#: them expect a fast GPU "in a few seconds" that a reserved job takes, pass after pass, while the
-#: slow GPUs idle (2,000 GPUs, 10,000 jobs, tuning seed 1, load 1.1: V100s 68% busy while jobs
-#: arrived against FIFO's 88%, average JCT 1.01x FIFO's; 64 reservations: 0.90x for 1.4x the CPU
-#: time, 125: 0.88x for 2.5x; README). One reservation per 16 GPUs keeps 32 up to 512 GPUs (where
-#: it was chosen) and the cap keeps the pass's cost within 2x of 32's.
-GPUS_PER_RESERVATION = 16
-MAX_DEPTH = 64
+#: DEPTH on a cluster of up to SMALL_CLUSTER GPUs, LARGE_DEPTH above (see :func:`reservation_depth`).
+#: Only a job with a reservation waits for a faster model (_Plan.placement), so on a small cluster,
+#: where few devices free at a time, the reservations are how the long jobs get the fast GPUs: with
+#: 32 the jobs past them took the slow ones, and the average and tail grew (256 GPUs, tuning seeds,
+#: up to +0.09x FIFO's average at sigma 1.0); 64 kept them as before the promise rule. On a large
+#: cluster devices free every few seconds, so the jobs past the plan find room anyway: at 2,000 and
+#: 10,000 GPUs 32 reservations did as well as 64 (within 0.03x FIFO's average) for two thirds of
+#: the CPU time (README), which the 100,000-job scale target needs.
+DEPTH = 64
+SMALL_CLUSTER = 512
+LARGE_DEPTH = 32
 #: A job that would end first on a busy model starts now on a slower one with room if it ends there
 #: within this factor of its time to finish on the busy one, waiting included (see _Plan.placement).
+#: Only a job that gets a reservation waits: one past the reservation depth takes the room it has.
 SLACK = 1.5
 #: A tenant holding less than this share of its weighted max-min fair share of the GPUs goes
 #: first in a pass; the others' jobs are taken in one order, by slowdown deadline (streammap policy;
@@ -172,9 +178,8 @@ OVERLOAD = 1.0
 
 def reservation_depth(gpus: int) -> int:
     """How many waiting jobs of a pass get a reservation on a cluster of ``gpus`` GPUs:
-    :data:`DEPTH`, or one per :data:`GPUS_PER_RESERVATION` GPUs where that is more, at most
-    :data:`MAX_DEPTH`."""
-    return max(DEPTH, min(MAX_DEPTH, gpus // GPUS_PER_RESERVATION))
+    :data:`DEPTH` up to :data:`SMALL_CLUSTER` GPUs, :data:`LARGE_DEPTH` above."""
+    return DEPTH if gpus <= SMALL_CLUSTER else LARGE_DEPTH
 
 
 def water_fill(demand: dict[str, float], weights: dict[str, float], capacity: float) -> dict[str, float]:
@@ -871,7 +876,7 @@ class Scheduler:
         if not deep and shape in plan.refused and not self.tenants.preemption:
             plan.recheck = True
             return None, []                      # a job of this very shape could not start; nothing changed since
-        best, at = plan.placement(allowed)
+        best, at = plan.placement(allowed, promised=deep)
         if at == now and best.model not in plan.blocked:
             plan.take(best, now)
             return self._start_now(job, best, now), []
@@ -944,7 +949,9 @@ class Scheduler:
         having a device free for the extension), else on a free whole device that the plan leaves
         free for its duration; as for whole jobs (:meth:`_Plan.placement`), only if it ends there
         within ``slack`` times its time to finish where it would end first, waiting for a whole
-        device included (a long job waits for a fast model rather than take a slow one now). Else
+        device included (a long job waits for a fast model rather than take a slow one now), and
+        only within the reservation depth (a job that will hold no reservation is promised no
+        faster device, and takes the room it has). Else
         it reserves a whole device, as a one-device job (within the reservation depth). It never
         preempts, nor is it preempted (a fraction frees no whole device)."""
         best = None
@@ -961,7 +968,8 @@ class Scheduler:
                 continue
             if best is None or cand[:2] < best[:2]:
                 best = cand
-        if best is not None and best[2] is not allowed[0]:
+        if best is not None and best[2] is not allowed[0] and plan.depth_left > 0:
+            # Only a job that will hold a reservation may wait for a faster model (_Plan.placement).
             o_wait, at = plan.placement(allowed)             # where it would end first, waiting included
             if best[0] > at + o_wait.duration and best[2].duration > self.slack * (at + o_wait.duration - now):
                 best = None                                  # not within the slack: it waits for that
@@ -1035,14 +1043,29 @@ class _Plan:
             p = self.profiles[model] = self.sched._ends[model].profile(self.now, self.sched.pool.free_count[model])
         return p
 
-    def placement(self, options: list[Option]) -> tuple[Option, float]:
-        """Where and when a job of ``options`` (fastest first) should run: the option estimated to
-        end first (ties: the faster model), unless it must wait and a slower model has room now
-        for the job to end within ``slack`` times its time to finish on the first (waiting included)."""
+    def placement(self, options: list[Option], promised: bool = True) -> tuple[Option, float]:
+        """Where and when a job of ``options`` (fastest first) should run.
+
+        A job that will hold a reservation (``promised``): the option estimated to end first
+        (ties: the faster model), unless it must wait and a slower model has room now for the job
+        to end within ``slack`` times its time to finish on the first (waiting included).
+
+        A job past the reservation depth is promised nothing: the faster model's "free in a few
+        seconds" goes to whichever job the next pass reserves it for, so waiting for it can last
+        for ever while the slower model idles (issue 18: at 10,000 GPUs StreamMAP's whole wait was
+        beside free devices). Such a job starts on the fastest model with room now around the
+        pass's reservations (room no reserved job wants before it would end), else it waits
+        (``inf``)."""
         first = options[0]
         p0 = self.profiles.get(first.model) or self.profile(first.model)
         if p0.fits_now(first.gpus, first.duration):
             return first, self.now              # the fastest model, now: nothing ends sooner
+        if not promised:
+            for o in options[1:]:
+                p = self.profiles.get(o.model) or self.profile(o.model)
+                if o.model not in self.blocked and p.fits_now(o.gpus, o.duration):
+                    return o, self.now
+            return first, math.inf
         profiles = [p0] + [self.profiles.get(o.model) or self.profile(o.model) for o in options[1:]]
         best, best_at, best_end = first, math.inf, math.inf
         for o, p in zip(options, profiles):
