@@ -1129,7 +1129,7 @@ _GATE_BLOCK = 1 << 22
 def _gate_bound(cost: CostModel, v: int, ptr, idx, nbytes, head, tail, types) -> float:
     """:func:`fan_out_bound` for one gate ``v`` over its neighbours ``idx[ptr[v]:ptr[v + 1]]``
     (children or parents), on the device ``types`` of :func:`_device_types`."""
-    rep, min_lat, min_inv = types
+    rep, min_lat, min_inv, lat_rows, inv_rows = types
     nbr = idx[ptr[v]:ptr[v + 1]]
     b = nbytes[ptr[v]:ptr[v + 1]]
     cls = cost.device_class[rep]
@@ -1138,14 +1138,14 @@ def _gate_bound(cost: CostModel, v: int, ptr, idx, nbytes, head, tail, types) ->
     if not ok.any():
         return math.inf
     rep, cls, gate = rep[ok], cls[ok], gate[ok]
+    min_lat, min_inv, lat_rows, inv_rows = min_lat[ok], min_inv[ok], lat_rows[ok], inv_rows[ok]
     p = cost.class_time[nbr]                                   # (k, C)
     share = np.where(cost.shareable[rep][:, None], cost.share[nbr][None, :], 1.0)
     p_near = p[:, cls].T * share                               # (R, k)
     q = tail[nbr]
     values = np.empty(rep.size)
-    step = max(1, _GATE_BLOCK // max(1, nbr.size * p.shape[1]))
+    step = max(1, _GATE_BLOCK // max(1, nbr.size * p.shape[1], cost.n_devices))
     sent = b > 0
-    min_lat, min_inv = min_lat[ok], min_inv[ok]
     for s in range(0, rep.size, step):
         r = slice(s, s + step)
         lat, inv = min_lat[r], min_inv[r]                       # (R, C)
@@ -1154,17 +1154,79 @@ def _gate_bound(cost: CostModel, v: int, ptr, idx, nbytes, head, tail, types) ->
         comm = lat[:, None, :] + by_bytes
         w = (comm + p[None, :, :]).min(axis=2) + q[None, :]     # (R, k)
         values[r] = _gate_values(head[v] + gate[r], p_near[r], q, w)
+        release = _releases(rep[r], lat_rows[r], inv_rows[r], float(b.min()))
+        window = _window_area(cost, nbr, release)
+        values[r] = np.maximum(values[r], head[v] + gate[r] + float(q.min()) + window)
     return float(values.min())
 
 
+def _releases(rep: np.ndarray, lat_rows: np.ndarray, inv_rows: np.ndarray, nbytes: float) -> np.ndarray:
+    """``float[R, D]``: the least time after the gate ends before a neighbour can start on each
+    device (its own device: 0; another: the link's latency plus the fewest bytes any neighbour
+    moves)."""
+    with np.errstate(invalid="ignore"):
+        release = lat_rows + (inv_rows * nbytes if nbytes > 0 else 0.0)
+    release[np.arange(rep.size), rep] = 0.0
+    return release
+
+
+def _window_area(cost: CostModel, nbr: np.ndarray, release: np.ndarray) -> float:
+    """``float[R]``: the least T such that the neighbours' work fits on the devices in windows
+    ``[release[e], T]`` (the area bound with release times, by its dual; see :func:`fan_out_bound`).
+
+    For weights y per device class, ``sum_e y_e (T - release_e)^+ >= sum_u min_e y_e time(u, e)``
+    must hold; tried with the neighbours' own speed-proportional weights and with equal ones, and
+    the larger T kept (both valid).
+    """
+    p = cost.class_time[nbr]
+    fin = np.isfinite(p)
+    shareable = np.zeros(p.shape[1], dtype=bool)
+    shareable[cost.device_class] = cost.shareable
+    p = np.where(shareable[None, :], p * cost.share[nbr][:, None], p)
+    colsum = np.where(fin, p, 0.0).sum(axis=0)
+    every = fin.all(axis=0) & (colsum > 0)
+    weights = [np.ones(p.shape[1])]
+    if every.any():
+        weights.append(np.where(every, 1.0 / np.where(every, colsum, 1.0), 0.0))
+    best = np.zeros(release.shape[0])
+    order = np.argsort(release, axis=1, kind="stable")
+    rs = np.take_along_axis(release, order, axis=1)
+    nxt = np.concatenate([rs[:, 1:], np.full((rs.shape[0], 1), math.inf)], axis=1)
+    for y in weights:
+        with np.errstate(invalid="ignore"):
+            work = float(np.where(fin, p * y[None, :], math.inf).min(axis=1).sum())
+        if not work > 0:
+            continue
+        ys = y[cost.device_class][order]                        # (R, D) weight of each device, by release
+        slope = np.cumsum(ys, axis=1)
+        with np.errstate(invalid="ignore"):
+            offset = np.cumsum(np.where(ys > 0, ys * rs, 0.0), axis=1)
+            reach = np.where(slope > 0, slope * nxt - offset, 0.0)   # capacity by the next release
+        j = np.argmax(reach >= work, axis=1)
+        found = reach[np.arange(j.size), j] >= work
+        rows = np.arange(j.size)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(found, (work + offset[rows, j]) / slope[rows, j], math.inf)
+        best = np.maximum(best, t)
+    return best
+
+
 def _device_types(cost: CostModel, inbound: bool):
-    """Devices that :func:`_gate_bound` cannot tell apart (same class, same link floors), once each:
-    ``(representatives, min_lat[R, C], min_inv[R, C])``."""
+    """Devices that :func:`_gate_bound` cannot tell apart, once each: the same class, and the same
+    (class, latency, 1/bw) to the other devices in some order. Returns ``(representatives,
+    min_lat[R, C], min_inv[R, C], lat[R, D], inv[R, D])``, links oriented as ``inbound`` says."""
+    lat, inv = (cost.lat.T, cost.inv_bw.T) if inbound else (cost.lat, cost.inv_bw)
     min_lat, min_inv = _link_floors(cost, inbound)
-    key = np.concatenate([cost.device_class[:, None].astype(np.float64), min_lat, min_inv], axis=1)
+    D = cost.n_devices
+    self_link = np.eye(D, dtype=bool)
+    others = np.broadcast_to(cost.device_class.astype(np.float64), (D, D))
+    marked_lat, marked_inv = np.where(self_link, -1.0, lat), np.where(self_link, -1.0, inv)
+    order = np.lexsort((marked_inv, marked_lat, others), axis=-1)
+    key = np.concatenate([cost.device_class[:, None].astype(np.float64)]
+                         + [np.take_along_axis(a, order, axis=1) for a in (others, marked_lat, marked_inv)], axis=1)
     _, first = np.unique(key, axis=0, return_index=True)
     first = np.sort(first)
-    return first, min_lat[first], min_inv[first]
+    return first, min_lat[first], min_inv[first], lat[first], inv[first]
 
 
 def combined_bound(cost: CostModel, area: tuple | None = None) -> float:
