@@ -874,6 +874,29 @@ def area_bound(cost: CostModel, iterations: int | None = None, weights: bool = F
     return best
 
 
+def heads_and_tails(cost: CostModel, tmin: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(top, bottom)``: the longest path into each task and out of it, at fastest times, transfers free.
+
+    ``top[t]`` is the longest chain of predecessors' fastest times before t starts (its *head*,
+    or release time), ``bottom[t]`` the longest chain of successors' after t finishes (its
+    *tail*, or delivery time); neither counts t itself. In every plan t starts no sooner than
+    ``top[t]``, and the plan ends no sooner than ``bottom[t]`` after t finishes.
+    """
+    tmin = cost.min_time() if tmin is None else tmin
+    T = cost.n_tasks
+    top = np.zeros(T)
+    for lev in cost.levels:
+        e = concat_ranges(cost.pred_ptr[lev], cost.pred_ptr[lev + 1])
+        src = cost.pred_idx[e]
+        top[lev] = segment_max(top[src] + tmin[src], cost.pred_ptr, lev)
+    bottom = np.zeros(T)
+    for lev in reversed(cost.levels):
+        e = concat_ranges(cost.succ_ptr[lev], cost.succ_ptr[lev + 1])
+        dst = cost.succ_idx[e]
+        bottom[lev] = segment_max(bottom[dst] + tmin[dst], cost.succ_ptr, lev)
+    return top, bottom
+
+
 def fork_join_bound(cost: CostModel, candidates: int = 64, area: tuple | None = None) -> float:
     """A lower bound for graphs that fan out from, or fan in to, one long task.
 
@@ -923,16 +946,7 @@ def fork_join_bound(cost: CostModel, candidates: int = 64, area: tuple | None = 
     tmin = cost.min_time()
     with np.errstate(invalid="ignore"):
         m_global = np.where(weights > 0, p * weights[None, :], np.inf).min(axis=1)
-    top = np.zeros(T)
-    for lev in cost.levels:
-        e = concat_ranges(cost.pred_ptr[lev], cost.pred_ptr[lev + 1])
-        src = cost.pred_idx[e]
-        top[lev] = segment_max(top[src] + tmin[src], cost.pred_ptr, lev)
-    bottom = np.zeros(T)
-    for lev in reversed(cost.levels):
-        e = concat_ranges(cost.succ_ptr[lev], cost.succ_ptr[lev + 1])
-        dst = cost.succ_idx[e]
-        bottom[lev] = segment_max(bottom[dst] + tmin[dst], cost.succ_ptr, lev)
+    top, bottom = heads_and_tails(cost, tmin)
     best = max(float((top + tmin).max()), area)          # lower_bound: critical path, area
 
     def subset_area(mask):
@@ -944,8 +958,10 @@ def fork_join_bound(cost: CostModel, candidates: int = 64, area: tuple | None = 
         if ok.any():                  # the subset's own weights, on the classes every task can use
             y = np.where(ok, 1.0 / np.where(ok, colsum, 1.0), 0.0)
             y = y / (n @ y)
+            # A class of weight 0 costs nothing to the tasks that can run there (the dual's
+            # 0 * time): leaving it out would count them as if those devices did not exist.
             with np.errstate(invalid="ignore"):
-                a = max(a, float(np.where(y > 0, sub * y[None, :], np.inf).min(axis=1).sum()))
+                a = max(a, float(np.where(fin, sub * y[None, :], np.inf).min(axis=1).sum()))
         return a
 
     def closure(v, ptr, idx):
@@ -975,6 +991,291 @@ def fork_join_bound(cost: CostModel, candidates: int = 64, area: tuple | None = 
         anc = closure(v, cost.pred_ptr, cost.pred_idx)
         best = max(best, subset_area(anc) + tmin[v] + bottom[v])
     return float(best)
+
+
+def _link_floors(cost: CostModel, inbound: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(lat[D, C], inv[D, C])``: the least latency and the least ``1 / bw`` between device d and
+    any *other* device of class c (``inf`` latency where class c has no other device).
+
+    Outbound (d sends) reads ``lat[d, d']``, inbound (d receives) ``lat[d', d]``. A transfer of b
+    bytes between d and a device of class c takes at least ``lat + b * inv`` of these (each minimum
+    taken on its own, so perhaps on two different devices: a floor, never more than the real cost).
+    """
+    lat, inv = (cost.lat.T, cost.inv_bw.T) if inbound else (cost.lat, cost.inv_bw)
+    D, C = cost.n_devices, cost.class_time.shape[1]
+    self_link = np.eye(D, dtype=bool)
+    lat = np.where(self_link, math.inf, lat)
+    inv = np.where(self_link, math.inf, inv)
+    min_lat, min_inv = np.full((D, C), math.inf), np.zeros((D, C))
+    for c in range(C):
+        cols = np.flatnonzero(cost.device_class == c)
+        if cols.size:
+            min_lat[:, c] = lat[:, cols].min(axis=1)
+            min_inv[:, c] = inv[:, cols].min(axis=1)
+    min_inv[~np.isfinite(min_lat)] = 0.0      # no other device: the infinite latency says it
+    return min_lat, min_inv
+
+
+def _gate_values(gate_time, p_near, tails, w):
+    """The fan-out bound of one gate on each device type, given the per-neighbour arrays.
+
+    ``gate_time[R]``: head of the gate plus its time on the type's device; ``p_near[R, k]``: each
+    neighbour's time on that device (its share of it); ``w[R, k]``: the least time from the gate's
+    end to the plan's end when the neighbour runs elsewhere; ``tails[k]``: each neighbour's own
+    tail (or head), for Carlier's term. Returns ``float[R]``.
+    """
+    R, k = w.shape
+    order = np.argsort(-w, axis=1, kind="stable")
+    ws = np.take_along_axis(w, order, axis=1)
+    ps = np.take_along_axis(p_near, order, axis=1)
+    qs = tails[order]
+    # Prefix j (the j neighbours of largest w run near the gate): the near ones end no sooner than
+    # their summed times plus the least tail among them (Carlier), and that only grows with j.
+    near = np.cumsum(ps, axis=1) + np.minimum.accumulate(qs, axis=1)
+    near = np.maximum.accumulate(near, axis=1)
+    near = np.concatenate([np.zeros((R, 1)), near], axis=1)              # j = 0 .. k
+    far = np.concatenate([ws, np.zeros((R, 1))], axis=1)                 # largest w left out
+    return gate_time + np.maximum(near, far).min(axis=1)
+
+
+def fan_out_bound(cost: CostModel, candidates: int = 48) -> float:
+    """A lower bound that counts the transfers out of a gating task (and into a joining one).
+
+    A task v of a fan-out (BWA's index, SoyKB's reference) runs on some device d and finishes no
+    sooner than ``F_d = top(v) + time(v, d)``. Each child u then either runs on d too, after v,
+    or elsewhere, where it starts no sooner than ``F_d`` plus the transfer of edge (v, u) from d::
+
+        w_d(u) = min over eligible d' != d of (comm(v -> u, d, d') + time(u, d')) + bottom(u)
+
+    and the plan ends no sooner than ``F_d + w_d(u)``. The children S on d run one at a time (a
+    device runs one task at a time; under sharing, their shares of it), all after ``F_d``, so the
+    plan ends no sooner than ``F_d + sum_{u in S} time(u, d) + min_{u in S} bottom(u)`` (the
+    head/tail argument). Whatever S the plan picks::
+
+        makespan >= min_d [ F_d + min_S max( near(S), max_{u not in S} w_d(u) ) ]
+
+    Given the first child not in S in the order of w_d descending, S holds every child of larger
+    w_d, and ``near`` only grows with S; so the inner minimum is reached on a prefix of that
+    order (``near`` of a prefix taken as the largest over its own prefixes, each a subset of S),
+    and costs one sort, O(k log k) for k children.
+
+    That alone lets every far child have a device of its own. The children also share the
+    devices' time: on device e they start no sooner than ``F_d + r_e`` (``r_d = 0``; elsewhere
+    the link's latency plus the fewest bytes any child receives over it) and end by
+    ``makespan - min_u bottom(u)``, so with ``T = makespan - F_d - min_u bottom(u)`` the
+    area bound with release times holds, by its dual, for any weights y >= 0 on the devices::
+
+        sum_e y_e (T - r_e)^+  >=  sum_u min_e y_e time(u, e)
+
+    The left side grows with T; its least solution, for the children's own speed-proportional
+    weights and for equal ones, bounds the plan too (``F_d + min bottom + T``), and the larger
+    of the two arguments counts for d. On BWA, whose index gates 100 equal alignments, this is the
+    one that binds: the index's output must reach a device before an alignment starts there.
+
+    The join mirrors it all: parents u of v either run on v's device before it, or send their
+    output to it; v then runs and ``bottom(v)`` follows.
+
+    Valid for every graph and cluster of the cost model: children ineligible on d cannot be in S
+    (their time is infinite), children eligible only on d must be (their w is infinite), one
+    device puts them all in S, a zero-byte edge still pays the link's latency, devices where v
+    cannot run are skipped. The transfer floor is the least latency plus bytes times the least
+    inverse bandwidth from d to another device of the child's class (:func:`_link_floors`);
+    devices of one class that see the same links to the others (in some order) give the same
+    value and are computed once (:func:`_device_types`). None of :func:`critical_path_bound`, :func:`area_bound` or :func:`fork_join_bound` sees a
+    transfer: on the generated BWA workflows at CCR 10 this bound is within a few tenths of a
+    percent of HEFT's plan, where theirs were 1.5-1.7x below it (the shared BWA trace: within
+    0.0-0.2% at CCR 0.1, 1 and 10 on all three clusters).
+
+    Parameters
+    ----------
+    cost : CostModel
+    candidates : int
+        Gating tasks tried in each direction: the widest fan-outs (fan-ins), the longest tasks and
+        the ones that send (receive) the most bytes, a third each. Each costs
+        O(device types x (k x classes + devices log devices)) for its k neighbours, after an
+        O(devices^2 log devices) grouping of the devices into types. Every value is a valid
+        bound, so fewer candidates only weaken it.
+
+    Returns
+    -------
+    float
+        The largest bound over the candidates in both directions (0 when no task has a neighbour);
+        combine it with the others by ``max`` (:func:`combined_bound`).
+
+    References
+    ----------
+    Heads and tails ("release and delivery times") on one machine: Carlier, "The one-machine
+    sequencing problem", EJOR 11 (1982). The area (load) bound's LP dual, here over windows that
+    open at the release times: Shmoys, Tardos, Math. Programming 62 (1993), as in
+    :func:`fork_join_bound`. Communication delays on the edges out of a task that
+    its children avoid only by sharing its processor: the setting of Hwang, Chow, Anger, Lee,
+    "Scheduling precedence graphs in systems with interprocessor communication times", SIAM J.
+    Computing 18(2) (1989).
+    """
+    T, D = cost.n_tasks, cost.n_devices
+    if T == 0 or D == 0 or cost.n_edges == 0:
+        return 0.0
+    tmin = cost.min_time()
+    top, bottom = heads_and_tails(cost, tmin)
+    best = 0.0
+    for inbound in (False, True):
+        if inbound:
+            ptr, idx, nbytes, head, tail = cost.pred_ptr, cost.pred_idx, cost.pred_bytes, bottom, top
+            degree = cost.n_pred
+        else:
+            ptr, idx, nbytes, head, tail = cost.succ_ptr, cost.succ_idx, cost.succ_bytes, top, bottom
+            degree = cost.n_succ
+        moved = np.bincount(cost.pred_dst if inbound else cost.pred_idx, weights=cost.pred_bytes, minlength=T)
+        types = _device_types(cost, inbound)
+        for v in _gates(tmin, degree, moved, candidates):
+            best = max(best, _gate_bound(cost, int(v), ptr, idx, nbytes, head, tail, types))
+    return float(best)
+
+
+def _gates(tmin: np.ndarray, degree: np.ndarray, moved: np.ndarray, candidates: int) -> np.ndarray:
+    """The candidate gates of :func:`fan_out_bound`: tasks with neighbours, widest, longest, heaviest."""
+    k = max(1, candidates // 3)
+    has = np.flatnonzero(degree > 0)
+    if has.size <= k:
+        return has
+    # The k largest of each key, ties to the earlier task (a stable sort's first k), without
+    # sorting all the tasks.
+    chosen = []
+    for key in (degree, tmin, moved):
+        values = -key[has]
+        kth = np.partition(values, k - 1)[k - 1]
+        above = np.flatnonzero(values < kth)
+        ties = np.flatnonzero(values == kth)[:k - above.size]
+        chosen.append(has[np.concatenate([above, ties])])
+    return np.unique(np.concatenate(chosen))
+
+
+#: Largest ``device types x neighbours x classes`` block :func:`_gate_bound` holds at once.
+_GATE_BLOCK = 1 << 22
+
+
+def _gate_bound(cost: CostModel, v: int, ptr, idx, nbytes, head, tail, types) -> float:
+    """:func:`fan_out_bound` for one gate ``v`` over its neighbours ``idx[ptr[v]:ptr[v + 1]]``
+    (children or parents), on the device ``types`` of :func:`_device_types`."""
+    rep, min_lat, min_inv, lat_rows, inv_rows = types
+    nbr = idx[ptr[v]:ptr[v + 1]]
+    b = nbytes[ptr[v]:ptr[v + 1]]
+    cls = cost.device_class[rep]
+    gate = cost.class_time[v, cls]
+    ok = np.isfinite(gate)
+    if not ok.any():
+        return math.inf
+    rep, cls, gate = rep[ok], cls[ok], gate[ok]
+    min_lat, min_inv, lat_rows, inv_rows = min_lat[ok], min_inv[ok], lat_rows[ok], inv_rows[ok]
+    p = cost.class_time[nbr]                                   # (k, C)
+    share = np.where(cost.shareable[rep][:, None], cost.share[nbr][None, :], 1.0)
+    p_near = p[:, cls].T * share                               # (R, k)
+    q = tail[nbr]
+    values = np.empty(rep.size)
+    step = max(1, _GATE_BLOCK // max(1, nbr.size * p.shape[1], cost.n_devices))
+    sent = b > 0
+    for s in range(0, rep.size, step):
+        r = slice(s, s + step)
+        lat, inv = min_lat[r], min_inv[r]                       # (R, C)
+        with np.errstate(invalid="ignore"):                     # 0 bytes over a dead link: latency only
+            by_bytes = np.where(sent[None, :, None], b[None, :, None] * inv[:, None, :], 0.0)
+        comm = lat[:, None, :] + by_bytes
+        w = (comm + p[None, :, :]).min(axis=2) + q[None, :]     # (R, k)
+        values[r] = _gate_values(head[v] + gate[r], p_near[r], q, w)
+        release = _releases(rep[r], lat_rows[r], inv_rows[r], float(b.min()))
+        window = _window_area(cost, nbr, release)
+        values[r] = np.maximum(values[r], head[v] + gate[r] + float(q.min()) + window)
+    return float(values.min())
+
+
+def _releases(rep: np.ndarray, lat_rows: np.ndarray, inv_rows: np.ndarray, nbytes: float) -> np.ndarray:
+    """``float[R, D]``: the least time after the gate ends before a neighbour can start on each
+    device (its own device: 0; another: the link's latency plus the fewest bytes any neighbour
+    moves)."""
+    with np.errstate(invalid="ignore"):
+        release = lat_rows + (inv_rows * nbytes if nbytes > 0 else 0.0)
+    release[np.arange(rep.size), rep] = 0.0
+    return release
+
+
+def _window_area(cost: CostModel, nbr: np.ndarray, release: np.ndarray) -> float:
+    """``float[R]``: the least T such that the neighbours' work fits on the devices in windows
+    ``[release[e], T]`` (the area bound with release times, by its dual; see :func:`fan_out_bound`).
+
+    For weights y per device class, ``sum_e y_e (T - release_e)^+ >= sum_u min_e y_e time(u, e)``
+    must hold; tried with the neighbours' own speed-proportional weights and with equal ones, and
+    the larger T kept (both valid).
+    """
+    p = cost.class_time[nbr]
+    fin = np.isfinite(p)
+    shareable = np.zeros(p.shape[1], dtype=bool)
+    shareable[cost.device_class] = cost.shareable
+    p = np.where(shareable[None, :], p * cost.share[nbr][:, None], p)
+    colsum = np.where(fin, p, 0.0).sum(axis=0)
+    every = fin.all(axis=0) & (colsum > 0)
+    weights = [np.ones(p.shape[1])]
+    if every.any():
+        weights.append(np.where(every, 1.0 / np.where(every, colsum, 1.0), 0.0))
+    best = np.zeros(release.shape[0])
+    order = np.argsort(release, axis=1, kind="stable")
+    rs = np.take_along_axis(release, order, axis=1)
+    nxt = np.concatenate([rs[:, 1:], np.full((rs.shape[0], 1), math.inf)], axis=1)
+    for y in weights:
+        with np.errstate(invalid="ignore"):
+            work = float(np.where(fin, p * y[None, :], math.inf).min(axis=1).sum())
+        if not work > 0:
+            continue
+        ys = y[cost.device_class][order]                        # (R, D) weight of each device, by release
+        slope = np.cumsum(ys, axis=1)
+        with np.errstate(invalid="ignore"):
+            offset = np.cumsum(np.where(ys > 0, ys * rs, 0.0), axis=1)
+            reach = np.where(slope > 0, slope * nxt - offset, 0.0)   # capacity by the next release
+        j = np.argmax(reach >= work, axis=1)
+        found = reach[np.arange(j.size), j] >= work
+        rows = np.arange(j.size)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(found, (work + offset[rows, j]) / slope[rows, j], math.inf)
+        best = np.maximum(best, t)
+    return best
+
+
+def _device_types(cost: CostModel, inbound: bool):
+    """Devices that :func:`_gate_bound` cannot tell apart, once each: the same class, and the same
+    (class, latency, 1/bw) to the other devices in some order. Returns ``(representatives,
+    min_lat[R, C], min_inv[R, C], lat[R, D], inv[R, D])``, links oriented as ``inbound`` says."""
+    lat, inv = (cost.lat.T, cost.inv_bw.T) if inbound else (cost.lat, cost.inv_bw)
+    min_lat, min_inv = _link_floors(cost, inbound)
+    D = cost.n_devices
+    self_link = np.eye(D, dtype=bool)
+    others = np.broadcast_to(cost.device_class.astype(np.float64), (D, D))
+    marked_lat, marked_inv = np.where(self_link, -1.0, lat), np.where(self_link, -1.0, inv)
+    order = np.lexsort((marked_inv, marked_lat, others), axis=-1)
+    key = np.concatenate([cost.device_class[:, None].astype(np.float64)]
+                         + [np.take_along_axis(a, order, axis=1) for a in (others, marked_lat, marked_inv)], axis=1)
+    # Rows of D x 3D floats: group by the short rows (class, floors) first, which usually settles
+    # it, and compare the long ones only inside a group.
+    short = np.concatenate([cost.device_class[:, None].astype(np.float64), min_lat, min_inv], axis=1)
+    _, group = np.unique(short, axis=0, return_inverse=True)
+    first = []
+    for g in np.unique(group):
+        members = np.flatnonzero(group.reshape(-1) == g)
+        rows = key[members]
+        if (rows == rows[0]).all():
+            first.append(members[:1])
+        else:
+            first.append(members[np.unique(rows, axis=0, return_index=True)[1]])
+    first = np.sort(np.concatenate(first))
+    return first, min_lat[first], min_inv[first], lat[first], inv[first]
+
+
+def combined_bound(cost: CostModel, area: tuple | None = None) -> float:
+    """The best analytic lower bound on every plan's makespan: the largest of
+    :func:`lower_bound` (critical path, area), :func:`fork_join_bound` and :func:`fan_out_bound`.
+
+    ``area``: ``area_bound(cost, weights=True)`` when the caller has it already.
+    """
+    area = area_bound(cost, weights=True) if area is None else area
+    return max(lower_bound(cost, area=area[0]), fork_join_bound(cost, area=area), fan_out_bound(cost))
 
 
 def lower_bound(cost: CostModel, area: float | None = None) -> float:

@@ -59,7 +59,7 @@ Candidates, in order:
 6. **Exact model** (:func:`streammap.mappers.exact.solve_exact`), by default, on graphs of at
    most :data:`EXACT_MAX_TASKS` tasks whose model has at most :data:`EXACT_MAX_TERMS` terms, and
    only when the best plan so far is more than :data:`EXACT_GAP` (0.5%) above the analytic bound
-   (:func:`cheap_bound`: critical path, area, fork-join): a plan the bound already proves
+   (:func:`cheap_bound`: critical path, area, fork-join, fan-out): a plan the bound already proves
    near-optimal costs no solver. CP-SAT, warm-started from the best plan so far, runs its
    deterministic interleaved search for :data:`EXACT_WORK` deterministic seconds (a fraction of a
    second of wall on such graphs). Its plan replaces the best one only if shorter (winner
@@ -97,7 +97,7 @@ import math
 
 import numpy as np
 
-from streammap.cost.model import CostModel, concat_ranges, fork_join_bound, lower_bound, segment_max
+from streammap.cost.model import CostModel, combined_bound, concat_ranges, segment_max
 from streammap.errors import MappingError
 from streammap.mappers.clustering import chain_schedule
 from streammap.mappers.exact import available as exact_available
@@ -284,9 +284,9 @@ def _placement_order(s: Schedule) -> np.ndarray:
 
 def cheap_bound(cost: CostModel) -> float:
     """The analytic lower bound ``auto`` compares its best heuristic plan with before it runs the
-    exact model: the largest of the critical path, the area bound and the fork-join bound
-    (:mod:`streammap.cost.model`). Every plan is at least this long."""
-    return max(lower_bound(cost), fork_join_bound(cost))
+    exact model: the largest of the critical path, the area bound, the fork-join bound and the
+    fan-out bound (:func:`streammap.cost.model.combined_bound`). Every plan is at least this long."""
+    return combined_bound(cost)
 
 
 def auto(cost: CostModel, *, exact: bool = True) -> Schedule:

@@ -25,7 +25,7 @@ present when ``x[t, d]``; exactly one ``x[t, ·]`` holds. Then, as the benchmark
   benchmark README's residency), against the capacity (with :data:`~streammap.mappers.schedule.MEM_RTOL`);
 * **objective**: the makespan ``M >= e[t]`` for every sink, minimised; and, redundant but a strong
   cut for the linear relaxation, ``M >= sum over t of dur[t, d] x[t, d]`` on every device, and
-  ``M >=`` the analytic bound (critical path, area, fork-join; :func:`analytic_bound`) in ticks
+  ``M >=`` the analytic bound (critical path, area, fork-join, fan-out; :func:`analytic_bound`) in ticks
   (optional, off by default: :data:`FEATURES`);
 * **symmetry breaking** (optional, off by default: :data:`FEATURES`): devices that are interchangeable (one class on one node, the same
   capacity, and swapping them changes no link: :func:`interchangeable_groups`) are loaded in
@@ -78,7 +78,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streammap.cost.model import CostModel, fork_join_bound, lower_bound
+from streammap.cost.model import CostModel, combined_bound
 from streammap.errors import MappingError
 from streammap.mappers.schedule import MEM_RTOL, Schedule, fits, peak_memory, simulate
 
@@ -172,8 +172,9 @@ def _down(x, unit) -> np.ndarray:
 
 
 def analytic_bound(cost: CostModel) -> float:
-    """The largest of the critical-path, area and fork-join bounds (:mod:`streammap.cost.model`)."""
-    return max(lower_bound(cost), fork_join_bound(cost))
+    """The largest of the critical-path, area, fork-join and fan-out bounds
+    (:func:`streammap.cost.model.combined_bound`)."""
+    return combined_bound(cost)
 
 
 def memory_devices(cost: CostModel) -> np.ndarray:

@@ -145,7 +145,11 @@ def test_auto_runs_the_exact_model_on_small_graphs_and_keeps_the_better_plan():
     cost = fork_join()
     s = auto(cost, exact=True)
     assert check(cost, s) == pytest.approx(5.0)
-    assert s.bound is not None and s.bound <= s.makespan
+    # the solver ran, or the analytic bound (here the fan-out bound, 5 s) already proves the plan optimal
+    if s.bound is None:
+        assert s.makespan <= cheap_bound(cost) * (1 + EXACT_GAP)
+    else:
+        assert s.bound <= s.makespan
     before = auto(cost, exact=False)
     assert before.bound is None
     assert s.makespan <= before.makespan <= heft(cost).makespan
