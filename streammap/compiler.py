@@ -19,7 +19,7 @@ import numpy as np
 from streammap.cluster.discover import discover_local
 from streammap.cluster.model import Cluster, cluster_from_dict, dump_cluster_spec, load_cluster
 from streammap.cost.history import resolve_history_hook
-from streammap.cost.model import CostModel, lower_bound
+from streammap.cost.model import CostModel, combined_bound, lower_bound
 from streammap.directives import MAX_TASKS, parse_program
 from streammap.directives.imports import local_modules
 from streammap.errors import StreamMapError
@@ -27,6 +27,7 @@ from streammap.io.bulk import gc_paused
 from streammap.io.importers import load_graph
 from streammap.ir import write_graph
 from streammap.mappers import get_mapper
+from streammap.mappers.auto import LARGE_WORK
 from streammap.mappers.schedule import Schedule
 from streammap.placement.colocate import stateful_groups, whole_device_heft
 from streammap.placement.sharing import map_shared, shared_lower_bound, uses_sharing
@@ -137,7 +138,14 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
         except StreamMapError:            # HEFT finds no memory-valid placement (another strategy did)
             heft_makespan = None
     sharing = uses_sharing(kept.cost)
-    lower = shared_lower_bound(kept.cost) if sharing else lower_bound(kept.cost)
+    if sharing:
+        lower = shared_lower_bound(kept.cost)
+    elif kept.cost.n_tasks * kept.cost.n_devices <= LARGE_WORK:
+        # the transfer-aware fan-out and the fork-join bounds too: a plan's gap is only as honest
+        # as its bound (a BWA-like fan-out reads 1.7x its plain bound and 1.00x this one)
+        lower = combined_bound(kept.cost)
+    else:
+        lower = lower_bound(kept.cost)     # the large-graph path: the bound in O(edges)
     # The exact solver's bound holds for whole-device plans of this cost model: not under sharing.
     solver_bound = None if sharing else kept.schedule.bound
     if solver_bound is not None:
