@@ -27,7 +27,7 @@ from streammap.io.bulk import gc_paused
 from streammap.io.importers import load_graph
 from streammap.ir import write_graph
 from streammap.mappers import get_mapper
-from streammap.mappers.auto import LARGE_WORK
+from streammap.mappers.auto import large_graph_passes
 from streammap.mappers.schedule import Schedule
 from streammap.placement.colocate import stateful_groups, whole_device_heft
 from streammap.placement.sharing import map_shared, shared_lower_bound, uses_sharing
@@ -140,7 +140,7 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     sharing = uses_sharing(kept.cost)
     if sharing:
         lower = shared_lower_bound(kept.cost)
-    elif kept.cost.n_tasks * kept.cost.n_devices <= LARGE_WORK:
+    elif large_graph_passes(kept.cost.n_tasks, kept.cost.n_devices) is None:     # auto's small-graph path
         # the transfer-aware fan-out and the fork-join bounds too: a plan's gap is only as honest
         # as its bound (a BWA-like fan-out reads 1.7x its plain bound and 1.00x this one)
         lower = combined_bound(kept.cost)
