@@ -7,9 +7,7 @@ memory-valid one) and the exact CP-SAT model on graphs of ten tasks; HEFT and ``
 random graphs give plans the bound must never exceed either.
 """
 
-import itertools
 
-import networkx as nx
 import numpy as np
 import pytest
 
@@ -26,8 +24,8 @@ from streammap.ir import add_task, new_graph
 from streammap.mappers.auto import auto
 from streammap.mappers.heft import heft
 from streammap.mappers.optimal import optimal
-from streammap.mappers.schedule import simulate
 from tests.helpers.graphs import mixed_cluster, random_graph
+from tests.helpers.optimum import exhaustive_optimum
 from tests.helpers.paths import SHARED, needs_shared
 
 #: Relative slack for float sums taken in another order by the simulator.
@@ -54,21 +52,6 @@ def cluster(nodes, network=(1.0, 0.0)):
                   for k, (models, bw, lat) in enumerate(nodes)]})
 
 
-def exhaustive_optimum(cost):
-    """The least makespan of any plan (every assignment x every topological order), memory ignored."""
-    T, D = cost.n_tasks, cost.n_devices
-    dag = nx.DiGraph()
-    dag.add_nodes_from(range(T))
-    dag.add_edges_from(zip(cost.pred_idx.tolist(), cost.pred_dst.tolist()))
-    orders = list(nx.all_topological_sorts(dag))
-    best = np.inf
-    for dev in itertools.product(range(D), repeat=T):
-        dev = np.array(dev)
-        if not np.isfinite(cost.time[np.arange(T), dev]).all():
-            continue
-        for o in orders:
-            best = min(best, simulate(cost, dev, [[t for t in o if dev[t] == d] for d in range(D)]).makespan)
-    return best
 
 
 def random_tiny_case(seed):
@@ -105,7 +88,7 @@ def random_tiny_case(seed):
 @pytest.mark.parametrize("seed", range(40))
 def test_no_plan_of_a_tiny_graph_finishes_before_the_bound(seed):
     cost = random_tiny_case(seed)
-    optimum = exhaustive_optimum(cost)
+    optimum = exhaustive_optimum(cost, memory=False)
     assert fan_out_bound(cost) <= optimum * (1 + RTOL)
     assert combined_bound(cost) <= optimum * (1 + RTOL)
 
@@ -122,7 +105,7 @@ def test_children_stay_with_a_gate_whose_output_costs_more_to_move_than_to_wait_
     cost = fan_out(3, 10.0)
     assert fork_join_bound(cost) == pytest.approx(2.5)
     assert fan_out_bound(cost) == pytest.approx(4.0)
-    assert exhaustive_optimum(cost) == pytest.approx(4.0)
+    assert exhaustive_optimum(cost, memory=False) == pytest.approx(4.0)
 
 
 def test_children_that_are_cheap_to_move_share_the_far_devices_time():
@@ -131,7 +114,7 @@ def test_children_that_are_cheap_to_move_share_the_far_devices_time():
     # 1.5 s: (T - 1) + (T - 1.5) >= 3 gives T = 2.75 s. The optimum is 3 s (a task does not split).
     cost = fan_out(3, 0.5)
     assert fan_out_bound(cost) == pytest.approx(2.75)
-    assert exhaustive_optimum(cost) == pytest.approx(3.0)
+    assert exhaustive_optimum(cost, memory=False) == pytest.approx(3.0)
 
 
 def test_a_zero_byte_edge_still_pays_the_links_latency():
@@ -140,7 +123,7 @@ def test_a_zero_byte_edge_still_pays_the_links_latency():
     cost = CostModel(graph(times, [(0, c, 0.0) for c in (1, 2, 3)]), cluster([(["A", "B"], 1.0, lat)]))
     # Three seconds of children on the gate's device from 1 s and on the other from 1 + latency.
     assert fan_out_bound(cost) == pytest.approx(1.0 + (3.0 + lat) / 2)
-    assert fan_out_bound(cost) <= exhaustive_optimum(cost)
+    assert fan_out_bound(cost) <= exhaustive_optimum(cost, memory=False)
     # Nothing to move and no latency: what is left is the transfer-free fork-join bound.
     free = CostModel(graph(times, [(0, c, 0.0) for c in (1, 2, 3)]), cluster([(["A", "B"], 1.0, 0.0)]))
     assert fan_out_bound(free) == pytest.approx(fork_join_bound(free)) == pytest.approx(2.5)
@@ -151,7 +134,7 @@ def test_on_one_device_every_child_runs_after_the_gate_in_turn():
     # t3 -> t4 gives t3 a tail of 1 s; the last child to end has a tail of at least 0 s.
     cost = CostModel(graph(times, [(0, 1, 5.0), (0, 2, 5.0), (0, 3, 5.0), (3, 4, 1.0)]), cluster([(["A"], 1.0, 0.0)]))
     assert fan_out_bound(cost) == pytest.approx(2.0 + 1.0 + 3.0 + 0.5)
-    assert fan_out_bound(cost) <= exhaustive_optimum(cost) * (1 + RTOL)
+    assert fan_out_bound(cost) <= exhaustive_optimum(cost, memory=False) * (1 + RTOL)
 
 
 def test_a_child_eligible_only_on_the_gates_device_stays_there():
@@ -162,7 +145,7 @@ def test_a_child_eligible_only_on_the_gates_device_stays_there():
     # Gate on A: both children after it there (3 + 2 = 5), or t2 far (3 + 10 + 1 = 14, and t1 still 4): 5.
     # Gate on B: t1 must move (1 + 10 + 1 = 12). The least of the two: 5, the optimum.
     assert fan_out_bound(cost) == pytest.approx(5.0)
-    assert exhaustive_optimum(cost) == pytest.approx(5.0)
+    assert exhaustive_optimum(cost, memory=False) == pytest.approx(5.0)
 
 
 def test_a_gate_that_can_run_nowhere_has_no_plan():

@@ -7,9 +7,7 @@ best memory-valid makespan is the optimum of the benchmark model.
 """
 
 import importlib
-import itertools
 
-import networkx as nx
 import numpy as np
 import pytest
 
@@ -22,9 +20,10 @@ from streammap.mappers import get_mapper
 from streammap.mappers.auto import EXACT_GAP, EXACT_MAX_TASKS, auto, cheap_bound
 from streammap.mappers.heft import heft
 from streammap.mappers.optimal import optimal
-from streammap.mappers.schedule import evaluate, fits, peak_memory, simulate
+from streammap.mappers.schedule import evaluate, simulate
 from streammap.plan import write_plan
 from streammap.views.show import plan_verdict
+from tests.helpers.optimum import exhaustive_optimum
 from tests.helpers.paths import SHARED, needs_shared
 
 
@@ -48,23 +47,6 @@ def graph(times, edges, mem=None):
     return g
 
 
-def exhaustive_optimum(cost):
-    """The least makespan of any memory-valid plan (every assignment x every topological order)."""
-    T, D = cost.n_tasks, cost.n_devices
-    dag = nx.DiGraph()
-    dag.add_nodes_from(range(T))
-    dag.add_edges_from(zip(cost.pred_idx.tolist(), cost.pred_dst.tolist()))
-    orders = list(nx.all_topological_sorts(dag))
-    best = np.inf
-    for dev in itertools.product(range(D), repeat=T):
-        dev = np.array(dev)
-        if not np.isfinite(cost.time[np.arange(T), dev]).all():
-            continue
-        for o in orders:
-            s = simulate(cost, dev, [[t for t in o if dev[t] == d] for d in range(D)])
-            if s.makespan < best and fits(peak_memory(cost, s.device, s.start, s.finish), cost.capacity).all():
-                best = s.makespan
-    return best
 
 
 def check(cost, s):
