@@ -125,7 +125,7 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
                              history=hook)
     kept = choice.chosen
     # auto ran HEFT on this cost model as its first candidate and says what it gave (or its plan
-    # is HEFT's own): no second HEFT pass. Not with stateful kernels: there the plan may come from
+    # is HEFT's own): no second HEFT pass; nor a second analytic bound where auto computed one. Not with stateful kernels: there the plan may come from
     # a view pinned for the plan's own mapper, and the reference is HEFT's own pinning.
     reuse = kept.name in ("none", "data") and not stateful_groups(kept.cost)
     if reuse and kept.schedule.heft_makespan is not None:
@@ -140,6 +140,8 @@ def compile(path, cluster, params: dict | None = None, mapper: str = "auto", ent
     sharing = uses_sharing(kept.cost)
     if sharing:
         lower = shared_lower_bound(kept.cost)
+    elif reuse and kept.schedule.analytic_bound is not None:
+        lower = kept.schedule.analytic_bound          # auto computed combined_bound of this cost model
     elif large_graph_passes(kept.cost.n_tasks, kept.cost.n_devices) is None:     # auto's small-graph path
         # the transfer-aware fan-out and the fork-join bounds too: a plan's gap is only as honest
         # as its bound (a BWA-like fan-out reads 1.7x its plain bound and 1.00x this one)

@@ -488,24 +488,28 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     ms, _, name, best = results[0]
     if plain is not None and plain.makespan < ms:
         ms, name, best = plain.makespan, "heft-plain", plain
-    bound = None
-    if exact and exact_fits(cost) and ms > cheap_bound(cost) * (1.0 + EXACT_GAP):
-        # The exact model, warm-started from the best plan so far: a better plan, or a proof of
-        # how close this one is. Not when the analytic bounds already show the plan within
-        # EXACT_GAP of optimal.
-        res = solve_exact(cost, best, work=EXACT_WORK, interleave=True)
-        bound = res.bound
-        if res.schedule is not None and res.schedule.makespan < best.makespan:
-            name, best = "exact", res.schedule
-    elif exact and (lns_windows := window_budget(T, ms)) > 0 and exact_available() \
-            and ms > cheap_bound(cost) * (1.0 + EXACT_GAP):
-        # Too large for the exact model: CP-SAT on windows of the best plan (candidate 7), which
-        # keeps only plans shorter than the one in hand; a short plan gets few windows or none.
-        better = improve_plan(cost, best, max_windows=lns_windows)
-        if better is not best:
-            name, best = f"{name}+lns", better
+    bound = analytic = None
+    exact_step = exact and exact_fits(cost)
+    lns_windows = 0 if exact_step or not exact else window_budget(T, ms)
+    if exact_step or (lns_windows > 0 and exact_available()):
+        analytic = cheap_bound(cost)        # once: the plan's lower bound reuses it
+    if analytic is not None and ms > analytic * (1.0 + EXACT_GAP):
+        # Not when the analytic bounds already show the plan within EXACT_GAP of optimal.
+        if exact_step:
+            # The exact model, warm-started from the best plan so far: a better plan, or a
+            # proof of how close this one is.
+            res = solve_exact(cost, best, work=EXACT_WORK, interleave=True)
+            bound = res.bound
+            if res.schedule is not None and res.schedule.makespan < best.makespan:
+                name, best = "exact", res.schedule
+        else:
+            # Too large for the exact model: CP-SAT on windows of the best plan (candidate 7),
+            # which keeps only plans shorter than the one in hand; a short plan gets few windows.
+            better = improve_plan(cost, best, max_windows=lns_windows)
+            if better is not best:
+                name, best = f"{name}+lns", better
     return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
-                    n_devices=D, seq=best.seq, bound=bound, heft_makespan=heft_ms)
+                    n_devices=D, seq=best.seq, bound=bound, heft_makespan=heft_ms, analytic_bound=analytic)
 
 
 def _best_of(results: list, errors: list, n_devices: int, heft_ms: float | None) -> Schedule:

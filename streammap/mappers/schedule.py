@@ -67,6 +67,10 @@ class Schedule:
         The makespan of :func:`~streammap.mappers.heft.heft`'s plan of the same cost model, when
         the mapper ran HEFT on it (``auto`` does, as its first candidate): the plan's
         ``heft_makespan`` without a second HEFT pass. ``None`` when it did not (or HEFT failed).
+    analytic_bound : float, optional
+        :func:`~streammap.cost.model.combined_bound` of the same cost model, when the mapper
+        computed it (``auto`` does before its exact step or search): the plan's lower bound
+        without a second pass over the graph. ``None`` when it did not.
     """
 
     mapper: str
@@ -78,6 +82,7 @@ class Schedule:
     seq: np.ndarray | None = field(default=None, repr=False)
     bound: float | None = None
     heft_makespan: float | None = None
+    analytic_bound: float | None = None
 
     def order(self) -> list[np.ndarray]:
         """Task positions on each device, in the order the device runs them.

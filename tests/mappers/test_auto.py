@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from streammap.cluster.model import cluster_from_dict, load_cluster
-from streammap.cost.model import CostModel, lower_bound
+from streammap.cost.model import CostModel, combined_bound, lower_bound
 from streammap.errors import MappingError
 from streammap.io.importers import load_graph
 from streammap.mappers import get_mapper
@@ -172,3 +172,12 @@ def test_ccr01_workflow_beats_heft_with_the_new_candidates(shared):
     s = auto(cost)
     assert check(cost, s) < heft_plain(cost).makespan
     assert s.makespan >= lower_bound(cost)
+
+
+def test_auto_hands_on_the_analytic_bound_it_compared_its_plan_with():
+    """The plan's lower bound reuses it: no second pass of the fork-join and fan-out bounds."""
+    cost = CostModel(random_graph(n=40, seed=2), mixed_cluster())
+    s = auto(cost)
+    assert s.analytic_bound == pytest.approx(combined_bound(cost))
+    assert s.makespan >= s.analytic_bound
+    assert auto(cost, exact=False).analytic_bound is None       # no exact step: none computed
