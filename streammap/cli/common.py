@@ -26,15 +26,31 @@ MAX_INTERVAL = 86_400.0
 MAX_TEST_MIB = 65_536
 
 
-def port(text: str) -> int:
-    """An argparse type: a TCP port, 0 (any free one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text} is not a port (0 to 65535)")
-    return value
+#: Most timed runs per device ``profile --repeats`` makes.
+MAX_REPEATS = 1000
+
+
+def int_between(low: int, high: int, what: str):
+    """An argparse type: an integer from ``low`` to ``high``; anything else is refused as not
+    ``what`` (a non-number too, without a traceback)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is not {what} ({low} to {high})")
+        return value
+    parse.__name__ = what
+    return parse
+
+
+#: A TCP port, 0 (any free one) to 65535.
+port = int_between(0, 65535, "a port")
+#: The MiB of ``doctor``'s test file, 1 to :data:`MAX_TEST_MIB`.
+test_file_mib = int_between(1, MAX_TEST_MIB, "a size in MiB")
+#: Timed runs per device, 1 to :data:`MAX_REPEATS`.
+repeats = int_between(1, MAX_REPEATS, "a number of runs")
 
 
 def interval(text: str) -> float:
@@ -45,32 +61,6 @@ def interval(text: str) -> float:
         value = math.nan
     if not 0 < value <= MAX_INTERVAL:           # NaN fails too
         raise argparse.ArgumentTypeError(f"{text} is not a number of seconds > 0 and at most {MAX_INTERVAL:.0f}")
-    return value
-
-
-def test_file_mib(text: str) -> int:
-    """An argparse type: the MiB of a test file, 1 to :data:`MAX_TEST_MIB`."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_TEST_MIB:
-        raise argparse.ArgumentTypeError(f"{text} is not a size in MiB (1 to {MAX_TEST_MIB})")
-    return value
-
-
-#: Most timed runs per device ``profile --repeats`` makes.
-MAX_REPEATS = 1000
-
-
-def repeats(text: str) -> int:
-    """An argparse type: timed runs per device, 1 to :data:`MAX_REPEATS`."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MAX_REPEATS:
-        raise argparse.ArgumentTypeError(f"{text} is not a number of runs (1 to {MAX_REPEATS})")
     return value
 
 
