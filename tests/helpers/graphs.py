@@ -22,10 +22,12 @@ def random_graph(n=300, seed=0, gpu_only=0.3, cpu_only=0.1):
     return g
 
 
-def mixed_cluster(memory="8GiB"):
+def mixed_cluster(memory="8GiB", network=("12.5 GB/s", "10us"), link=("100 GB/s", "3us")):
+    """Two nodes of two GPUs (speed 1 on the first, 2 on the second) and a CPU (0.25);
+    ``network`` and ``link``: (bandwidth, latency) between and inside the nodes."""
     return cluster_from_dict({
-        "name": "mixed", "network": {"bandwidth": "12.5 GB/s", "latency": "10us"},
-        "nodes": [{"name": f"n{k}", "link": {"bandwidth": "100 GB/s", "latency": "3us"},
+        "name": "mixed", "network": {"bandwidth": network[0], "latency": network[1]},
+        "nodes": [{"name": f"n{k}", "link": {"bandwidth": link[0], "latency": link[1]},
                    "devices": [{"name": "gpu0", "kind": "gpu", "memory": memory, "speed": 1.0 + k},
                                {"name": "gpu1", "kind": "gpu", "memory": memory, "speed": 1.0 + k},
                                {"name": "cpu", "kind": "cpu", "memory": memory, "speed": 0.25}]}

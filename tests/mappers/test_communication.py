@@ -14,7 +14,7 @@ from streammap.mappers.clustering import chain_schedule, linear_chains, map_chai
 from streammap.mappers.heft import heft
 from streammap.mappers.lookahead import lookahead_assignment, lookahead_heft
 from streammap.mappers.schedule import evaluate
-from tests.helpers.graphs import random_graph
+from tests.helpers.graphs import mixed_cluster, random_graph
 
 auto_module = importlib.import_module("streammap.mappers.auto")
 
@@ -30,13 +30,7 @@ def two_devices():
 
 def slow_network_cluster():
     """Two nodes of two GPUs and a CPU on a slow network: transfers dominate (high CCR)."""
-    return cluster_from_dict({
-        "name": "slow", "network": {"bandwidth": "0.2 GB/s", "latency": "1ms"},
-        "nodes": [{"name": f"n{k}", "link": {"bandwidth": "2 GB/s", "latency": "10us"},
-                   "devices": [{"name": "gpu0", "kind": "gpu", "memory": "64GiB", "speed": 1.0 + k},
-                               {"name": "gpu1", "kind": "gpu", "memory": "64GiB", "speed": 1.0 + k},
-                               {"name": "cpu", "kind": "cpu", "memory": "64GiB", "speed": 0.25}]}
-                  for k in range(2)]})
+    return mixed_cluster("64GiB", network=("0.2 GB/s", "1ms"), link=("2 GB/s", "10us"))
 
 
 def unit(g, name):

@@ -14,7 +14,7 @@ from streammap.ir import add_task, new_graph
 from streammap.mappers.grouping import grouped_schedule, heavy_edge_groups, scope_edge_cost
 from streammap.mappers.heft import heft, priority_order, upward_rank
 from streammap.mappers.schedule import evaluate
-from tests.helpers.graphs import random_graph
+from tests.helpers.graphs import mixed_cluster, random_graph
 
 auto_module = importlib.import_module("streammap.mappers.auto")
 
@@ -30,13 +30,7 @@ def two_nodes(network_bw=1.0, link_bw=1000.0):
 
 def slow_mixed_cluster():
     """Two nodes of two GPUs and a CPU on a slow network (random graphs pin tasks to GPU or CPU)."""
-    return cluster_from_dict({
-        "name": "slow", "network": {"bandwidth": "0.2 GB/s", "latency": "1ms"},
-        "nodes": [{"name": f"n{k}", "link": {"bandwidth": "20 GB/s", "latency": "10us"},
-                   "devices": [{"name": "gpu0", "kind": "gpu", "memory": "64GiB", "speed": 1.0 + k},
-                               {"name": "gpu1", "kind": "gpu", "memory": "64GiB", "speed": 1.0 + k},
-                               {"name": "cpu", "kind": "cpu", "memory": "64GiB", "speed": 0.25}]}
-                  for k in range(2)]})
+    return mixed_cluster("64GiB", network=("0.2 GB/s", "1ms"), link=("20 GB/s", "10us"))
 
 
 def gather_graph(n_sources=8, nbytes=10.0):
