@@ -120,11 +120,12 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
 import numpy
 
-from streammap.errors import KernelError, PlanError
+from streammap.errors import KernelError, PlanError, StreamMapError
 from streammap.io.bulk import gc_paused
 from streammap.ir import item, resolve_spec, spec_refs
 from streammap.plan import Plan
@@ -1111,10 +1112,28 @@ def task_error(plan, k: Optional[int], exc: BaseException) -> BaseException:
     if k is None:
         return exc
     t = plan.tasks[k]
+    if isinstance(exc, StreamMapError) and t.kernel.startswith(BUILTIN_PREFIX):
+        return clause_error(plan, t, exc)
     exc = explain(exc, t.kernel, t.id)
     err = KernelError(t.id, t.site, t.device, user_traceback(exc), cause=exc)
     err.__cause__ = exc
     return err
+
+
+#: Kernels the compiler adds to a plan (``streammap.scatter``, ``streammap.gather``) are named so.
+BUILTIN_PREFIX = "streammap."
+
+
+def clause_error(plan, t, exc: StreamMapError) -> StreamMapError:
+    """StreamMAP's own kernel of task ``t`` (a fission scatter or gather) refusing the data it met:
+    the program's clause is what is wrong (``split=1`` of a 1-D array), not code of the user's, so
+    it is bad input (exit status 2) at the call site, with the refusal's hint and no traceback."""
+    path, line = None, None
+    if t.site and plan.source.kind == "program":
+        file, _, number = t.site.rpartition(":")
+        if number.isdigit():
+            path, line = Path(plan.source.path).parent / file, int(number)
+    return StreamMapError(f"task {t.id} on {t.device}: {exc.message}", path=path, line=line, hint=exc.hint)
 
 
 def name_outputs(value) -> dict[str, numpy.ndarray]:

@@ -118,6 +118,45 @@ def test_a_forced_split_runs_with_identical_results_on_the_emulated_cluster(tmp_
     np.testing.assert_array_equal(got["histogram"], expected["histogram"])
 
 
+SPLIT_A_VECTOR_ALONG_COLUMNS = """\
+import numpy as np
+
+# @stream param
+N = 1024
+
+
+# @stream kernel(out=8*N)
+def make():
+    return np.arange(N, dtype=float)
+
+
+# @stream kernel(flops=N, out=8*N, split=1)
+def scale(x):
+    return x * 2
+
+
+# @stream graph
+def main():
+    return scale(make())
+"""
+
+
+def test_a_split_axis_the_data_lacks_ends_the_run_with_the_call_site_and_status_2(tmp_path, hetero_cluster, capsys):
+    (tmp_path / "vec.py").write_text(SPLIT_A_VECTOR_ALONG_COLUMNS)
+    plan = tmp_path / "plan.yaml"
+    assert main(["compile", str(tmp_path / "vec.py"), "--cluster", str(hetero_cluster), "--strategy", "data",
+                 "-o", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(plan), "--emulate", "-o", str(tmp_path / "out.npz"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert first.startswith(f"{tmp_path / 'vec.py'}:19: error: task scale@vec.py:19~scatter")
+    assert "split=1 cuts along axis 1, but the argument has 1 dimension" in first
+    assert "hint: the kernel's split clause must name an axis of its first argument: 0..0" in err
+    assert "Traceback" not in err and err.count("error:") == 1
+    assert not (tmp_path / "out.npz").exists()
+
+
 def test_auto_splits_a_large_kernel_and_records_the_alternatives(hetero_cluster):
     plan = streammap.compile(SAMPLES / "mandelbrot.py", cluster=hetero_cluster, params={"ROWS": 2048, "COLS": 2048, "ITER": 256})
     assert plan.strategy.chosen == "data" and not plan.strategy.forced
