@@ -41,8 +41,14 @@ def run(args) -> int:
         raise StreamMapError(f"streammap show reads a plan (.yaml) or a run record (.run.json), not "
                              f"{path.name!r}", path=path,
                              hint="outputs (.npz) are NumPy archives: read them with numpy.load")
-    if args.what_if and path.suffix.lower() == ".json":
+    is_record = path.suffix.lower() == ".json"
+    # Options for the other kind of file are refused here, before anything is printed or drawn.
+    if args.what_if and is_record:
         raise StreamMapError("--what-if re-times a plan; give it the plan file", path=path)
+    if args.html is not None and not is_record:
+        raise StreamMapError("--html writes a run report; give it a run record (*.run.json)", path=path)
+    if args.graph and is_record:
+        raise StreamMapError("--graph draws a plan's task graph; give it the plan file", path=path)
     out = console()
     if path.suffix.lower() == ".json":
         obj = read_run_record(path)
@@ -63,13 +69,9 @@ def run(args) -> int:
         show.gantt(obj, args.gantt)
         out.print(f"wrote {args.gantt}", markup=False)
     if args.html is not None:
-        if path.suffix.lower() != ".json":
-            raise StreamMapError("--html writes a run report; give it a run record (*.run.json)", path=path)
         files = write_report(obj, args.html or None, record_path=path)
         out.print(f"wrote {files.html} ({', '.join(map(str, files.images))})", markup=False)
     if args.graph:
-        if path.suffix.lower() == ".json":
-            raise StreamMapError("--graph draws a plan's task graph; give it the plan file", path=path)
         show.graph_picture(obj, args.graph)
         out.print(f"wrote {args.graph}", markup=False)
     return 0
