@@ -22,9 +22,11 @@
     ``directed``, ``graph``, ``nodes``, and ``edges`` (or ``links``, as older networkx wrote).
     Node attributes: ``kernel``; ``runtime`` (seconds on a reference device of speed 1.0) and/or
     ``times`` (``{device model or kind: seconds}``); optional ``mem``, ``out`` and the other IR
-    attributes (``flops``, ``bytes``, ``device``, ...). Edge attribute: ``bytes``. ``mem`` and
-    ``out`` left out stay ``None`` and the cost model applies the README default (input plus
-    output bytes).
+    attributes (``flops``, ``bytes``, ``device``, ``compute_class``, ...). Edge attribute:
+    ``bytes``. ``mem`` and ``out`` left out stay ``None`` and the cost model applies the README
+    default (input plus output bytes). A graph whose ``graph.kind`` is ``program`` (what
+    ``--emit-graph`` writes for a program) compiles back to the program's plan: a task with
+    neither runtime nor clauses is estimated at its launch overhead, as in the program.
 
 Bounds: a file of at most :data:`MAX_JSON_BYTES`, or :data:`JSON_BYTES_PER_TASK` per task allowed
 when ``max_tasks`` asks for more (a million-task node-link graph with times for 8 device models is
@@ -61,7 +63,7 @@ _NL_HINT = ("a node-link file has 'directed', 'nodes' and 'edges' (or 'links'); 
 _PEGASUS_ID = re.compile(r"_ID\d+$")
 #: Node-link attributes copied into the IR (the others are ignored).
 _PASS = ("site", "code", "flops", "bytes", "mem", "out", "device", "split", "share", "stateful", "retries",
-         "timeout")
+         "timeout", "compute_class")
 #: Largest workflow file read (the largest WfInstances trace is a few MB).
 MAX_JSON_BYTES = 256 * 1024 * 1024
 #: Bytes of workflow file allowed per task of ``max_tasks`` when that exceeds :data:`MAX_JSON_BYTES`.
@@ -194,6 +196,9 @@ _ATTR_CHECKS = {
                 f"an int in 0..{MAX_RETRIES}"),
     "site": (lambda v: isinstance(v, str), "a string"),
     "code": (lambda v: isinstance(v, str), "a string"),
+    # the rate a task's flops run at (streammap.directives.kernel_class); a name the cost model does
+    # not know counts as none, like a task without it
+    "compute_class": (lambda v: isinstance(v, str), "a string"),
 }
 
 
@@ -356,6 +361,9 @@ def graph_from_node_link(data: dict, path, text: str | None = None, max_tasks: i
     _too_many(len(nodes), max_tasks, path)
     meta = data.get("graph") if isinstance(data.get("graph"), dict) else {}
     g = new_graph(str(meta.get("name") or path.stem), kind="workflow", source=str(path))
+    # A graph that --emit-graph wrote from a program: a kernel with no clause but out= is estimated
+    # at its launch overhead alone, as when the program itself is compiled, so it needs no runtime.
+    emitted = meta.get("kind") == "program"
     for n in nodes:
         if not isinstance(n, dict) or "id" not in n:
             _fail(f"node without an id: {_short(n)}", path, text, "nodes", hint=_NL_HINT)
@@ -382,7 +390,7 @@ def graph_from_node_link(data: dict, path, text: str | None = None, max_tasks: i
         for k, (ok, what) in _ATTR_CHECKS.items():
             if k in attrs and not ok(attrs[k]):
                 _fail(f"{k} of task {tid} must be {what}, got {_short(attrs[k])}", path, text, raw, hint=_NL_HINT)
-        if runtime is None and times is None and "flops" not in attrs and "bytes" not in attrs:
+        if runtime is None and times is None and "flops" not in attrs and "bytes" not in attrs and not emitted:
             _fail(f"task {tid} has no runtime", path, text, raw,
                   hint="give each node 'runtime' (seconds on a speed-1.0 device) or 'times' "
                        "({device model or kind: seconds})")

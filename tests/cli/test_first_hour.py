@@ -4,7 +4,10 @@ or written, and the right turns give what the README says they give."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
 
 from streammap.cli import main
 from tests.helpers.paths import SAMPLES
@@ -36,3 +39,54 @@ def test_an_option_for_the_other_kind_of_file_is_refused_before_anything_is_show
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"{target}: error: {needle}")
     assert not picture.exists() and not (tmp_path / "x.out").exists()
+
+
+ONLY_OUT = '''\
+import numpy as np
+
+# @stream param
+N = 4096
+
+
+# @stream kernel(out=8*N)
+def make(i):
+    return np.full(N, float(i))
+
+
+# @stream kernel(flops=4*N, bytes=16*N, out=8*N)
+def work(x):
+    return x * 2
+
+
+# @stream kernel(bytes=32*N, out=8*N)
+def total(*xs):
+    return sum(xs)
+
+
+# @stream graph
+def main():
+    return total(*[work(make(i)) for i in range(4)])
+'''
+
+
+def _placements(plan_path) -> tuple[float, dict]:
+    plan = yaml.safe_load(plan_path.read_text())
+    return plan["mapper"]["estimated_makespan"], {t["id"]: (t["device"], t["start"], t["finish"]) for t in plan["tasks"]}
+
+
+@pytest.mark.parametrize("program", ["only_out.py", "fm_radio.py"])
+def test_an_emitted_graph_compiles_back_to_the_same_plan(tmp_path, capsys, program):
+    source = tmp_path / program
+    source.write_text(ONLY_OUT if program == "only_out.py" else (SAMPLES / program).read_text())
+    graph, first, second = tmp_path / "g.json", tmp_path / "a.yaml", tmp_path / "b.yaml"
+    assert main(["compile", str(source), "--cluster", str(TINY), "--emit-graph", str(graph), "-o", str(first)]) == 0
+    assert main(["compile", str(graph), "--cluster", str(TINY), "-o", str(second)]) == 0, capsys.readouterr().err
+    assert _placements(second) == _placements(first)
+
+
+def test_a_hand_written_node_without_any_estimate_is_still_refused(tmp_path, capsys):
+    graph = {"directed": True, "multigraph": False, "graph": {"name": "wf"},
+             "nodes": [{"id": "a", "out": 8}], "edges": []}
+    (tmp_path / "g.json").write_text(json.dumps(graph))
+    assert main(["compile", str(tmp_path / "g.json"), "--cluster", str(TINY), "-o", str(tmp_path / "p.yaml")]) == 2
+    assert "task a has no runtime" in capsys.readouterr().err
