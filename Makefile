@@ -12,7 +12,12 @@ GPU_EXTRA  ?= gpu-cuda12
 # The CuPy extra this machine's NVIDIA driver runs (gpu-cuda13 from CUDA 13 on, else gpu-cuda12).
 CUPY_EXTRA = $$($(BIN)/python -c 'from streammap.cluster.doctor import cupy_extra; print(cupy_extra())')
 
-.PHONY: demo test venv bench clean image gpu-check
+# The offline GPU check: wheels downloaded here (make gpu-wheels), carried to the GPU machine.
+GPU_WHEELS ?= .gpu-wheels
+GPU_VENV   ?= .gpu-venv
+GPU_PYTHON_VERSION ?= 3.12
+
+.PHONY: demo test venv bench clean image gpu-check gpu-wheels
 
 $(BIN)/streammap: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,14 +73,35 @@ bench: venv
 
 # The container image `streammap export k8s` defaults to (needs a Docker engine; see the Dockerfile).
 image:
+	@command -v docker >/dev/null 2>&1 || { echo "make image: docker is not installed; install Docker Engine (https://docs.docker.com/engine/install/), or build this Dockerfile with another builder: podman build -t $(IMAGE) ." >&2; exit 2; }
+	@docker info >/dev/null 2>&1 || { echo "make image: docker cannot reach a Docker engine (is the daemon running, and may this user use it? docker info says why)" >&2; exit 2; }
 	docker build -t $(IMAGE) --build-arg CUDA_IMAGE=$(CUDA_IMAGE) --build-arg GPU_EXTRA=$(GPU_EXTRA) .
 	@echo "built $(IMAGE); push it where the cluster pulls from: docker tag $(IMAGE) REGISTRY/$(IMAGE) && docker push REGISTRY/$(IMAGE)"
 
 # On a GPU machine, offline, under 8 minutes: the GPU tests, then every sample through StreamMAP against
 # its kernels called directly with CuPy (and GPU-to-GPU hand-offs with two GPUs); figures in gpu-check-out/.
-# Without CuPy or a GPU it says so and measures nothing.
-gpu-check: venv
-	$(BIN)/python benchmarks/gpu_check.py --out gpu-check-out
+# With $(GPU_WHEELS)/ present (make gpu-wheels, carried over) nothing is fetched: a venv over $(PYTHON)'s own
+# packages (its CuPy) gets the wheels and the project (benchmarks/gpu_env.py). Without it, the project's
+# .venv, plus the CuPy this driver runs when the machine has an NVIDIA GPU (this needs network).
+# Without CuPy or a GPU it says so, measures nothing and exits 0.
+gpu-check:
+	@if [ -d $(GPU_WHEELS) ]; then \
+	  echo "gpu-check: offline, with the wheels of $(GPU_WHEELS)/ over $(PYTHON)'s packages in $(GPU_VENV)/"; \
+	  $(PYTHON) benchmarks/gpu_env.py install --wheels $(GPU_WHEELS) --venv $(GPU_VENV) \
+	  && $(GPU_VENV)/bin/python benchmarks/gpu_check.py --out gpu-check-out; \
+	else \
+	  $(MAKE) --no-print-directory venv \
+	  && if $(BIN)/python -c 'import pynvml; pynvml.nvmlInit(); assert pynvml.nvmlDeviceGetCount() > 0' 2>/dev/null \
+	       && ! $(BIN)/python -c 'import cupy' 2>/dev/null; then \
+	    echo "installing streammap[$(CUPY_EXTRA)] for this driver"; $(BIN)/pip install --quiet -e ".[$(CUPY_EXTRA)]" \
+	      || echo "CuPy could not be installed: the check says so and measures nothing"; fi \
+	  && $(BIN)/python benchmarks/gpu_check.py --out gpu-check-out; \
+	fi
+
+# Here, with network: the wheels a GPU image lacks (benchmarks/gpu_env.py WHEELS), pinned to this .venv's
+# versions, for CPython $(GPU_PYTHON_VERSION) on manylinux x86_64, into $(GPU_WHEELS)/ (git-ignored; carry it).
+gpu-wheels: venv
+	$(BIN)/python benchmarks/gpu_env.py download --to $(GPU_WHEELS) --python-version $(GPU_PYTHON_VERSION)
 
 clean:
-	rm -rf $(VENV) $(DEMO) build *.egg-info gpu-check-out
+	rm -rf $(VENV) $(DEMO) build *.egg-info gpu-check-out $(GPU_VENV)
