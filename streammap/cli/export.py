@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streammap import __version__
 from streammap.errors import EXIT_USAGE, StreamMapError
-from streammap.k8s import K8S_VERSION, export_k8s
+from streammap.k8s import K8S_VERSION, export_k8s, schemas_available
 from streammap.k8s.resources import device_groups
 from streammap.plan import read_plan
 
@@ -54,8 +54,12 @@ def run(args) -> int:
                        node_names=names, share=args.share, gang=args.gang,
                        volcano_queue=args.volcano_queue, queue=args.queue, pvc=args.pvc)
     groups = device_groups(plan, share=args.share)
-    print(f"wrote {len(files) - 1} object(s) to {args.output} (all.yaml has them all), valid for "
-          f"Kubernetes {args.k8s_version}:")
+    if schemas_available():
+        checked = f"valid for Kubernetes {args.k8s_version}"
+    else:
+        checked = (f"checked by StreamMAP's own rules, not the Kubernetes {args.k8s_version} schemas "
+                   "(pip install 'streammap[k8s]' adds those)")
+    print(f"wrote {len(files) - 1} object(s) to {args.output} (all.yaml has them all), {checked}:")
     for g in groups:
         asks = ", ".join(f"{k}={v}" for k, v in g.limits.items())
         print(f"  node {g.node}: {len(g.devices)} device(s), {g.tasks} task(s): {asks}")

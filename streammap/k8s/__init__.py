@@ -20,10 +20,10 @@ from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write_text
 from streammap.k8s.manifests import PLAN_KEY, ExportOptions, build_manifests, configmap_key, plan_in_configmap
 from streammap.k8s.resources import DeviceGroup, device_groups
-from streammap.k8s.validate import K8S_VERSION, check_objects, validate_objects
+from streammap.k8s.validate import K8S_VERSION, check_objects, schemas_available, validate_objects
 from streammap.plan import Plan, read_plan
 
-__all__ = ["ExportOptions", "export_k8s", "build_manifests", "validate_objects", "check_objects",
+__all__ = ["ExportOptions", "export_k8s", "build_manifests", "validate_objects", "check_objects", "schemas_available",
            "device_groups", "DeviceGroup", "plan_from_configmap", "plan_in_configmap", "K8S_VERSION",
            "dump_objects"]
 

@@ -66,12 +66,23 @@ _POLICIES = {"hami.io/node-scheduler-policy": ("binpack", "spread"),
              "hami.io/gpu-scheduler-policy": ("binpack", "spread", "topology-aware")}
 
 
-def validate_objects(objects: Iterable[dict], version: str = K8S_VERSION) -> list[str]:
-    """Every problem of ``objects`` (schemas, then semantics), ``[]`` when they are all valid."""
+def schemas_available() -> bool:
+    """Whether ``kubernetes-validate`` (the ``k8s`` extra) is installed to check the schemas."""
+    try:
+        import kubernetes_validate  # noqa: F401, PLC0415 -- loads the schemas only when validating
+    except ImportError:
+        return False
+    return True
+
+
+def validate_objects(objects: Iterable[dict], version: str = K8S_VERSION, schemas: bool = True) -> list[str]:
+    """Every problem of ``objects`` (schemas, then semantics), ``[]`` when they are all valid.
+    ``schemas=False`` leaves out step 1 for the core objects (PodGroups keep their CRD checks)."""
     problems: list[str] = []
     for obj in objects:
         where = f"{obj.get('kind', '?')}/{(obj.get('metadata') or {}).get('name', '?')}"
-        found = _schema(obj, version) + _semantics(obj)
+        schema = _schema(obj, version) if schemas or obj.get("kind") == "PodGroup" else []
+        found = schema + _semantics(obj)
         problems += [f"{where}: {p}" for p in found]
     return problems
 
@@ -90,14 +101,18 @@ def check_version(version: str) -> None:
                              hint=f"give one of {known[0]} to {known[-1]} (default {K8S_VERSION})")
 
 
-def check_objects(objects: list[dict], version: str = K8S_VERSION) -> None:
-    """Raise :class:`StreamMapError` listing every problem of ``objects``."""
+def check_objects(objects: list[dict], version: str = K8S_VERSION) -> bool:
+    """Raise :class:`StreamMapError` listing every problem of ``objects``; return whether the
+    schemas were checked. Without ``kubernetes-validate`` (a plain ``pip install streammap``) only
+    the semantic checks run: the export still works, and its caller says what was not checked."""
     check_version(version)
-    problems = validate_objects(objects, version)
+    schemas = schemas_available()
+    problems = validate_objects(objects, version, schemas=schemas)
     if problems:
         raise StreamMapError(f"{len(problems)} problem(s) in the Kubernetes objects:\n  " + "\n  ".join(problems),
                              hint="fix the option value named above (--name, --image, --namespace, --pvc, --queue, --node-label); "
                                   "map a plan node whose name is no Kubernetes label value with --node PLAN=K8S")
+    return schemas
 
 
 # -- schemas ----------------------------------------------------------------------------------------
