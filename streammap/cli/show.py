@@ -83,7 +83,7 @@ def incomplete_summary(record) -> str:
     mode = f"backend {record.backend}" + (", emulated on the CPU" if record.emulate else "")
     return "\n".join([
         f"run of {record.plan}: INCOMPLETE ({mode}), started {record.started}",
-        f"error: {record.error}",
+        show.error_line(record.error or "none recorded"),
         "the run never ended: no task time, output or telemetry was recorded (a task shown 'not run' may have "
         "run); the estimates below are the plan's",
         *([f"the plan's {record.planned_tasks} tasks are not listed: its file {record.plan} is gone or has changed"]

@@ -205,6 +205,16 @@ def run_table(record: RunRecord, limit: int | None = None) -> Table:
     return table
 
 
+#: How a formatted StreamMAP error starts: ``error: ...`` or ``file:line:col: error: ...``.
+_FORMATTED_ERROR = re.compile(r"^(\S+: )?error: ")
+
+
+def error_line(text: str) -> str:
+    """A run record's ``error`` as shown: prefixed with ``error: `` unless it already reads so (a
+    :class:`StreamMapError` or a failed task is recorded as the CLI printed it)."""
+    return text if _FORMATTED_ERROR.match(text) else f"error: {text}"
+
+
 def run_summary(record: RunRecord) -> str:
     """Status, measured wall time against the estimate, tasks run, the worst estimates and each
     device's executor, busy time, utilisation and peak memory."""
@@ -228,7 +238,7 @@ def run_summary(record: RunRecord) -> str:
         lines.append(f"measured/estimated per task: median {med:.3g}x; furthest off {worst_r:.3g}x "
                      f"({worst_t.id})")
     if record.error:
-        lines.append(f"error: {record.error}")
+        lines.append(error_line(record.error))
     if record.outputs:
         lines.append(f"outputs: {record.outputs}")
     lines.append("devices:")

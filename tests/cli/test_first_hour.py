@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from streammap.cli import main
+from streammap.views import show as show_views
 from tests.helpers.paths import SAMPLES
 
 TINY = SAMPLES / "clusters" / "tiny-gpus.yaml"
@@ -90,3 +91,25 @@ def test_a_hand_written_node_without_any_estimate_is_still_refused(tmp_path, cap
     (tmp_path / "g.json").write_text(json.dumps(graph))
     assert main(["compile", str(tmp_path / "g.json"), "--cluster", str(TINY), "-o", str(tmp_path / "p.yaml")]) == 2
     assert "task a has no runtime" in capsys.readouterr().err
+
+
+def test_the_record_of_a_failed_run_shows_its_error_with_one_prefix(tmp_path, capsys):
+    source = tmp_path / "bad.py"
+    source.write_text(ONLY_OUT.replace("    return sum(xs)\n", "    raise ValueError('boom in total')\n"))
+    plan = tmp_path / "plan.yaml"
+    assert main(["compile", str(source), "--cluster", str(TINY), "-o", str(plan)]) == 0
+    assert main(["run", str(plan), "--emulate", "-o", str(tmp_path / "out.npz"), "--no-progress"]) == 1
+    capsys.readouterr()
+    assert main(["show", str(tmp_path / "out.run.json")]) == 0
+    out = capsys.readouterr().out
+    assert "error: task total@bad.py:" in out and "boom in total" in out
+    assert "error: error" not in out
+
+
+@pytest.mark.parametrize("recorded,shown", [
+    ("error: task t failed on vm/cpu", "error: task t failed on vm/cpu"),
+    ("prog.py:12: error: split=1 cuts along axis 1", "prog.py:12: error: split=1 cuts along axis 1"),
+    ("ValueError: boom", "error: ValueError: boom"),
+])
+def test_a_recorded_error_reads_error_once(recorded, shown):
+    assert show_views.error_line(recorded) == shown
