@@ -146,7 +146,7 @@ class RunSession:
         o = self.options
         if samplers is None and o.samplers is not None:
             samplers = list(o.samplers)
-        manager = AlertManager(self.alert_config, metrics=self.metrics, context={
+        manager = AlertManager(self.alert_config.for_run(self.emulate), metrics=self.metrics, context={
             "plan": str(self.plan_path) if self.plan_path is not None else None, "source": self.plan.source.path})
         self.supervisor = RunSupervisor(
             self.plan, placements, telemetry=o.telemetry if telemetry is None else telemetry, metrics=self.metrics,

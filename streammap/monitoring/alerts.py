@@ -9,7 +9,8 @@ errors name the file, line and field like every other StreamMAP file. Every key 
       factor: 10
       baseline: run           # run: relative to this run's median measured/estimated ratio (so a
                               #      run emulated on the CPU, slower everywhere, does not alert on
-                              #      every task); model: relative to the estimate itself
+                              #      every task); model: relative to the estimate itself.
+                              #      Under --emulate this rule is off unless the file names it.
       min_time: 5ms           # tasks shorter than this never alert (timer and dispatch noise)
     device_lost: true         # a GPU NVML reports lost
     ecc: true                 # new uncorrected ECC errors, and Xid critical errors
@@ -118,6 +119,15 @@ class AlertConfig(_Strict):
     @classmethod
     def _webhook_str(cls, v):
         return {"url": v} if isinstance(v, str) else v
+
+    def for_run(self, emulate: bool) -> "AlertConfig":
+        """The rules a run applies. Under ``emulate`` the slow-task rule is off unless these rules
+        name ``slow_task`` themselves: an emulated run times the plan's devices on this CPU, so a
+        task far slower than its estimate there says nothing about the plan (a GPU's matrix
+        product is a thousand times a CPU's, a copy only a few times)."""
+        if emulate and "slow_task" not in self.model_fields_set:
+            return self.model_copy(update={"slow_task": None})
+        return self
 
 
 DEFAULT_CONFIG = AlertConfig()
