@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import streammap
 from streammap.cluster.model import cluster_from_dict
 from streammap.compiler import compile as compile_plan
 from streammap.errors import MappingError
@@ -73,3 +74,25 @@ def test_a_clause_no_device_admits_is_refused_with_its_call_site(tmp_path, devic
         compile_plan(src, GPU_ONLY, history=False)
     assert "no device of the cluster matches its device constraint" in err.value.message
     assert err.value.line == 11        # the call site in the graph body
+
+
+CPU_ONLY = {"name": "cpus", "nodes": [{"name": "n", "devices": [
+    {"name": "cpu", "kind": "cpu", "vendor": "amd", "model": "AMD EPYC"}]}]}
+
+
+@pytest.mark.parametrize("device", ["cpu|any", "any|cpu", "cpu|gpu", "gpu|cpu", "any", "cpu"])
+def test_a_cpu_only_cluster_runs_every_clause_that_admits_a_cpu_on_numpy(tmp_path, device):
+    src = tmp_path / "prog.py"
+    src.write_text(PROGRAM.format(device=device))
+    plan = compile_plan(src, CPU_ONLY, history=False)
+    assert [t.device for t in plan.tasks] == ["n/cpu"]
+    assert float(streammap.run(plan, progress=False)["result"].sum()) == 100.0
+
+
+@pytest.mark.parametrize("device", ["gpu", "nvidia", "gpu|mlu"])
+def test_a_gpu_clause_on_a_cpu_only_cluster_is_refused_with_its_call_site(tmp_path, device):
+    src = tmp_path / "prog.py"
+    src.write_text(PROGRAM.format(device=device))
+    with pytest.raises(MappingError) as err:
+        compile_plan(src, CPU_ONLY, history=False)
+    assert "no device of the cluster matches its device constraint" in err.value.message and err.value.line == 11
