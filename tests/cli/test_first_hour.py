@@ -5,13 +5,17 @@ or written, and the right turns give what the README says they give."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 from streammap.cli import main
 from streammap.views import show as show_views
-from tests.helpers.paths import SAMPLES
+from tests.helpers.paths import ROOT, SAMPLES
 
 TINY = SAMPLES / "clusters" / "tiny-gpus.yaml"
 
@@ -113,3 +117,69 @@ def test_the_record_of_a_failed_run_shows_its_error_with_one_prefix(tmp_path, ca
 ])
 def test_a_recorded_error_reads_error_once(recorded, shown):
     assert show_views.error_line(recorded) == shown
+
+
+# -- the README's "Your first program", followed literally -------------------------------------------
+
+README = ROOT / "README.md"
+ONE_CPU = {"name": "one", "nodes": [{"name": "n0", "devices": [{"name": "cpu", "kind": "cpu"}]}]}
+
+
+def _readme_block(after: str, language: str) -> str:
+    """The first fenced ``language`` block of the README after the line starting with ``after``."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index("\n" + after)
+    block = text.index(f"\n```{language}\n", start) + len(f"\n```{language}\n")
+    return text[block:text.index("\n```\n", block) + 1]
+
+
+def _said_to_print(command_start: str) -> str:
+    """What the README's comment says the shell line starting with ``command_start`` prints."""
+    for line in _readme_block("## Your first program", "sh").splitlines():
+        if line.startswith(command_start):          # "... # what it is: prints X" or "... # what it is: X"
+            return line.split("#", 1)[1].rsplit(": ", 1)[1].removeprefix("prints ")
+    raise AssertionError(f"no README line starts with {command_start!r}")
+
+
+@pytest.fixture
+def first_program(tmp_path):
+    """``blur.py`` as the README gives it, and a one-CPU ``cluster.yaml``, in ``tmp_path``."""
+    (tmp_path / "blur.py").write_text(_readme_block("## Your first program", "python"))
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(ONE_CPU))
+    return tmp_path
+
+
+def _plain_python(folder, *args) -> str:
+    return subprocess.run([sys.executable, "blur.py", *args], cwd=folder, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _through_streammap(folder, monkeypatch, capsys) -> float:
+    monkeypatch.chdir(folder)
+    assert main(["compile", "blur.py", "--cluster", "cluster.yaml", "-D", "SIZE=64", "-o", "blur.yaml"]) == 0
+    assert main(["run", "blur.yaml", "-o", "out.npz", "--no-progress"]) == 0
+    capsys.readouterr()
+    return float(np.load(folder / "out.npz")["result"].mean())
+
+
+def test_the_first_program_prints_what_the_readme_says_in_plain_python_and_through_streammap(
+        first_program, monkeypatch, capsys):
+    assert _plain_python(first_program, "64") == _said_to_print("python blur.py 64")
+    assert repr(_through_streammap(first_program, monkeypatch, capsys)) == _said_to_print("python -c")
+
+
+def test_the_first_program_with_its_helper_module_gives_the_same_numbers_and_guards_the_module(
+        first_program, monkeypatch, capsys):
+    (first_program / "helpers.py").write_text(_readme_block("A second file works", "python"))
+    program = (first_program / "blur.py").read_text()
+    old = "    return (img + xp.roll(img, 1, 0) + xp.roll(img, -1, 0) + xp.roll(img, 1, 1) + xp.roll(img, -1, 1)) / 5\n"
+    assert old in program
+    program = program.replace("import streammap\n", "import streammap\nimport helpers\n", 1)
+    (first_program / "blur.py").write_text(program.replace(old, "    return (img + helpers.neighbours(xp, img)) / 5\n"))
+    assert _plain_python(first_program, "64") == _said_to_print("python blur.py 64")
+    assert repr(_through_streammap(first_program, monkeypatch, capsys)) == _said_to_print("python -c")
+    assert [m["path"] for m in yaml.safe_load(Path("blur.yaml").read_text())["source"]["modules"]] == ["helpers.py"]
+    with Path("helpers.py").open("a") as f:
+        f.write("# changed\n")
+    assert main(["run", "blur.yaml", "-o", "out.npz", "--no-progress"]) == 2
+    assert "helpers.py (imported by blur.py) has changed" in capsys.readouterr().err
