@@ -245,8 +245,9 @@ def _wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> Path
 def test_the_offline_environment_sees_the_images_packages_and_takes_the_carried_wheels_first(tmp_path, monkeypatch):
     wheels = tmp_path / "wheels"
     _wheel(wheels, "carried_pkg", "1.0", {"carried_pkg/__init__.py": "WHERE = 'carried'\n"})
-    # a carried copy of a package the image has too (an older typing-extensions there, say) wins
-    _wheel(wheels, "yaml", "99.0", {"yaml/__init__.py": "WHERE = 'carried yaml'\n"})
+    # a carried version of a package the image has too (an older typing-extensions there, say) wins
+    # in the environment, and the image's own copy is left as it is
+    _wheel(wheels, "PyYAML", "99.0", {"yaml/__init__.py": "WHERE = 'carried yaml'\n"})
     built = []
     monkeypatch.setattr(gpu_env, "install_project", built.append)
     python = gpu_env.install(wheels, tmp_path / "env")
@@ -254,6 +255,9 @@ def test_the_offline_environment_sees_the_images_packages_and_takes_the_carried_
     probe = "import carried_pkg, numpy, yaml; print(carried_pkg.WHERE, numpy.__name__, yaml.WHERE)"
     out = subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path).stdout
     assert out.strip() == "carried numpy carried yaml"
+    image_yaml = subprocess.run([sys.executable, "-c", "import yaml; print(hasattr(yaml, 'WHERE'))"],
+                                check=True, capture_output=True, text=True).stdout
+    assert metadata.version("PyYAML") != "99.0" and image_yaml.strip() == "False"
 
 
 def _builds_editable() -> bool:
