@@ -90,7 +90,7 @@ gpu-check:
 	  $(PYTHON) benchmarks/gpu_env.py install --wheels $(GPU_WHEELS) --venv $(GPU_VENV) \
 	  && $(GPU_VENV)/bin/python benchmarks/gpu_check.py --out gpu-check-out; \
 	else \
-	  $(MAKE) --no-print-directory venv \
+	  $(MAKE) --no-print-directory -s venv \
 	  && if $(BIN)/python -c 'import pynvml; pynvml.nvmlInit(); assert pynvml.nvmlDeviceGetCount() > 0' 2>/dev/null \
 	       && ! $(BIN)/python -c 'import cupy' 2>/dev/null; then \
 	    echo "installing streammap[$(CUPY_EXTRA)] for this driver"; $(BIN)/pip install --quiet -e ".[$(CUPY_EXTRA)]" \
