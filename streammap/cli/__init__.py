@@ -1,7 +1,8 @@
 """The ``streammap`` command: one table of commands, one module per command.
 
 Every command reports bad input as ``file:line:col: error: ...`` with a hint and exits with status
-2; a kernel that fails while a valid plan runs exits with status 1. Output files are written only
+2; a kernel that fails while a valid plan runs exits with status 1; output cut short by its reader
+(``| head``) ends quietly with status 141. Output files are written only
 once their whole content is ready, so an error never leaves a half-written file behind.
 
 :data:`COMMANDS` names each command's module and its line in ``--help``. A module has
@@ -16,10 +17,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from streammap import __version__
 from streammap.errors import EXIT_FAILURE, EXIT_USAGE, KernelError, StreamMapError
+
+#: Exit status when the reader of the output went away early: 128 + SIGPIPE, as shells report it.
+EXIT_PIPE = 141
 
 #: command -> (module, one-line help), in the order ``--help`` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -57,7 +62,11 @@ def main(argv=None) -> int:
     # Alerts and re-mapping notices are log records (streammap.monitoring.alerts, streammap.runtime).
     logging.basicConfig(format="streammap: %(message)s", level=logging.WARNING)
     try:
-        return args.func(args) or 0
+        status = args.func(args) or 0
+        sys.stdout.flush()          # a reader gone early shows here, not at exit (a traceback)
+        return status
+    except BrokenPipeError:
+        return reader_gone()
     except StreamMapError as exc:
         err(exc.format())
         return EXIT_USAGE
@@ -67,6 +76,16 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         err("interrupted")
         return 130
+
+
+def reader_gone() -> int:
+    """The reader of standard output went away (``streammap show plan.yaml | head``): the rest of
+    the output goes nowhere (so the interpreter's flush at exit cannot fail again), and the status
+    is :data:`EXIT_PIPE`, as a shell reports a command ended by SIGPIPE."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_PIPE
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

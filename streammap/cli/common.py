@@ -15,9 +15,18 @@ from streammap.errors import StreamMapError
 from streammap.monitoring.metrics import open_metrics
 
 
+class _Console(Console):
+    """rich's console, but a reader gone early (``| head``) ends the command as ``print`` does in
+    :func:`streammap.cli.main` (rich's own default exits with status 1, which means a failed run)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console() -> Console:
     """Standard output; wide when it is not a terminal, so tables in logs do not wrap."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    return _Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
 #: Longest interval between refreshes or samples (a day): a longer one overflows the clocks.

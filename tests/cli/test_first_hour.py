@@ -183,3 +183,18 @@ def test_the_first_program_with_its_helper_module_gives_the_same_numbers_and_gua
         f.write("# changed\n")
     assert main(["run", "blur.yaml", "-o", "out.npz", "--no-progress"]) == 2
     assert "helpers.py (imported by blur.py) has changed" in capsys.readouterr().err
+
+
+# -- output into a pipe that closes early (`streammap show plan.yaml | head`) -----------------------
+
+@pytest.mark.parametrize("command", [["show", "{plan}"], ["show", "{record}"],
+                                     ["export", "k8s", "{plan}", "-o", "{folder}"]])
+def test_a_reader_that_stops_early_ends_the_command_quietly(compiled, tmp_path, command):
+    plan, record = compiled
+    argv = [a.format(plan=plan, record=record, folder=tmp_path / "k8s") for a in command]
+    child = subprocess.Popen([sys.executable, "-m", "streammap.cli", *argv], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    child.stdout.close()                   # the reader is gone before the first line is written
+    err = child.stderr.read().decode()
+    assert child.wait() == 141, err        # as a command ended by SIGPIPE exits in a shell
+    assert err == ""
