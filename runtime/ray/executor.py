@@ -109,7 +109,7 @@ from streammap.runtime.guard import (
 )
 from streammap.runtime.lifecycle import RunSession
 from streammap.runtime.loader import ProgramFiles, load_program
-from streammap.runtime.local import Outcome, name_outputs, user_traceback
+from streammap.runtime.local import BUILTIN_PREFIX, Outcome, clause_error, name_outputs, user_traceback
 from streammap.runtime.ray.ipc import NOSET_VISIBLE, ShareLost, cuda_ordinal, has_shared, receive, share
 from streammap.runtime.ray.monitor import BoardSampler, SegmentState, start_board
 from streammap.runtime.ray.sharing import ShareGate, actor_concurrency, plan_shares_devices, sharing_steps
@@ -130,12 +130,14 @@ WAIT_WINDOW = 8192
 # -- errors raised in the actors (picklable: their args are their state) -------------------
 
 class TaskFailed(Exception):
-    """A kernel raised on every attempt: ``(task id, site, device, traceback text, attempts)``."""
+    """A kernel raised on every attempt: ``(task id, site, device, traceback text, attempts,
+    refusal)``; ``refusal`` is ``(message, hint)`` when StreamMAP's own kernel (a fission scatter
+    or gather) refused its data, which the driver reports as bad input (:func:`clause_error`)."""
 
-    def __init__(self, task_id, site, device, traceback_text, attempts):
-        super().__init__(task_id, site, device, traceback_text, attempts)
-        self.task_id, self.site, self.device, self.traceback_text, self.attempts = \
-            task_id, site, device, traceback_text, attempts
+    def __init__(self, task_id, site, device, traceback_text, attempts, refusal=None):
+        super().__init__(task_id, site, device, traceback_text, attempts, refusal)
+        self.task_id, self.site, self.device, self.traceback_text, self.attempts, self.refusal = \
+            task_id, site, device, traceback_text, attempts, refusal
 
     def __str__(self):
         return f"task {self.task_id} failed on {self.device}\n{self.traceback_text}"
@@ -377,6 +379,9 @@ class DeviceActor:
                     break
                 except Exception as exc:                     # noqa: BLE001 -- the kernel's error
                     if attempts > retries or (type(exc) is KernelTimeout and not exc.retry):
+                        if isinstance(exc, StreamMapError) and kernel.startswith(BUILTIN_PREFIX):
+                            raise TaskFailed(tid, site, self.device_id, "", attempts,
+                                             (exc.message, exc.hint)) from None
                         exc = explain(exc, kernel, tid)
                         raise TaskFailed(tid, site, self.device_id, user_traceback(exc), attempts) from None
             if spill is None:
@@ -897,7 +902,8 @@ class RayExecutor:
                         if isinstance(cause, TaskFailed):
                             if first_error is None:
                                 first_error = KernelError(cause.task_id, cause.site, cause.device,
-                                                          cause.traceback_text)
+                                                          cause.traceback_text) if cause.refusal is None else \
+                                    clause_error(self.plan, t, StreamMapError(cause.refusal[0], hint=cause.refusal[1]))
                                 self.attempts[cause.task_id] = cause.attempts
                             if lost_at is None:
                                 return self._fail(first_error)

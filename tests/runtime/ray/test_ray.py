@@ -186,6 +186,18 @@ def test_discover_ray_names_nodes_by_label(cluster, tmp_path):
     assert ray_node_names(fake) == {"abcdef01": "box-abcdef", "12345678": "box-123456", "99999999": "solo"}
 
 
+def test_a_split_axis_the_data_lacks_is_bad_input_at_the_call_site_on_ray_too(cluster, tmp_path, hetero_cluster):
+    import streammap
+    from tests.strategies.test_strategies import SPLIT_A_VECTOR_ALONG_COLUMNS
+    (tmp_path / "vec.py").write_text(SPLIT_A_VECTOR_ALONG_COLUMNS)
+    plan = streammap.compile(tmp_path / "vec.py", cluster=str(hetero_cluster), strategy="data", history=False)
+    with pytest.raises(StreamMapError) as ei:
+        run_plan(plan, emulate=True, backend="ray", progress=False)
+    err = ei.value
+    assert err.path == str(tmp_path / "vec.py") and err.line == 19
+    assert "~scatter" in err.message and "split=1 cuts along axis 1, but the argument has 1 dimension" in err.message
+    assert err.hint.startswith("the kernel's split clause must name an axis")
+
 def test_samples_agree_between_ray_and_local(cluster, tmp_path, hetero_cluster):
     import streammap
     from tests.samples.test_samples import CASES  # every sample, at the sizes the sample tests use
