@@ -43,6 +43,7 @@ from pydantic import Field
 
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write, atomic_write_text, read_text_bounded
+from streammap.io.jsonfile import DuplicateKeyError, duplicate_key_error, loads_strict
 from streammap.plan import _Strict, read_plan, sha256_file
 
 RUN_VERSION = 1
@@ -266,7 +267,9 @@ def read_run_record(path) -> RunRecord:
     path = Path(path)
     text = read_text_bounded(path, 1 << 30, what="run record")
     try:
-        data = json.loads(text)
+        data = loads_strict(text)
+    except DuplicateKeyError as exc:
+        raise duplicate_key_error(exc, path, what="run record") from None
     except json.JSONDecodeError as exc:
         raise StreamMapError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno, col=exc.colno) from None
     except (RecursionError, ValueError) as exc:          # nested too deeply; a 5000-digit number
