@@ -4,10 +4,12 @@ read as something its author does not see."""
 
 import json
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import streammap.cost.calibrate as calibrate
@@ -16,6 +18,7 @@ from streammap.cluster.model import ClusterSpec, DeviceSpec, Node
 from streammap.errors import StreamMapError
 from streammap.io.jsonfile import DuplicateKeyError, loads_strict
 from streammap.io.yamlfile import load_yaml
+from streammap.plan import read_plan, write_plan
 from tests.helpers.paths import SAMPLES
 
 FM = SAMPLES / "fm_radio.py"
@@ -164,3 +167,68 @@ def test_a_json_body_is_still_read_with_its_numbers(tmp_path):
     # The strict reader reads what json.loads reads (no regression of big or exotic numbers).
     text = json.dumps({"a": [1, 2.5, -0.0, 10 ** 30, None, True, "x"]})
     assert loads_strict(text) == json.loads(text)
+
+
+# -- params edited in a plan -------------------------------------------------------------------------
+
+SIZED = '''
+import numpy as np
+
+# @stream param
+N = 64
+
+
+# @stream kernel(flops=N, out=8*N)
+def make():
+    return np.ones(N)
+
+
+# @stream graph
+def main():
+    return make()
+'''
+
+
+@pytest.fixture
+def sized_plan(workdir):
+    (workdir / "sized.py").write_text(SIZED)
+    assert main(["compile", "sized.py", "-D", "N=128", "--cluster", "cluster.yaml", "-o", "plan.yaml",
+                 "--no-history"]) == 0
+    return workdir / "plan.yaml"
+
+
+def test_a_plan_runs_with_the_params_it_was_compiled_for(sized_plan, capsys):
+    assert "params_sha256:" in sized_plan.read_text()
+    assert main(["run", str(sized_plan), "--emulate", "-o", "out.npz"]) == 0
+    assert np.load(sized_plan.parent / "out.npz")["result"].shape == (128,)
+
+
+@pytest.mark.parametrize("edit, shown", [
+    ("N: 1000000000000", "-D N=1000000000000"),       # a size never compiled: huge allocations
+    ("N: '128'", '-D N="128"'),                       # a type the program never had
+    ("N: 128.0", "-D N=128.0"),
+])
+def test_params_edited_by_hand_are_refused_before_anything_runs(sized_plan, capsys, edit, shown):
+    text = sized_plan.read_text()
+    assert "\nparams: {N: 128}\n" in text
+    sized_plan.write_text(text.replace("\nparams: {N: 128}\n", f"\nparams: {{{edit}}}\n"))
+    err = refused(["run", sized_plan, "--emulate", "-o", "out.npz"], capsys, "plan.yaml:",
+                  "not the ones it was compiled for", f"streammap compile sized.py {shown} --cluster")
+    assert not (sized_plan.parent / "out.npz").exists()
+    assert "hint:" in err
+
+
+def test_a_plan_whose_params_digest_was_removed_is_refused(sized_plan, capsys):
+    text = sized_plan.read_text()
+    sized_plan.write_text(re.sub(r", params_sha256: [0-9a-f]{64}", "", text))
+    refused(["run", sized_plan, "--emulate", "-o", "out.npz"], capsys, "carry no digest")
+
+
+def test_a_plan_param_the_program_does_not_declare_is_refused_at_run(sized_plan, capsys):
+    # Written in-process (the digest is then right): the runtime still sets only declared params,
+    # never a kernel or a module of the program.
+    plan = read_plan(sized_plan)
+    plan.params["make"] = 3
+    write_plan(plan, sized_plan)
+    refused(["run", sized_plan, "--emulate", "-o", "out.npz"], capsys, "'make', which is not a # @stream param",
+            "its params: N")
