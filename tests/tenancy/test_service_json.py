@@ -32,3 +32,18 @@ def test_bodies_that_json_readers_read_differently_are_refused_and_the_listing_s
                       .encode())
     assert status_of(listing) == 200
     assert json.loads(listing.partition(b"\r\n\r\n")[2]) == {"jobs": []}
+
+
+def test_files_named_like_a_module_the_worker_imports_are_refused(strict):  # noqa: F811
+    # The worker runs in the job's folder, first on its path: a submitted numpy.py or json.py
+    # used to replace the real module, and the job died with a traceback and no exit note.
+    bodies = {"a module numpy.py": {**BASE, "modules": {"numpy.py": "x = 1\n"}},
+              "a package streammap/": {**BASE, "modules": {"streammap/plan.py": "x = 1\n"}},
+              "a program json.py": {**BASE, "source_name": "json.py"}}
+    for what, body in bodies.items():
+        status, error = answer_of(request(strict.url, post("/jobs", json.dumps(body).encode())))
+        assert status == 400, (what, error)
+        assert "rename it" in error, (what, error)
+    ok = {**BASE, "modules": {"helpers.py": "x = 1\n"}}
+    status, error = answer_of(request(strict.url, post("/jobs", json.dumps(ok).encode())))
+    assert status == 201, error
