@@ -6,6 +6,7 @@ from pathlib import Path
 
 from streammap.cli.common import console, int_between, number_between
 from streammap.errors import StreamMapError
+from streammap.io.files import make_parent
 from streammap.tenancy.admission import FLOOR, POLICIES, SLACK, SLOWDOWN
 from streammap.tenancy.jobs import graphs_in, load_jobs, parse_tenant_shares, poisson_jobs, write_jobs
 from streammap.tenancy.simulate import DEFAULT_GRAPHS, compare, plot, results_table, write_csv, write_jobs_csv
@@ -94,16 +95,27 @@ def run(args) -> int:
     if not 0 <= args.floor <= 1:
         raise StreamMapError(f"--floor must be between 0 and 1, not {args.floor:g}",
                              hint="1: a tenant below its fair share always goes first; 0: one order for every tenant")
+    folder = output_folder(args.out)
     specs = load_jobs(args.jobs)
     results = compare(specs, args.cluster, tenants=tenants_arg, policies=policies, mapper=args.mapper,
                       estimate_error=args.estimate_error, seed=args.seed, slack=args.slack,
                       slowdown=args.slowdown, floor=args.floor)
     out.print(results_table(results))
-    folder = Path(args.out)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_parent(folder / "simulate.csv", what="simulation results")      # made only once there are results
     write_csv(results, folder / "simulate.csv")
     write_jobs_csv(results, folder / "simulate-jobs.csv")
     plot(results, folder / "simulate.png")
     out.print(f"wrote {folder / 'simulate.csv'}, {folder / 'simulate-jobs.csv'}, {folder / 'simulate.png'}",
               markup=False)
     return 0
+
+
+def output_folder(path) -> Path:
+    """``--out`` once it can be a folder, checked before the simulation runs: a file or a device
+    in the way used to end the run with a traceback after all its work. It is made (if missing)
+    only when there are results to write."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise StreamMapError(f"--out {folder} exists and is not a folder", path=folder,
+                             hint="give a folder for simulate.csv, simulate-jobs.csv and simulate.png")
+    return folder

@@ -5,10 +5,12 @@ table of inf and NaN."""
 import pytest
 
 from streammap.cli import main
-from tests.helpers.paths import SHARED
+from tests.helpers.paths import SHARED, needs_shared
 
-GRAPH = SHARED / "benchmarks" / "workflows" / "blast-chameleon-small-001.json"
-CLUSTER = SHARED / "benchmarks" / "clusters" / "hetero-2x4.yaml"
+GRAPH = SHARED / "workflows" / "blast-chameleon-small-001.json"
+CLUSTER = SHARED / "clusters" / "hetero-2x4.yaml"
+
+pytestmark = needs_shared
 
 
 def usage_error(argv, capsys) -> str:
@@ -55,3 +57,22 @@ def test_jobs_files_whose_figures_would_be_inf_or_nan_are_refused_at_their_line(
                        "--out", tmp_path / "out"], capsys)
     assert needle in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("out", ["a-file", "/dev/null"])
+def test_an_out_that_is_not_a_folder_is_refused_before_the_simulation(tmp_path, capsys, out):
+    (tmp_path / "a-file").write_text("keep me")
+    (tmp_path / "j.yaml").write_text(f"- {{graph: {GRAPH}, tenant: a}}\n")
+    target = tmp_path / out if out == "a-file" else out
+    err = usage_error(["simulate", "--jobs", tmp_path / "j.yaml", "--cluster", CLUSTER, "--policy", "fifo",
+                       "--out", target], capsys)
+    assert "exists and is not a folder" in err
+    assert (tmp_path / "a-file").read_text() == "keep me"
+
+
+def test_an_infinite_tenant_weight_is_refused_at_its_line(tmp_path, capsys):
+    (tmp_path / "j.yaml").write_text(f"- {{graph: {GRAPH}, tenant: a}}\n")
+    (tmp_path / "t.yaml").write_text("tenants:\n  - {name: a, weight: .inf}\n  - {name: b}\n")
+    err = usage_error(["simulate", "--jobs", tmp_path / "j.yaml", "--cluster", CLUSTER, "--tenants", tmp_path / "t.yaml",
+                       "--policy", "fifo", "--out", tmp_path / "out"], capsys)
+    assert "t.yaml:2:" in err and "weight" in err
