@@ -232,3 +232,17 @@ def test_a_plan_param_the_program_does_not_declare_is_refused_at_run(sized_plan,
     write_plan(plan, sized_plan)
     refused(["run", sized_plan, "--emulate", "-o", "out.npz"], capsys, "'make', which is not a # @stream param",
             "its params: N")
+
+
+# -- the service's own flags -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag, value", [
+    ("--header-timeout", "nan"), ("--header-timeout", "-1"), ("--body-timeout", "inf"), ("--check-timeout", "0"),
+    ("--check-memory", "0"), ("--checks", "-3"), ("--max-requests", "0"), ("--port", "70000"),
+])
+def test_serve_refuses_a_bound_that_is_not_a_number_in_range_before_starting(tmp_path, capsys, flag, value):
+    with pytest.raises(SystemExit) as stop:
+        main(["serve", "--cluster", "c.yaml", "--state", str(tmp_path / "state"), flag, value])
+    assert stop.value.code == 2
+    assert f"argument {flag}: {value} is not" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()
