@@ -59,6 +59,7 @@ from pathlib import Path
 
 from streammap.directives.safe_eval import MAX_DEPTH, MAX_EXPR_CHARS, Locator, deepest, too_deep
 from streammap.errors import DirectiveError
+from streammap.io.files import not_regular
 
 #: Directive name -> the clauses it accepts.
 DIRECTIVES = {
@@ -199,7 +200,12 @@ def last_scanned_imports(text: str) -> list[ast.stmt] | None:
 
 def _read(path: str) -> str:
     try:
-        size = Path(path).stat().st_size
+        info = Path(path).stat()
+        kind = not_regular(info.st_mode)
+        if kind is not None:            # a FIFO blocks, /dev/zero never ends: refused before opening
+            raise DirectiveError(f"{path} is {kind}, not a program file", path=path,
+                                 hint="give the path of a .py file")
+        size = info.st_size
         if size > MAX_SOURCE_BYTES:
             raise DirectiveError(f"program file is too large: {size} bytes (limit: {MAX_SOURCE_BYTES})",
                                  path=path, hint="is this the right file?")

@@ -5,7 +5,10 @@ The program is imported as a fresh module under a unique name (never ``__main__`
 plan's sha256. It runs as if the file had been written with the plan's params: the value of each
 ``# @stream param`` assignment is replaced by the plan's (``-D N=...``) in the syntax tree before
 the module is executed, so module-level values computed from a param at import (``M = 2 * N``)
-agree with it too. Line numbers are kept, so tracebacks point at the file as it is. The code is
+agree with it too. Only names the program declares as params are set (a plan that names another,
+such as a kernel or ``np``, is refused: :func:`check_declared`); that the values are the ones the
+plan was compiled for is checked when the plan is read (:func:`streammap.plan.check_params_digest`).
+Line numbers are kept, so tracebacks point at the file as it is. The code is
 compiled once per (file content, params) in a process (:func:`cached_program_code`), so runs after
 the first skip compiling altogether.
 
@@ -33,7 +36,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
-from streammap.errors import StreamMapError
+from streammap.errors import PlanError, StreamMapError
 from streammap.plan import Plan, read_plan
 from streammap.strategies.kernels import BUILTIN_KERNELS
 
@@ -76,13 +79,16 @@ _PARAM = re.compile(r"#\s*@stream\s*param\b")
 
 
 def program_code(path: Path, params: dict):
-    """The code object of the program at ``path`` with its params' values replaced by ``params``
-    (see the module docstring): the value of every module-level ``NAME = EXPR`` (or
-    ``NAME: T = EXPR``) that a ``# @stream param`` comment is attached to (in the comment lines
-    directly above it) and whose name ``params`` has becomes that constant."""
+    """``(code, declared)``: the code object of the program at ``path`` with its params' values
+    replaced by ``params`` (see the module docstring), and the names of its params.
+
+    The value of every module-level ``NAME = EXPR`` (or ``NAME: T = EXPR``) that a
+    ``# @stream param`` comment is attached to (in the comment lines directly above it) and
+    whose name ``params`` has becomes that constant; ``declared`` holds every such ``NAME``."""
     text = path.read_text(encoding="utf-8")
     tree = ast.parse(text, filename=str(path))
     lines = text.splitlines()
+    declared = set()
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = node.targets[0]
@@ -90,9 +96,11 @@ def program_code(path: Path, params: dict):
             target = node.target
         else:
             continue
-        if isinstance(target, ast.Name) and target.id in params and _param_directive_above(lines, node):
-            node.value = ast.copy_location(ast.Constant(params[target.id]), node.value)
-    return compile(tree, str(path), "exec")
+        if isinstance(target, ast.Name) and _param_directive_above(lines, node):
+            declared.add(target.id)
+            if target.id in params:
+                node.value = ast.copy_location(ast.Constant(params[target.id]), node.value)
+    return compile(tree, str(path), "exec"), frozenset(declared)
 
 
 @functools.lru_cache(maxsize=32)
@@ -101,6 +109,17 @@ def cached_program_code(path: str, sha256: str, params: tuple):
     for the next run of the same program with the same ``params`` (``(name, value)`` pairs):
     parsing and compiling cost about a millisecond, more than a short run's whole overhead."""
     return program_code(Path(path), dict(params))
+
+
+def check_declared(plan: Plan, path: Path, declared: frozenset) -> None:
+    """Refuse a plan param that is not a ``# @stream param`` of the program: setting it would
+    replace whatever the module calls so (a kernel, ``np``, ``__builtins__``)."""
+    unknown = sorted(set(plan.params) - declared)
+    if unknown:
+        known = ", ".join(sorted(declared)) or "none"
+        raise PlanError(f"the plan sets {unknown[0]!r}, which is not a # @stream param of {path.name}",
+                        hint=f"its params: {known}; compile the plan again (streammap compile {path.name} "
+                             "-D NAME=VALUE ...)")
 
 
 def _param_directive_above(lines: list[str], node: ast.stmt) -> bool:
@@ -168,7 +187,8 @@ def load_program(plan: Plan, source: Path | None = None) -> Program:
     if added:                                       # like `python prog.py`: siblings are importable
         sys.path.insert(0, folder)
     try:
-        code = cached_program_code(str(path), plan.source.sha256, tuple(sorted(plan.params.items())))
+        code, declared = cached_program_code(str(path), plan.source.sha256, tuple(sorted(plan.params.items())))
+        check_declared(plan, path, declared)
         exec(code, module.__dict__)           # noqa: S102 -- the user's program, as Python would
     except BaseException:
         sys.modules.pop(name, None)

@@ -44,7 +44,11 @@ A plan file is input like any other: it may come from someone else. So what it n
 before it is used (:func:`check_plan_names`, :meth:`Plan.check_source`): a plan read from a file
 runs (or exports) only a source inside the plan's own folder, never ``../../elsewhere.py``;
 output names are identifiers (they become ``.npz`` member names); device indices are >= 0;
-``params`` are scalars.
+``params`` are scalars, and they are the ones the plan was compiled for: the plan carries their
+digest (``source.params_sha256``, :func:`check_params_digest`), so ``N: 1024`` edited into
+``N: 1000000000000`` is refused on read with the ``compile -D`` that makes such a plan; and the
+runtime sets only names the program declares as ``# @stream param``
+(:func:`streammap.runtime.loader.load_program`).
 """
 
 from __future__ import annotations
@@ -105,6 +109,9 @@ class ModuleInfo(_Strict):
 class SourceInfo(_Strict):
     path: str
     sha256: str
+    # The digest of the plan's params (params_digest), written with them: params edited by hand
+    # are refused on read, as a changed program is refused at run.
+    params_sha256: Optional[str] = None
     entry: Optional[str] = None
     kind: Literal["program", "workflow"] = "program"
     # The local modules the program imports (files of its folder), checked like the program itself.
@@ -302,6 +309,9 @@ class Plan(_Strict):
             data["source"]["path"] = _relpath(self.source.path, relative_to)
         if not data["source"]["modules"]:
             del data["source"]["modules"]        # a one-file program's plan reads as it always did
+        data["source"].pop("params_sha256", None)
+        if self.params:                         # a plan without params reads as it always did
+            data["source"]["params_sha256"] = params_digest(self.params)
         for t in data.get("tasks", ()):
             for key, empty in _TASK_DEFAULTS:
                 if t.get(key) == empty:
@@ -319,6 +329,40 @@ def _relpath(path: str, base) -> str:
         return os.path.relpath(os.path.abspath(path), os.path.abspath(base))
     except ValueError:        # another drive on Windows
         return os.path.abspath(path)
+
+
+def params_digest(params: dict) -> str:
+    """The sha256 of ``params`` as canonical JSON: names sorted, and each value's type kept
+    (``1``, ``1.0``, ``"1"`` and ``true`` differ), so any edit of a name, value or type shows."""
+    text = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def check_params_digest(plan: Plan, path=None, lines: dict | None = None) -> None:
+    """Refuse a plan whose params are not the ones it was compiled for.
+
+    The rule: a plan's params are what its tasks were built from (their number, sizes and
+    estimates), so a plan runs only with those. The compiler writes their digest
+    (``source.params_sha256``); params changed by hand, or a digest removed or edited, are
+    refused here, before anything runs, with the command that compiles the plan for the params
+    it now shows. A plan without params has no digest (and may not gain params by hand).
+    """
+    recorded = plan.source.params_sha256
+    if recorded is None and not plan.params:
+        return
+    if recorded is not None and recorded == params_digest(plan.params):
+        return
+    lines = lines or {}
+    defines = " ".join(f"-D {k}={json.dumps(v) if isinstance(v, str) else v}" for k, v in plan.params.items())
+    hint = (f"a plan runs with the params it was compiled for; to run with these, compile again: "
+            f"streammap compile {Path(plan.source.path).name} {defines} --cluster CLUSTER -o PLAN").replace("  ", " ")
+    if recorded is None:
+        raise PlanError("the plan's params carry no digest (source.params_sha256): they may not be the ones "
+                        "it was compiled for", path=path, line=lines.get(("params",)) or lines.get(("source",)),
+                        hint=hint)
+    raise PlanError("the plan's params are not the ones it was compiled for (they were edited after "
+                    "compiling: their sha256 differs from source.params_sha256)", path=path,
+                    line=lines.get(("params",)) or lines.get(("source", "params_sha256")), hint=hint)
 
 
 def sha256_file(path) -> str:
@@ -434,6 +478,7 @@ def read_plan(path) -> Plan:
     plan._folder = os.path.abspath(path.parent)
     validate_plan(plan, path=path, lines=lines)
     check_plan_names(plan, path=path, lines=lines)
+    check_params_digest(plan, path=path, lines=lines)
     return plan
 
 

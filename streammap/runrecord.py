@@ -42,7 +42,9 @@ import pydantic
 from pydantic import Field
 
 from streammap.errors import StreamMapError
+from streammap.io.bulk import gc_paused
 from streammap.io.files import atomic_write, atomic_write_text, read_text_bounded
+from streammap.io.jsonfile import DuplicateKeyError, duplicate_key_error, loads_strict
 from streammap.plan import _Strict, read_plan, sha256_file
 
 RUN_VERSION = 1
@@ -265,8 +267,15 @@ def write_run_record(record: RunRecord, path, task_columns: Optional[dict[str, S
 def read_run_record(path) -> RunRecord:
     path = Path(path)
     text = read_text_bounded(path, 1 << 30, what="run record")
+    with gc_paused():                       # a large record is many new objects and no garbage
+        return _record_of_text(path, text)
+
+
+def _record_of_text(path: Path, text: str) -> RunRecord:
     try:
-        data = json.loads(text)
+        data = loads_strict(text)
+    except DuplicateKeyError as exc:
+        raise duplicate_key_error(exc, path, what="run record") from None
     except json.JSONDecodeError as exc:
         raise StreamMapError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno, col=exc.colno) from None
     except (RecursionError, ValueError) as exc:          # nested too deeply; a 5000-digit number

@@ -62,6 +62,22 @@ test_file_mib = int_between(1, MAX_TEST_MIB, "a size in MiB")
 repeats = int_between(1, MAX_REPEATS, "a number of runs")
 
 
+def number_between(low: float, high: float, what: str):
+    """An argparse type: a finite number from ``low`` to ``high``; NaN, infinities and anything
+    else are refused as not ``what`` (NaN compares false with everything, so it would pass a
+    check written as ``if x < low``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not low <= value <= high:                # NaN fails too
+            raise argparse.ArgumentTypeError(f"{text} is not {what} ({low:g} to {high:g})")
+        return value
+    parse.__name__ = what
+    return parse
+
+
 def interval(text: str) -> float:
     """An argparse type: seconds between two events, > 0 and at most :data:`MAX_INTERVAL`."""
     try:

@@ -4,11 +4,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streammap.cli.common import console
+from streammap.cli.common import console, int_between, number_between
 from streammap.errors import StreamMapError
+from streammap.io.files import make_parent
 from streammap.tenancy.admission import FLOOR, POLICIES, SLACK, SLOWDOWN
 from streammap.tenancy.jobs import graphs_in, load_jobs, parse_tenant_shares, poisson_jobs, write_jobs
 from streammap.tenancy.simulate import DEFAULT_GRAPHS, compare, plot, results_table, write_csv, write_jobs_csv
+
+#: Bounds of the generator's flags: a stream is built in memory (a trillion jobs asked for 7 TiB), and
+#: its arrivals must be finite (an infinite rate put every job at 0, a NaN one failed in pydantic).
+MAX_GENERATED_JOBS = 1_000_000
+MIN_RATE, MAX_RATE = 1e-6, 1e6
+MAX_PRIORITIES = 1000
+MAX_SIGMA = 10.0
+
+rate = number_between(MIN_RATE, MAX_RATE, "a rate of arrivals per second")
+jobs_count = int_between(0, MAX_GENERATED_JOBS, "a number of jobs")
+priorities = int_between(1, MAX_PRIORITIES, "a number of priorities")
+fraction = number_between(0.0, 1.0, "a fraction")
+seed = int_between(0, 2 ** 63 - 1, "a seed")
+sigma = number_between(0.0, MAX_SIGMA, "a spread (SIGMA)")
 
 
 def configure(parser, command: str) -> None:
@@ -22,16 +37,20 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--policy", default=",".join(POLICIES),
                    help=f"comma-separated policies to compare (default {','.join(POLICIES)})")
     parser.add_argument("--generate", choices=["poisson"], help="write a seeded job stream to --jobs first")
-    parser.add_argument("--rate", type=float, default=0.1, help="with --generate: arrivals per second (default 0.1)")
-    parser.add_argument("--jobs-count", type=int, default=100, help="with --generate: number of jobs (default 100)")
+    parser.add_argument("--rate", type=rate, default=0.1,
+                        help=f"with --generate: arrivals per second (default 0.1; {MIN_RATE:g} to {MAX_RATE:g})")
+    parser.add_argument("--jobs-count", type=jobs_count, default=100,
+                        help=f"with --generate: number of jobs (default 100; at most {MAX_GENERATED_JOBS})")
     parser.add_argument("--graphs", nargs="+", default=None,
                    help=f"with --generate: graphs or folders to draw from (default {DEFAULT_GRAPHS})")
-    parser.add_argument("--priorities", type=int, default=1, help="with --generate: priorities 0..P-1 drawn uniformly")
-    parser.add_argument("--shared", type=float, default=0.0,
+    parser.add_argument("--priorities", type=priorities, default=1,
+                        help=f"with --generate: priorities 0..P-1 drawn uniformly (P at most {MAX_PRIORITIES})")
+    parser.add_argument("--shared", type=fraction, default=0.0,
                         help="with --generate: share of the jobs that need a quarter or half GPU (joint placement)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generator and of estimate errors")
-    parser.add_argument("--estimate-error", type=float, default=0.0, metavar="SIGMA",
-                   help="real durations are estimates x lognormal(SIGMA) (default 0: exact estimates)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the generator and of estimate errors (>= 0)")
+    parser.add_argument("--estimate-error", type=sigma, default=0.0, metavar="SIGMA",
+                   help=f"real durations are estimates x lognormal(SIGMA) (default 0: exact estimates; at most "
+                        f"{MAX_SIGMA:g})")
     parser.add_argument("--mapper", default="heft", help="mapper that estimates job durations (default heft)")
     parser.add_argument("--slack", type=float, default=SLACK,
                    help=f"streammap policy: start a job now on a slower model with room if it ends there within "
@@ -76,16 +95,27 @@ def run(args) -> int:
     if not 0 <= args.floor <= 1:
         raise StreamMapError(f"--floor must be between 0 and 1, not {args.floor:g}",
                              hint="1: a tenant below its fair share always goes first; 0: one order for every tenant")
+    folder = output_folder(args.out)
     specs = load_jobs(args.jobs)
     results = compare(specs, args.cluster, tenants=tenants_arg, policies=policies, mapper=args.mapper,
                       estimate_error=args.estimate_error, seed=args.seed, slack=args.slack,
                       slowdown=args.slowdown, floor=args.floor)
     out.print(results_table(results))
-    folder = Path(args.out)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_parent(folder / "simulate.csv", what="simulation results")      # made only once there are results
     write_csv(results, folder / "simulate.csv")
     write_jobs_csv(results, folder / "simulate-jobs.csv")
     plot(results, folder / "simulate.png")
     out.print(f"wrote {folder / 'simulate.csv'}, {folder / 'simulate-jobs.csv'}, {folder / 'simulate.png'}",
               markup=False)
     return 0
+
+
+def output_folder(path) -> Path:
+    """``--out`` once it can be a folder, checked before the simulation runs: a file or a device
+    in the way used to end the run with a traceback after all its work. It is made (if missing)
+    only when there are results to write."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise StreamMapError(f"--out {folder} exists and is not a folder", path=folder,
+                             hint="give a folder for simulate.csv, simulate-jobs.csv and simulate.png")
+    return folder

@@ -148,6 +148,7 @@ def profile(source, params: dict | None = None, repeats: int = 3, devices=None, 
     graph = load_source_graph(source, params, entry, max_tasks=max_tasks)
     if spec is None:
         spec = discover_local()
+    check_device_names(spec, devices)
     folder = resolve_history(history_dir)
     report = ProfileReport(source=str(source), params=dict(graph.graph.get("params") or {}),
                            history=folder, repeats=repeats)
@@ -201,6 +202,17 @@ def profile(source, params: dict | None = None, repeats: int = 3, devices=None, 
                 report.rows.append(ProfileRow(kernel, device.id, model, len(pairs),
                                               statistics.median(m for m, _ in pairs),
                                               statistics.median(e for _, e in pairs)))
-    if not report.devices and not report.notes:
-        report.notes.append("no device of this machine matched --device")
     return report
+
+
+def check_device_names(spec, wanted) -> None:
+    """Refuse a ``--device`` that names no device of ``spec`` (a typo, or a kind this machine lacks),
+    listing the ones it has: profiling nothing and saying so only in a note looked like success."""
+    devices = [(node, dev) for node in spec.nodes for dev in node.devices]
+    for name in wanted or ():
+        if not any(_wanted(dev, [name]) for _, dev in devices):
+            known = ", ".join(f"{node.name}/{dev.name} ({dev.kind}{', ' + dev.model if dev.model else ''})"
+                              for node, dev in devices) or "none"
+            raise StreamMapError(f"--device {name}: no device of this machine is named so, nor of that kind "
+                                 "or model", hint=f"this machine's devices: {known}; --device takes a name "
+                                 "(cpu, gpu0), a kind (cpu, gpu) or part of a model name")

@@ -52,6 +52,7 @@ import networkx as nx
 from streammap.errors import StreamMapError
 from streammap.io.bulk import gc_paused
 from streammap.io.files import read_text_bounded
+from streammap.io.jsonfile import DuplicateKeyError, duplicate_key_error, loads_strict
 from streammap.ir import MAX_RETRIES, NODE_DEFAULTS, add_task, new_graph
 
 __all__ = ["load_graph", "graph_from_wfcommons", "graph_from_node_link"]
@@ -107,7 +108,9 @@ def json_size_limit(max_tasks: int) -> int:
 
 def _graph_of_text(path: Path, text: str, max_tasks: int) -> nx.DiGraph:
     try:
-        data = json.loads(text)
+        data = loads_strict(text)
+    except DuplicateKeyError as exc:
+        raise duplicate_key_error(exc, path, what="workflow file") from None
     except json.JSONDecodeError as exc:
         raise StreamMapError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno, col=exc.colno,
                              hint="the task graph must be WfCommons or node-link JSON") from None

@@ -13,7 +13,9 @@ Policy: every YAML file StreamMAP reads (cluster, plan, tenants, jobs, alerts) c
 * **no aliases** (``*name``): ten lines of nested aliases expand to billions of nodes (the
   "billion laughs"), and ``&x [*x]`` to a structure that contains itself. The composed node graph
   is checked before anything is built from it, so an alias costs nothing but its error;
-* nesting at most :data:`MAX_YAML_DEPTH` levels (the constructor and the validators recurse).
+* nesting at most :data:`MAX_YAML_DEPTH` levels (the constructor and the validators recurse);
+* **no repeated keys** in a mapping: PyYAML keeps the last value silently, so a file would mean
+  something its author does not see; the second occurrence is the error's line.
 
 Speed: libyaml's parser and emitter are used when PyYAML was built with them (``CSafeLoader``,
 ``CSafeDumper``), the pure-Python ones otherwise. The C loader gives every node the same
@@ -375,6 +377,7 @@ def _walk(root, lines: dict, path, error_cls) -> None:
                             line=line, hint="is this the right file?")
         lines.setdefault(prefix, line)
         if isinstance(node, yaml.MappingNode):
+            _refuse_repeated_keys(node, path, error_cls)
             for key, value in reversed(node.value):
                 k = key.value if isinstance(key, yaml.ScalarNode) else f"<{key.tag}>"
                 key_line = key.start_mark.line + 1
@@ -387,6 +390,28 @@ def _walk(root, lines: dict, path, error_cls) -> None:
                 item = node.value[i]
                 lines[prefix + (i,)] = item.start_mark.line + 1
                 stack.append((item, prefix + (i,), line))
+
+
+def _refuse_repeated_keys(node: MappingNode, path, error_cls) -> None:
+    """Refuse a mapping that has a key twice, at the second one.
+
+    YAML says keys are unique, but PyYAML keeps the last value silently: a cluster file with
+    ``memory:`` twice, or a plan with ``params:`` twice, would be read as something its reader
+    never sees. Keys are compared as the loader resolves them (``1`` and ``"1"`` differ); the
+    merge key ``<<`` is the constructor's business.
+    """
+    first: dict[tuple, int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, ScalarNode) or key.tag in _CONSTRUCTOR_KEYS:
+            continue
+        ident = (key.tag, key.value)
+        line = key.start_mark.line + 1
+        if ident in first:
+            raise error_cls(f"duplicate key '{key.value[:100]}' (first on line {first[ident]})", path=path,
+                            line=line, col=key.start_mark.column + 1,
+                            hint="a key may appear once in a mapping: remove one of them (YAML readers "
+                                 "disagree on which one wins)")
+        first[ident] = line
 
 
 def line_of(lines: dict, loc: tuple) -> int | None:

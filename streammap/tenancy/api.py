@@ -26,6 +26,9 @@ Policy (:class:`HttpLimits`)
   ``max_connections`` connections are open at once: one more is closed as it opens.
 * **Backlog** ``backlog``: connections the kernel queues before the loop accepts them (a burst of
   a few thousand connects is queued, not reset).
+* **JSON**: a body must mean one thing to every reader: a key repeated in an object, ``NaN`` or
+  an infinity is a 400 (:func:`_refuse_ambiguous_json`); a number given as text is refused, not
+  converted.
 * **Errors**: every malformed field is a 400 naming the field; an unexpected failure is a 500
   whose answer says only that (the traceback goes to the service's log): no answer ever carries a
   path of the service's machine.
@@ -52,6 +55,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from streammap.io.jsonfile import DuplicateKeyError, NotFiniteError, loads_strict
 from streammap.tenancy.check import CheckRefused
 
 log = logging.getLogger("streammap.tenancy")
@@ -102,8 +106,28 @@ class SubmitRequest(BaseModel):
     entry: Optional[str] = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
     priority: StrictInt = Field(default=0, ge=-1_000_000, le=1_000_000)
     gpus: Optional[StrictInt] = Field(default=None, ge=1, le=1_000_000)
-    # The fraction of one GPU the job needs (joint placement: it may share the GPU).
-    share: Optional[float] = Field(default=None, gt=0, le=1)
+    # The fraction of one GPU the job needs (joint placement: it may share the GPU). Strict: a
+    # number, not the text of one.
+    share: Optional[float] = Field(default=None, gt=0, le=1, strict=True)
+
+
+def _refuse_ambiguous_json(raw: bytes) -> None:
+    """Refuse a body that JSON parsers read differently: a key given twice (``"gpus": 1, "gpus":
+    1000``: pydantic keeps the last, a proxy or an auditor may see the first) or ``NaN`` and
+    infinities (accepted by pydantic, then stored: the job's listing could never be written as
+    JSON again, a 500 on every ``GET /jobs`` of its tenant). Other malformed JSON is left to
+    pydantic, whose messages name the field."""
+    try:
+        loads_strict(raw or b"{}", finite=True)
+    except DuplicateKeyError as exc:
+        where = f" (in the object at line {exc.line}, column {exc.col})" if exc.line else ""
+        raise Refused(400, f"bad request: key {exc.key[:100]!r} appears twice in one object{where}: "
+                           "give each field once") from None
+    except NotFiniteError as exc:
+        raise Refused(400, f"bad request: {exc.word} is not a number this service accepts: numbers are "
+                           "finite") from None
+    except (ValueError, RecursionError):
+        pass
 
 
 def explain(exc: pydantic.ValidationError) -> str:
@@ -137,6 +161,7 @@ def make_app(service, limits: HttpLimits | None = None):
     async def submit(request: Request):
         tenant = _tenant(service, request)
         raw = await _read_body(request, limits)
+        _refuse_ambiguous_json(raw)
         try:
             body = SubmitRequest.model_validate_json(raw or b"{}")
         except pydantic.ValidationError as exc:

@@ -38,6 +38,13 @@ class JobsError(StreamMapError):
     """A jobs file is not valid."""
 
 
+#: Latest arrival a job may have, seconds (about 31 years): later ones, or infinite ones, turned
+#: every figure of a simulation into inf or NaN.
+MAX_ARRIVAL = 1e9
+#: Largest priority magnitude (the job service's bound).
+MAX_PRIORITY = 1_000_000
+
+
 class JobSpec(BaseModel):
     """One job of a stream."""
 
@@ -46,9 +53,9 @@ class JobSpec(BaseModel):
     program: Optional[str] = None
     graph: Optional[str] = None
     tenant: str
-    arrival: float = Field(default=0.0, ge=0)
+    arrival: float = Field(default=0.0, ge=0, le=MAX_ARRIVAL, allow_inf_nan=False)
     defines: dict[str, Any] = Field(default_factory=dict)
-    priority: int = 0
+    priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     gpus: Optional[int] = Field(default=None, ge=1)
     share: Optional[float] = Field(default=None, gt=0, le=1)
     entry: Optional[str] = None
@@ -75,9 +82,9 @@ def load_jobs(path) -> list[JobSpec]:
     """
     path = Path(path)
     data, lines = load_yaml(path, JobsError)
-    if not isinstance(data, list):
-        raise JobsError("a jobs file must be a list of jobs", path=path, line=1,
-                        hint="- {graph: g.json, tenant: team-a, arrival: 0}")
+    if not isinstance(data, list) or not data:
+        raise JobsError("a jobs file must be a list of jobs" + (", not an empty one" if data == [] else ""),
+                        path=path, line=1, hint="- {graph: g.json, tenant: team-a, arrival: 0}")
     jobs = []
     for i, item in enumerate(data):
         try:
@@ -146,8 +153,8 @@ def parse_tenant_shares(text: str) -> dict[str, float]:
         except ValueError:
             raise StreamMapError(f"--tenants {text!r}: {w!r} is not a number",
                                  hint="NAME[:SHARE],... e.g. a,b:2") from None
-        if shares[name] <= 0:
-            raise StreamMapError(f"--tenants {text!r}: shares must be > 0")
+        if not 0 < shares[name] < float("inf"):        # NaN fails too
+            raise StreamMapError(f"--tenants {text!r}: shares must be finite numbers > 0")
     if not shares:
         raise StreamMapError("--tenants: give at least one tenant name", hint="e.g. --tenants a,b,c")
     total = sum(shares.values())

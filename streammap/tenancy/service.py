@@ -64,6 +64,7 @@ A tenant sees, cancels and fetches only its own jobs: another tenant's job is "n
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import json
 import logging
 import os
@@ -72,6 +73,7 @@ import resource
 import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -253,6 +255,7 @@ class JobService:
                                "a workflow has no kernels to run")
         if not PROGRAM_NAME.match(name):
             raise Refused(400, f"{name[:200]!r}: a program's name may hold letters, digits, '_', '-' and '.' only")
+        _refuse_shadowing(name, "the program")
         modules = _checked_modules(name, modules or {})
         params = {str(k): v for k, v in (params or {}).items()}
         quota = self.tenants.quota(tenant)
@@ -540,6 +543,37 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _refuse_shadowing(rel: str, what: str) -> None:
+    """Refuse a file of the job's folder named like a module the worker imports itself.
+
+    The worker runs in the job's folder, first on its ``sys.path`` (as ``python -m`` puts it), so
+    a submitted ``numpy.py``, ``json.py`` or ``streammap/`` would be imported in place of the
+    real one before the program is even compiled: the job failed with a traceback in its log
+    and no exit note. A name of the standard library or of an installed package is refused
+    here, with what to do, before the job exists.
+    """
+    top = rel.split("/", 1)[0].removesuffix(".py")
+    if not top.isidentifier():
+        return                                  # not importable: it shadows nothing
+    if top not in sys.stdlib_module_names and top != "streammap" and not _installed(top):
+        return
+    raise Refused(400, f"{what} is named like the module {top!r} of Python or of an installed package: the job "
+                       f"would import it in place of that module; rename it")
+
+
+def _installed(top: str) -> bool:
+    """Whether ``top`` is a module of the interpreter's own path (not of the service's working
+    folder, where ``python -m`` would look first: that is not what a worker sees)."""
+    here = {"", ".", os.getcwd()}
+    path = [p for p in sys.path if p not in here]
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(top, path)
+    except (ImportError, ValueError):
+        return False
+    # A bare folder (a namespace package) is found on any path holding one: not a module to shadow.
+    return spec is not None and spec.origin not in (None, "namespace")
+
+
 def _checked_modules(program: str, modules: dict) -> dict[str, str]:
     """A submission's local modules, sorted by path, after checking their paths (see the module
     docstring); raises :class:`Refused` (400) naming the first bad one."""
@@ -551,6 +585,7 @@ def _checked_modules(program: str, modules: dict) -> dict[str, str]:
                                "folder, of identifiers separated by '/', ending in .py (no '..', no absolute path)")
         if rel == program:
             raise Refused(400, f"local module {rel!r} has the program's own name")
+        _refuse_shadowing(rel, f"local module {rel!r}")
         if not isinstance(modules[rel], str):
             raise Refused(400, f"local module {rel!r}: its text must be a string")
     return dict(sorted(modules.items()))

@@ -103,7 +103,7 @@ def limits_from(data) -> Limits:
 class Tenant(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=_NAME)
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)     # inf: every other share is 0
     token: Optional[str] = Field(default=None, min_length=8)
     token_sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
     quota: Quota = Field(default_factory=Quota)

@@ -102,8 +102,10 @@ def test_profile_skips_devices_it_cannot_drive(tmp_path, program, monkeypatch):
 
 
 def test_profile_device_filter_and_errors(tmp_path, program):
-    rep = profile(program, repeats=1, devices=["gpu"], history_dir=tmp_path / "h", spec=machine())
-    assert rep.devices == [] and rep.records == 0
+    with pytest.raises(StreamMapError, match="--device gpu: no device of this machine") as err:
+        profile(program, repeats=1, devices=["gpu"], history_dir=tmp_path / "h", spec=machine())
+    assert "box/cpu (cpu, Profile Test CPU)" in err.value.hint
+    assert not (tmp_path / "h").exists()
     with pytest.raises(StreamMapError):
         profile(tmp_path / "flow.json", history_dir=tmp_path / "h", spec=machine())
     with pytest.raises(StreamMapError):

@@ -210,7 +210,7 @@ READ = [
     "a: yes\nb: No\nc: on\nd: OFF\ne: true\nf: ~\ng: null\nh:\ni: ''\nj: 'yes'\nk: \"1\"\n",
     "when: 2024-01-02\nat: 2001-12-14t21:59:43.10-05:00\nraw: !!binary aGVsbG8=\nset: !!set {a, b}\n",
     "pairs: !!omap [a: 1, b: 2]\nmerged: {<<: {a: 1, b: 2}, b: 3}\nstr: !!str 12\nint: !!int '7'\n",
-    "nested: {a: [1, {b: [c, {d: e}]}], 2: two, 3.5: x, null: n, true: t}\ndup: 1\ndup: 2\n",
+    "nested: {a: [1, {b: [c, {d: e}]}], 2: two, 3.5: x, null: n, true: t}\n",
     "- plain\n- [flow, list]\n- {flow: map}\n- |\n  literal\n  block\n- >\n  folded\n  text\n",
     "just a scalar\n",
 ]

@@ -206,3 +206,33 @@ def test_plan_verdict_says_proven_only_when_the_bound_is_the_exact_solvers():
     plan.mapper.solver_bound = plan.mapper.estimated_makespan / 2      # weaker than the analytic bound
     plan.mapper.lower_bound = plan.mapper.estimated_makespan / 1.02
     assert "at most 2.0% from optimal" in show.plan_verdict(plan)
+
+
+def _task(tid, est=(0.0, 1.0), ran=None, attempts=1):
+    start, finish = ran if ran is not None else (None, None)
+    return dict(id=tid, kernel="k", device="node0/gpu0", estimated_start=est[0], estimated_finish=est[1],
+                start=start, finish=finish, attempts=attempts if ran is not None else 0)
+
+
+def test_run_table_orders_by_measured_start_then_never_run_by_estimate_ties_in_record_order():
+    rec = RunRecord.model_validate(dict(
+        plan="p.yaml", started="2026-01-01T00:00:00", wall_time=3.0, estimated_makespan=2.0, status="failed",
+        devices=[], tasks=[_task("late", ran=(2.0, 3.0)), _task("unrun-b", est=(1.5, 2.0)),
+                           _task("first", ran=(0.0, 0.5)), _task("unrun-a", est=(0.5, 1.0)),
+                           _task("tie", ran=(2.0, 2.5)), _task("zero-estimate", est=(1.0, 1.0), ran=(1.0, 1.2))]))
+    order = [row.split("│")[1].strip() for row in render(show.run_table(rec)).splitlines()
+             if row.startswith("│")]
+    assert order == ["first", "zero-estimate", "late", "tie", "unrun-a", "unrun-b"]
+    assert [row for row in render(show.run_table(rec, limit=2)).splitlines() if "4 more of 6" in row]
+    summary = show.run_summary(rec)
+    assert "tasks: 4 of 6 ran" in summary
+    # Ratios of the tasks with an estimate, in record order: late 1, first 0.5, tie 0.5 -> median 0.5;
+    # furthest off 0.5x, and of the two that far off, the first in the record.
+    assert "median 0.5x; furthest off 0.5x (first)" in summary
+
+
+def test_a_task_measured_at_zero_is_the_furthest_off():
+    rec = RunRecord.model_validate(dict(
+        plan="p.yaml", started="2026-01-01T00:00:00", wall_time=3.0, estimated_makespan=2.0, status="ok",
+        devices=[], tasks=[_task("slow", ran=(0.0, 100.0)), _task("instant", ran=(1.0, 1.0))]))
+    assert "furthest off 0x (instant)" in show.run_summary(rec)

@@ -1,0 +1,78 @@
+"""``streammap simulate`` with hostile flags and jobs files: a usage error (exit 2) naming the
+flag or the file and line, before a stream is built; never a traceback, a 7 TiB allocation or a
+table of inf and NaN."""
+
+import pytest
+
+from streammap.cli import main
+from tests.helpers.paths import SHARED, needs_shared
+
+GRAPH = SHARED / "workflows" / "blast-chameleon-small-001.json"
+CLUSTER = SHARED / "clusters" / "hetero-2x4.yaml"
+
+pytestmark = needs_shared
+
+
+def usage_error(argv, capsys) -> str:
+    """Run the CLI; it must stop with status 2 and a message, without a traceback."""
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exc:           # argparse refuses a flag's value this way
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--jobs-count", "1000000000000"), ("--jobs-count", "-5"),
+    ("--rate", "nan"), ("--rate", "inf"), ("--rate", "0"),
+    ("--priorities", "-1"), ("--priorities", "100000000000"),
+    ("--shared", "nan"), ("--seed", "-1"), ("--estimate-error", "nan"), ("--estimate-error", "-1"),
+])
+def test_generator_flags_out_of_range_are_refused_naming_the_flag(tmp_path, capsys, flag, value):
+    err = usage_error(["simulate", "--generate", "poisson", "--jobs", tmp_path / "j.yaml", "--graphs", GRAPH,
+                       flag, value], capsys)
+    assert f"argument {flag}: {value} is not" in err
+    assert not (tmp_path / "j.yaml").exists()
+
+
+@pytest.mark.parametrize("shares", ["a:nan,b", "a:inf,b", "a:-1,b"])
+def test_tenant_shares_must_be_finite_and_positive(tmp_path, capsys, shares):
+    err = usage_error(["simulate", "--generate", "poisson", "--jobs", tmp_path / "j.yaml", "--graphs", GRAPH,
+                       "--tenants", shares], capsys)
+    assert "shares must be finite numbers > 0" in err
+
+
+@pytest.mark.parametrize("jobs, needle", [
+    (f"- {{graph: {GRAPH}, tenant: a}}\n- {{graph: {GRAPH}, tenant: a, arrival: .inf}}\n", "j.yaml:2:"),
+    (f"- {{graph: {GRAPH}, tenant: a, arrival: 1e308}}\n", "less than or equal to 1000000000"),
+    (f"- {{graph: {GRAPH}, tenant: a, priority: 100000000000000000000000}}\n", "priority"),
+    ("[]\n", "not an empty one"),
+])
+def test_jobs_files_whose_figures_would_be_inf_or_nan_are_refused_at_their_line(tmp_path, capsys, jobs, needle):
+    (tmp_path / "j.yaml").write_text(jobs)
+    err = usage_error(["simulate", "--jobs", tmp_path / "j.yaml", "--cluster", CLUSTER, "--policy", "fifo",
+                       "--out", tmp_path / "out"], capsys)
+    assert needle in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("out", ["a-file", "/dev/null"])
+def test_an_out_that_is_not_a_folder_is_refused_before_the_simulation(tmp_path, capsys, out):
+    (tmp_path / "a-file").write_text("keep me")
+    (tmp_path / "j.yaml").write_text(f"- {{graph: {GRAPH}, tenant: a}}\n")
+    target = tmp_path / out if out == "a-file" else out
+    err = usage_error(["simulate", "--jobs", tmp_path / "j.yaml", "--cluster", CLUSTER, "--policy", "fifo",
+                       "--out", target], capsys)
+    assert "exists and is not a folder" in err
+    assert (tmp_path / "a-file").read_text() == "keep me"
+
+
+def test_an_infinite_tenant_weight_is_refused_at_its_line(tmp_path, capsys):
+    (tmp_path / "j.yaml").write_text(f"- {{graph: {GRAPH}, tenant: a}}\n")
+    (tmp_path / "t.yaml").write_text("tenants:\n  - {name: a, weight: .inf}\n  - {name: b}\n")
+    err = usage_error(["simulate", "--jobs", tmp_path / "j.yaml", "--cluster", CLUSTER, "--tenants", tmp_path / "t.yaml",
+                       "--policy", "fifo", "--out", tmp_path / "out"], capsys)
+    assert "t.yaml:2:" in err and "weight" in err

@@ -1,0 +1,49 @@
+"""The job service reads a request body as every JSON reader would: a body that readers read
+differently (a key given twice, NaN or an infinity, a number as text) is a 400, and it never
+reaches the store, where it used to turn every later ``GET /jobs`` of its tenant into a 500."""
+
+import json
+
+from tests.tenancy.test_job_service import SLEEPY, VISION
+from tests.tenancy.test_service_hardening import post, request, status_of, strict  # noqa: F401 - the fixture
+
+BASE = {"source_name": "sleepy.py", "source_text": SLEEPY, "params": {"SECONDS": 0.01}}
+
+
+def answer_of(raw: bytes) -> tuple[int, str]:
+    status_and_body = raw.partition(b"\r\n\r\n")
+    return status_of(raw), json.loads(status_and_body[2]).get("error", "")
+
+
+def test_bodies_that_json_readers_read_differently_are_refused_and_the_listing_still_works(strict):  # noqa: F811
+    text = json.dumps(SLEEPY)
+    bodies = {
+        "a key twice": (f'{{"source_name": "sleepy.py", "source_text": {text}, "gpus": 1, "gpus": 2}}'.encode(),
+                        "'gpus' appears twice"),
+        "a NaN param": (json.dumps({**BASE, "params": {"SECONDS": float("nan")}}).encode(), "NaN"),
+        "an infinite param": (json.dumps({**BASE, "params": {"SECONDS": float("-inf")}}).encode(), "-Infinity"),
+        "a share as text": (json.dumps({**BASE, "share": "0.5"}).encode(), "share"),
+    }
+    for what, (raw, needle) in bodies.items():
+        status, error = answer_of(request(strict.url, post("/jobs", raw)))
+        assert status == 400, (what, error)
+        assert needle in error, (what, error)
+    listing = request(strict.url, f"GET /jobs?all=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {VISION}\r\n\r\n"
+                      .encode())
+    assert status_of(listing) == 200
+    assert json.loads(listing.partition(b"\r\n\r\n")[2]) == {"jobs": []}
+
+
+def test_files_named_like_a_module_the_worker_imports_are_refused(strict):  # noqa: F811
+    # The worker runs in the job's folder, first on its path: a submitted numpy.py or json.py
+    # used to replace the real module, and the job died with a traceback and no exit note.
+    bodies = {"a module numpy.py": {**BASE, "modules": {"numpy.py": "x = 1\n"}},
+              "a package streammap/": {**BASE, "modules": {"streammap/plan.py": "x = 1\n"}},
+              "a program json.py": {**BASE, "source_name": "json.py"}}
+    for what, body in bodies.items():
+        status, error = answer_of(request(strict.url, post("/jobs", json.dumps(body).encode())))
+        assert status == 400, (what, error)
+        assert "rename it" in error, (what, error)
+    ok = {**BASE, "modules": {"helpers.py": "x = 1\n"}}
+    status, error = answer_of(request(strict.url, post("/jobs", json.dumps(ok).encode())))
+    assert status == 201, error
