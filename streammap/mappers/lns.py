@@ -8,8 +8,8 @@ start of each of its tasks) so that what comes after it can start as soon as pos
 makespan, when the window's model reaches the end of the plan), and the plan is replaced
 whenever the result, re-timed by :func:`~streammap.mappers.schedule.simulate` (the evaluator
 ``auto`` compares its candidates with) and checked against every capacity, is shorter. This is
-large-neighbourhood search (Shaw 1998) with a fixed rotation of neighbourhood kinds, as in
-adaptive LNS (Pisinger & Ropke 2010) without the adaptive weights.
+large-neighbourhood search (Shaw 1998) with adaptive neighbourhood choice (Ropke & Pisinger
+2006).
 
 State
 -----
@@ -23,20 +23,24 @@ tasks with the window, keep their device and order but their start is a variable
 descendants past them are *beyond*: fixed intervals at their start in the plan, and *needs*: the
 instants by which their inputs (and device turns) must be there.
 
-Windows, in the order they are tried (:func:`windows`)
---------------------------------------------------------
-1. **Critical-path stretches**: consecutive tasks of the plan's critical path
-   (:func:`~streammap.mappers.local_search.critical_path`), from the end of the plan backwards,
-   with their data neighbours and the tasks that overlap them in time, up to
-   :data:`WINDOW_TASKS` tasks.
-2. **Device pairs in a time slice**: the tasks of the busiest device on the critical path and of one
-   other device, in a slice of the plan's time around the critical path's stretch.
-3. **Time slices**: the tasks in consecutive slices of the plan's time (by start).
+Windows, and the order they are tried in (:func:`windows`, :func:`improve_plan`)
+--------------------------------------------------------------------------------
+1. **Critical-path stretches**: :data:`PATH_STRETCH` consecutive tasks of the plan's critical path
+   (:func:`~streammap.mappers.local_search.critical_path`) with their data neighbours and the
+   tasks that overlap them in time, up to :data:`WINDOW_TASKS` tasks; the stretches that waste the
+   most first (:func:`path_waste`: time on a slower device than the task's fastest, waits for a
+   transfer or an idle device), where a window is likely to pay.
+2. **Device pairs**: the tasks of two devices nearest in time to the critical path's tasks on
+   them; first the pairs the critical path transfers between, by the time it waits for those
+   transfers, then the device running most of the path with each other device.
+3. **Time slices**: the tasks in consecutive slices of the plan's time (by start), from the end.
 
-After an improvement the critical path is computed again and the rotation starts over; the search
-ends when :data:`LNS_MAX_WINDOWS` windows have been solved, or the budget in windows for the
-graph's size is spent (:func:`window_budget`: it shrinks as the model of one window, which holds
-every descendant of the window, grows with the graph), or a full rotation has improved nothing.
+The kinds are chosen adaptively (Ropke & Pisinger 2006, with scores instead of random draws):
+the next window is the next one of the kind with the best record so far (improvements + 1 over
+tries + 2). After an improvement the windows are computed again on the new plan, and the few
+that share a task with the improving window come first (the neighbourhood it changed may now
+give more). The search ends when the budget in windows is spent (:func:`window_budget`), when
+:data:`PATIENCE` windows in a row improved nothing, or when every window of the plan was tried.
 
 The model of a window
 ---------------------
@@ -46,11 +50,24 @@ as above. The objective is the *shift* of the window's boundary: the largest of 
 sink - the plan's makespan) and (arrival of an input or device turn at a task beyond - its start
 in the plan), at most 0. When every descendant is a variable it is the makespan less the plan's;
 otherwise every task beyond can start that much sooner, as far as the window is concerned.
-Times are whole *ticks* rounded down (:func:`streammap.mappers.exact._tick`), so the current
+Times are whole *ticks* rounded down (:func:`streammap.mappers.exact.tick_for`, at most
+:data:`WINDOW_TICKS` over the plan: a tick of a millionth of the plan or more), so the current
 plan, its times rounded down, satisfies every constraint and is given to CP-SAT as its hint: the
-window's solution is never worse in the model than the plan it came from. Memory is not in the
-window's model: a window solution that the re-timing shows to break a capacity is dropped (the
-plan in hand is kept).
+window's solution is never worse in the model than the plan it came from. It is solved by
+:func:`streammap.mappers.exact.solve_model`, and kept only when the plan it gives, re-timed, is
+shorter (a gain within the rounding is none). Memory is not in the window's model: a window
+solution that the re-timing shows to break a capacity is dropped (the plan in hand is kept).
+
+Cost
+----
+A window costs about a tenth of a second of one core on graphs of a hundred tasks
+(:func:`window_seconds`), and almost all of it is CP-SAT's search: building the model is about
+0.02 s and presolve 0.06 s, while :data:`WINDOW_WORK` deterministic seconds of search take far
+more CPU than they count on these models. Two things made windows four times cheaper than the
+first version's (0.4 s): the coarse tick (with 1 ns ticks CP-SAT spent its budget on a chain of
+improvements of a few nanoseconds each) and smaller windows (25 tasks, 60 variables, half the
+budget), which gain as much per window. Restricting a task to a shortlist of devices halved the
+cost again but lost half the gain, and is left out.
 
 Determinism
 -----------
@@ -60,7 +77,8 @@ broken by task position: the same inputs give the same plan on any machine, unde
 
 References
 ----------
-P. Shaw, "Using constraint programming and local search methods to solve vehicle routing
+S. Ropke and D. Pisinger, "An adaptive large neighborhood search heuristic for the pickup and
+delivery problem with time windows", Transportation Science 40(4), 2006. P. Shaw, "Using constraint programming and local search methods to solve vehicle routing
 problems", CP 1998. D. Pisinger and S. Ropke, "Large neighborhood search", in Handbook of
 Metaheuristics, 2010.
 """
