@@ -78,9 +78,8 @@ broken by task position: the same inputs give the same plan on any machine, unde
 References
 ----------
 S. Ropke and D. Pisinger, "An adaptive large neighborhood search heuristic for the pickup and
-delivery problem with time windows", Transportation Science 40(4), 2006. P. Shaw, "Using constraint programming and local search methods to solve vehicle routing
-problems", CP 1998. D. Pisinger and S. Ropke, "Large neighborhood search", in Handbook of
-Metaheuristics, 2010.
+delivery problem with time windows", Transportation Science 40(4), 2006. P. Shaw, "Using
+constraint programming and local search methods to solve vehicle routing problems", CP 1998.
 """
 
 from __future__ import annotations
@@ -121,7 +120,7 @@ LINEARIZATION = 0
 KINDS = ("path", "pair", "slice")
 #: Consecutive windows that shorten nothing before the search stops.
 PATIENCE = 10
-#: Most windows around the last improvement tried first.
+#: Most windows around the last improvement tried first (of those sharing a task with it).
 FOCUS_WINDOWS = 4
 #: Most mapping time, in seconds of one core, the search spends on one graph (12 windows of the
 #: first version at its assumed 0.5 s each) ...
