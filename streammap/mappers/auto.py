@@ -73,7 +73,8 @@ Candidates, in order:
    rest of the plan kept in its order, and every window solution that shortens the whole plan,
    re-timed and memory-valid, is kept (winner ``"<name>+lns"``). Its budget, in windows of a fixed
    deterministic time each, shrinks as the graph grows and as the plan gets shorter (at most 1% of the
-   makespan at half a second a window: a plan of milliseconds gets none). ``exact=False`` leaves it out too.
+   makespan at the measured cost of a window, :func:`~streammap.mappers.lns.window_seconds`: a plan
+   of milliseconds gets none). ``exact=False`` leaves it out too.
 
 Effort is bounded by operation counts that scale with the graph (no wall-clock budget, which
 would make plans depend on the machine's load): the number of candidates shrinks as ``T × D``

@@ -82,8 +82,8 @@ from streammap.cost.model import CostModel, combined_bound
 from streammap.errors import MappingError
 from streammap.mappers.schedule import MEM_RTOL, Schedule, fits, peak_memory, simulate
 
-__all__ = ["ExactResult", "available", "interchangeable_groups", "model_size", "solve_exact", "MAX_TICKS",
-           "MAX_BYTE_UNITS"]
+__all__ = ["ExactResult", "available", "interchangeable_groups", "model_size", "solve_exact", "solve_model",
+           "tick_for", "to_units", "MAX_TICKS", "MAX_BYTE_UNITS"]
 
 #: Largest horizon in ticks (the tick grows by powers of ten past 1 ns to stay below it).
 MAX_TICKS = 2**31
@@ -148,10 +148,16 @@ class ExactResult:
     status: str
 
 
-def _tick(horizon: float) -> float:
-    """Seconds per tick: 1 ns, times ten until ``horizon`` is below :data:`MAX_TICKS` ticks."""
+def tick_for(horizon: float, max_ticks: int = MAX_TICKS) -> float:
+    """Seconds per tick: 1 ns, times ten until ``horizon`` is below ``max_ticks`` ticks.
+
+    Examples
+    --------
+    >>> tick_for(1.0), tick_for(12_000.0, max_ticks=1_000_000)
+    (1e-09, 0.1)
+    """
     tick = 1e-9
-    while horizon / tick >= MAX_TICKS:
+    while horizon / tick >= max_ticks:
         tick *= 10.0
     return tick
 
@@ -165,7 +171,7 @@ def _byte_unit(cost: CostModel) -> float:
     return unit
 
 
-def _down(x, unit) -> np.ndarray:
+def to_units(x, unit) -> np.ndarray:
     """``x / unit`` rounded down to integers (with a relative 1e-12 guard against ``0.3/0.1`` noise)."""
     q = np.asarray(x, dtype=np.float64) / unit
     return np.floor(q * (1.0 - 1e-12)).astype(np.int64)
@@ -269,11 +275,11 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
     T, D = cost.n_tasks, cost.n_devices
     if T == 0:
         return ExactResult(hint, 0.0, True, "OPTIMAL")
-    tick = _tick(max(float(hint.makespan), 1e-9))
+    tick = tick_for(max(float(hint.makespan), 1e-9))
     H = int(math.ceil(float(hint.makespan) / tick)) + 1
     cap_ok = np.maximum(cost.mem, cost.out)[:, None] <= cost.capacity[None, :] * (1.0 + MEM_RTOL)
     elig = np.isfinite(cost.time) & cap_ok
-    dur = np.where(elig, _down(np.where(elig, cost.time, 0.0), tick), 0)
+    dur = np.where(elig, to_units(np.where(elig, cost.time, 0.0), tick), 0)
     devs = [np.flatnonzero(elig[t]).tolist() for t in range(T)]
 
     m = cp_model.CpModel()
@@ -305,7 +311,7 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
         m.Add(s[c] >= e[p])
         dc = devs[c]
         for a in devs[p]:
-            row = _down(comm_lat[a, dc] + b * inv_bw[a, dc], tick)
+            row = to_units(comm_lat[a, dc] + b * inv_bw[a, dc], tick)
             row[np.asarray(dc) == a] = 0
             if not row.any():
                 continue
@@ -316,8 +322,8 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
     last_use: dict[int, object] = {}
     if tracked.any():
         unit = _byte_unit(cost)
-        mem_u = _down(cost.mem, unit)
-        out_u = _down(cost.out, unit)
+        mem_u = to_units(cost.mem, unit)
+        out_u = to_units(cost.out, unit)
         cap_u = np.where(np.isfinite(cost.capacity),
                          np.ceil(np.where(np.isfinite(cost.capacity), cost.capacity, 0.0) * (1.0 + MEM_RTOL) / unit), 0)
         res_iv: dict[tuple[int, int], object] = {}
@@ -354,7 +360,7 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
     if FEATURES["bound"]:
         # Every real plan is at least the analytic bound long, and its rounded-down integer image
         # can take M = floor(its makespan / tick): the model stays a relaxation.
-        lb = int(_down(analytic_bound(cost), tick))
+        lb = int(to_units(analytic_bound(cost), tick))
         m.Add(M >= min(lb, H))
     for t in np.flatnonzero(cost.n_succ == 0).tolist():
         m.Add(M >= e[t])
@@ -372,8 +378,9 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
 
     floor = 0.0                         # a bound proved by the first stage, kept beside the second's
     share = SINGLE_SHARE if T <= SINGLE_FIRST_MAX_TASKS else 0.0
-    solver = _solve(m, 1, seed, work * share if interleave else work)
-    status = solver.StatusName(solver.Solve(m)) if not interleave or share > 0 else "UNKNOWN"
+    solver, status = None, "UNKNOWN"
+    if not interleave or share > 0:
+        solver, status = solve_model(m, work=work * share if interleave else work, seed=seed)
     if interleave and status != "OPTIMAL":
         # One worker first (above): on the models it proves quickly it stops at the proof, where
         # the interleaved search would spend its whole budget; the rest of the budget, warm-started
@@ -384,8 +391,7 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
             m.ClearHints()
             for v in [*s, *e, M, *(lit for xt in x for lit in xt.values()), *last_use.values()]:
                 m.AddHint(v, first.Value(v))
-        solver = _solve(m, WORKERS, seed, work * (1.0 - share))
-        status = solver.StatusName(solver.Solve(m))
+        solver, status = solve_model(m, work=work * (1.0 - share), seed=seed, workers=WORKERS)
         if first_status == "FEASIBLE" and (
                 status not in ("OPTIMAL", "FEASIBLE") or first.ObjectiveValue() < solver.ObjectiveValue()):
             # the interleaved search may repair a hint into a worse plan: keep the better one
@@ -404,9 +410,39 @@ def solve_exact(cost: CostModel, hint: Schedule, *, work: float, seed: int = 0,
     return ExactResult(schedule, bound, status == "OPTIMAL", name)
 
 
-def _solve(m, workers: int, seed: int, work: float):
-    """A CP-SAT solver set up for ``m`` (not yet run): ``workers`` subsolvers (more than one:
-    the deterministic interleaved search), ``seed``, ``work`` deterministic seconds."""
+def solve_model(m, *, work: float, seed: int = 0, workers: int = 1, linearization: int = 2):
+    """Run CP-SAT on the model ``m`` deterministically: the entry point for any model built on this
+    module's conventions (ticks of :func:`tick_for`, times rounded down by :func:`to_units`), the
+    exact model or a sub-model of it (the windows of :mod:`streammap.mappers.lns`).
+
+    Parameters
+    ----------
+    m : ortools.sat.python.cp_model.CpModel
+        The model, its hint already added.
+    work : float
+        CP-SAT's ``max_deterministic_time``, in deterministic seconds (never wall time).
+    seed : int
+        CP-SAT's ``random_seed``.
+    workers : int
+        Subsolvers; more than one runs the deterministic interleaved search.
+    linearization : int
+        CP-SAT's ``linearization_level``: 2 (the full relaxation) proves the exact model optimal
+        several times sooner; 0 (propagation alone) explores far more of a small sub-model.
+
+    Returns
+    -------
+    (CpSolver, str)
+        The solver, holding the solution found if any, and its status name (``OPTIMAL``,
+        ``FEASIBLE``, ``INFEASIBLE``, ``UNKNOWN``, ...).
+    """
+    solver = _solver(workers, seed, work)
+    solver.parameters.linearization_level = int(linearization)
+    return solver, solver.StatusName(solver.Solve(m))
+
+
+def _solver(workers: int, seed: int, work: float):
+    """A CP-SAT solver set up (not yet run): ``workers`` subsolvers (more than one: the
+    deterministic interleaved search), ``seed``, ``work`` deterministic seconds."""
     from ortools.sat.python import cp_model  # noqa: PLC0415
     solver = cp_model.CpSolver()
     prm = solver.parameters
@@ -437,7 +473,7 @@ def _break_symmetry(m, group: list[int], dur, x) -> None:
 def _add_hint(m, cost: CostModel, hint: Schedule, tick: float, dur, x, s, e, M, last_use, lb: int = 0) -> None:
     """Hint ``hint``'s assignment and times, rounded down to ticks as the model's times are (so the
     hint satisfies every constraint: ``floor(a) + floor(b) <= floor(a + b)``)."""
-    start = _down(np.maximum(hint.start, 0.0), tick)
+    start = to_units(np.maximum(hint.start, 0.0), tick)
     end = start + dur[np.arange(cost.n_tasks), hint.device]
     for t in range(cost.n_tasks):
         d = int(hint.device[t])

@@ -10,10 +10,20 @@ import pytest
 from streammap.cluster.model import cluster_from_dict
 from streammap.cost.model import CostModel
 from streammap.ir import add_task, new_graph
+from streammap.mappers import lns
 from streammap.mappers.auto import auto
 from streammap.mappers.exact import available
 from streammap.mappers.heft import heft
-from streammap.mappers.lns import LNS_MAX_TASKS, improve_plan, solve_window, window_budget, windows
+from streammap.mappers.lns import (
+    LNS_MAX_TASKS,
+    PATIENCE,
+    PLAN_SHARE,
+    improve_plan,
+    solve_window,
+    window_budget,
+    window_seconds,
+    windows,
+)
 from streammap.mappers.schedule import evaluate, simulate
 from tests.helpers.graphs import mixed_cluster, random_graph
 
@@ -97,8 +107,8 @@ def test_the_same_inputs_give_the_same_plan():
     cost = CostModel(random_graph(n=70, seed=3), mixed_cluster())
     start = heft(cost)
 
-    a = improve_plan(cost, start, max_windows=3)
-    b = improve_plan(cost, start, max_windows=3)
+    a = improve_plan(cost, start, max_windows=12)
+    b = improve_plan(cost, start, max_windows=12)
 
     assert a.makespan < start.makespan                        # the search had something to do
     for field in ("device", "start", "finish"):
@@ -113,7 +123,7 @@ def test_windows_are_small_distinct_and_led_by_the_critical_path():
 
     assert ws[0][0] == "path"
     assert {kind for kind, _ in ws} == {"path", "pair", "slice"}
-    assert all(2 <= w.size <= 40 and np.array_equal(w, np.unique(w)) for _, w in ws)
+    assert all(2 <= w.size <= lns.WINDOW_TASKS and np.array_equal(w, np.unique(w)) for _, w in ws)
     assert len({w.tobytes() for _, w in ws}) == len(ws)
 
 
@@ -129,7 +139,68 @@ def test_auto_keeps_the_search_improvement_and_is_never_worse_than_without_it():
         assert with_lns.mapper.endswith("+lns)")
 
 
+def solved_windows(monkeypatch):
+    """Record the windows ``improve_plan`` hands to the solver, in order."""
+    seen = []
+    real = lns.solve_window
+
+    def record(cost, plan, window, **kw):
+        seen.append(np.asarray(window))
+        return real(cost, plan, window, **kw)
+
+    monkeypatch.setattr(lns, "solve_window", record)
+    return seen
+
+
+def bad_stretch_chain(n=48, bad=range(30, 34)):
+    """A chain of ``n`` tasks on the GPU but for the stretch ``bad`` on the CPU, and that plan."""
+    cost = chain_cost(n)
+    gpu = int(np.argmin(cost.time[0]))
+    dev = np.full(cost.n_tasks, gpu)
+    dev[[cost.tasks.index(f"t{i}") for i in bad]] = 1 - gpu
+    return cost, plan_of(cost, dev), [cost.tasks.index(f"t{i}") for i in bad]
+
+
+def test_the_first_window_tried_holds_the_stretch_of_the_critical_path_that_wastes_time():
+    cost, bad, stretch = bad_stretch_chain()
+
+    kind, first = windows(cost, bad)[0]
+
+    assert kind == "path"
+    assert set(stretch) <= set(first.tolist())
+    assert improve_plan(cost, bad, max_windows=1).makespan == pytest.approx(48.0)
+
+
+def test_after_an_improvement_the_next_window_overlaps_it(monkeypatch):
+    # Two bad stretches far apart: the first window repairs one; the next one tried is around it.
+    cost, bad, _ = bad_stretch_chain(n=60, bad=[10, 11, 40, 41])
+    seen = solved_windows(monkeypatch)
+
+    better = improve_plan(cost, bad, max_windows=2)
+
+    assert better.makespan < bad.makespan
+    assert len(seen) == 2 and np.intersect1d(seen[0], seen[1]).size > 0
+
+
+def test_a_plan_no_window_can_shorten_costs_only_a_few_windows(monkeypatch):
+    cost = chain_cost(80)
+    good = plan_of(cost, np.full(cost.n_tasks, int(np.argmin(cost.time[0]))))
+    seen = solved_windows(monkeypatch)
+
+    assert improve_plan(cost, good, max_windows=50) is good
+    assert len(seen) == PATIENCE
+
+
 def test_graphs_above_the_limit_get_no_search():
     assert window_budget(LNS_MAX_TASKS + 1) == 0
     assert window_budget(LNS_MAX_TASKS) >= 1
     assert window_budget(100) >= window_budget(1_000)
+
+
+@pytest.mark.parametrize("makespan", [0.5, 5.0, 30.0, 300.0, 3_000.0, 30_000.0])
+def test_the_search_spends_at_most_one_percent_of_the_plan_it_shortens(makespan):
+    n = window_budget(100, makespan)
+
+    assert n * window_seconds(100) <= PLAN_SHARE * makespan
+    assert window_budget(100, 10 * makespan) >= n             # a longer plan is worth more windows
+    assert window_budget(1_000, makespan) <= n                # a larger graph's windows cost more
