@@ -433,11 +433,11 @@ class Scheduler:
         self._shape_options: list[tuple] = []
         self._shape_of: dict[str, int] = {}
         self._shapes: dict[int, int] = {}
-        # Shapes with no model with enough free devices, as of the pool's version in [0]: past the
-        # depth a pass asks this of hundreds of jobs, and the free counts move only with a start or a finish.
-        self._roomless: tuple[int, dict[int, bool]] = (-1, {})
+        # Shapes with no room (free devices; for a fraction, open ones too), as of the versions in [0]:
+        # past the depth a pass asks this of hundreds of jobs, and room moves only with a start or a finish.
+        self._roomless: tuple[tuple, dict[int, bool]] = ((-1, -1), {})
         self._shapes_moved = 0                          # submits and unqueues so far
-        self._roomy: tuple | None = None                 # ((pool version, _shapes_moved), shapes with room)
+        self._roomy: tuple | None = None                 # ((pool, packing versions, _shapes_moved), shapes with room)
         self._no_quotas = all(self._unlimited(t.name) for t in tenants)
 
     # -- the queue ----------------------------------------------------------------------
@@ -741,7 +741,8 @@ class Scheduler:
     def _returns_unchanged(self, sid: int, plan: "_Plan") -> bool:
         """Whether :meth:`_place_smart` would return a job of shape ``sid`` at once, changing
         nothing but ``plan.recheck``: past the reservation depth, without quotas, its shape has no
-        model with enough free devices, or (without preemption) was refused since the plan last changed."""
+        room now (:meth:`_no_room`: for a fractional shape, neither a free device nor an open one it
+        fits on), or (without preemption) was refused since the plan last changed."""
         if plan.depth_left > 0 or not self._no_quotas:
             return False
         if not self.tenants.preemption and sid in plan.refused:
@@ -749,21 +750,29 @@ class Scheduler:
         return self._no_room(sid)
 
     def _no_room(self, sid: int) -> bool:
-        """Whether no model of shape ``sid`` has as many free devices as it asks for (whole devices;
-        remembered until the pool next changes)."""
+        """Whether no model of shape ``sid`` has room for it now: as many free devices as it asks
+        for, or, for a fractional shape, a free device or an open one it fits on beside its holders
+        (joint placement: a cluster with no whole device free still has room for a fraction).
+        Remembered until the pool or the open devices next change."""
         known = self._room_known()
         out = known.get(sid)
         if out is None:
-            free = self.pool.free_count
-            out = known[sid] = not any(free[o.model] >= o.gpus for o in self._shape_options[sid])
+            out = known[sid] = not any(self._room_for(o) for o in self._shape_options[sid])
         return out
 
+    def _room_for(self, o: Option) -> bool:
+        if o.share < 1.0:
+            return self.packing.can_start(o.model, o.share, o.memory)
+        return self.pool.free_count[o.model] >= o.gpus
+
     def _room_known(self) -> dict[int, bool]:
-        """The shapes known to have no room (True) or room (False) in the pool as it is now."""
+        """The shapes known to have no room (True) or room (False) in the pool and the open
+        devices as they are now."""
         version, known = self._roomless
-        if version != self.pool.version:
+        now = (self.pool.version, self.packing.version)
+        if version != now:
             known = {}
-            self._roomless = (self.pool.version, known)
+            self._roomless = (now, known)
         return known
 
     def _pass_over(self, tenant: str, heap: list, budget: dict, fair: dict, last: dict, at: dict,
@@ -926,7 +935,7 @@ class Scheduler:
     def _shapes_with_room(self) -> list[int]:
         """The queued shapes with a model with enough free devices (kept until a job is queued or
         unqueued or the pool changes: past the depth, a pass asks after every refusal)."""
-        state = (self.pool.version, self._shapes_moved)
+        state = (self.pool.version, self.packing.version, self._shapes_moved)
         if self._roomy is None or self._roomy[0] != state:
             self._roomy = (state, [sid for sid in self._shapes if not self._no_room(sid)])
         return self._roomy[1]
