@@ -154,6 +154,14 @@ LARGE_DEPTH = 32
 #: within this factor of its time to finish on the busy one, waiting included (see _Plan.placement).
 #: Only a job that gets a reservation waits: one past the reservation depth takes the room it has.
 SLACK = 1.5
+#: Promises past the reservation depth (streammap policy; see _Plan and Scheduler._promise): a job
+#: past the depth whose estimate is at least the LONG quantile of recent estimates, and that would
+#: end sooner on a faster busy model than on a slower free one by more than the slack, gets a
+#: reservation on the faster model that later passes keep before any other (at most PROMISES
+#: outstanding). A long job on a half-speed GPU costs twice its length, which the short jobs that
+#: take the slow GPUs instead do not (README, "This round: placement").
+LONG = 0.9
+PROMISES = 8
 #: A tenant holding less than this share of its weighted max-min fair share of the GPUs goes
 #: first in a pass; the others' jobs are taken in one order, by slowdown deadline (streammap policy;
 #: 1 measured a better tail and Jain's index than 0.8 on the tuning seeds, README).
@@ -439,6 +447,10 @@ class Scheduler:
         self._shapes_moved = 0                          # submits and unqueues so far
         self._roomy: tuple | None = None                 # ((pool, packing versions, _shapes_moved), shapes with room)
         self._no_quotas = all(self._unlimited(t.name) for t in tenants)
+        # Promises past the depth: job id -> (the option promised, when first promised, the start
+        # promised), in order given; kept by every later pass before any other job is planned.
+        self._promises: dict[str, tuple[Option, float, float]] = {}
+        self._long: tuple[int, float] = (-1, math.inf)   # (submissions // 50, the LONG quantile then)
 
     # -- the queue ----------------------------------------------------------------------
     def _key(self, job: Job) -> tuple:
@@ -512,6 +524,7 @@ class Scheduler:
 
     def _unqueue(self, job: Job) -> None:
         del self.jobs[job.id]
+        self._promises.pop(job.id, None)
         self.queued_gpus -= job.demand.held
         self._queued_gpus[job.tenant] -= job.demand.held
         if job.demand.whole is not None:
@@ -695,12 +708,14 @@ class Scheduler:
         starts: list[Start] = []
         preempted: list[str] = []
         plan = _Plan(self, now) if smart else None
+        fair = self._account(now) if smart else None
         if smart:
             self.estimated_starts, self.start_intervals = {}, {}
+            if self._promises:
+                starts += self._keep_promises(now, plan)
         last = {t: None for t, q in self._queues.items() if q}
         at = dict.fromkeys(last, 0)              # where each tenant's last job looked at was
         budget = {t: max(32, max_scan // max(1, len(last))) for t in last}
-        fair = self._account(now) if smart else None
         heap = [self._rank(t, fair, last, at) for t in last]
         heapq.heapify(heap)
         while heap:
@@ -875,6 +890,8 @@ class Scheduler:
             return None, []                      # its own tenant's running jobs hold it back
         if allowed[0].share < 1.0:
             return self._place_fraction(job, now, plan, allowed), []    # joint placement (packing)
+        if job.id in self._promises:
+            return None, []                      # planned first in this pass (_keep_promises)
         deep = plan.depth_left > 0
         if not deep and not any(self.pool.free_count[o.model] >= o.gpus for o in allowed):
             plan.recheck = True
@@ -885,7 +902,12 @@ class Scheduler:
         if not deep and shape in plan.refused and not self.tenants.preemption:
             plan.recheck = True
             return None, []                      # a job of this very shape could not start; nothing changed since
-        best, at = plan.placement(allowed, promised=deep)
+        promised = deep or self._may_promise(job, allowed)
+        best, at = plan.placement(allowed, promised=promised)
+        if not deep and promised and at > now:
+            if math.isfinite(at) and best is allowed[0]:
+                return self._promise(job, best, at, now, plan), []
+            best, at = plan.placement(allowed, promised=False)      # no promise to wait for
         if at == now and best.model not in plan.blocked:
             plan.take(best, now)
             return self._start_now(job, best, now), []
@@ -907,6 +929,70 @@ class Scheduler:
             self.estimated_starts[job.id] = (at, best.model)
             self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
         return None, []
+
+    def _may_promise(self, job: Job, allowed: list[Option]) -> bool:
+        """Whether a job past the reservation depth may be promised its fastest model: it is long
+        (its estimate at least the :data:`LONG` quantile of recent ones), fewer than
+        :data:`PROMISES` are outstanding, it has a slower model to compare with, and no quota or
+        preemption is in play."""
+        return (len(self._promises) < PROMISES and len(allowed) > 1 and self._no_quotas
+                and self.backfill and not self.tenants.preemption
+                and allowed[0].duration >= self._long_bound())
+
+    def _long_bound(self) -> float:
+        """The :data:`LONG` quantile of the last submitted jobs' estimates (``inf`` before 30 are
+        known), recomputed every 50 submissions."""
+        key = self._seq // 50
+        if self._long[0] != key:
+            recent = self._recent
+            bound = float(np.quantile(np.fromiter(recent, float), LONG)) if len(recent) >= 30 else math.inf
+            self._long = (key, bound)
+        return self._long[1]
+
+    def _promise(self, job: Job, o: Option, at: float, now: float, plan: "_Plan") -> None:
+        """Reserve ``o`` at ``at`` for a job past the depth, and keep it for the next passes."""
+        plan.take(o, at)
+        self._promises[job.id] = (o, now, at)
+        self.estimated_starts[job.id] = (at, o.model)
+        self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
+
+    def _keep_promises(self, now: float, plan: "_Plan") -> list[Start]:
+        """Plan the promised jobs before any other of the pass, in the order promised: each keeps
+        a reservation on its promised model at the earliest fit from the start it was promised
+        (never earlier: the jobs reserved before it in that pass keep their starts; later only
+        where running jobs overran their estimates), and starts when that is now. The wait
+        already spent since the promise counts against the slack: when a slower model has room
+        now and the job would end there within ``slack`` times its time from the promise to its
+        end on the promised model, it takes that room instead."""
+        starts = []
+        for jid, (o, since, promised) in list(self._promises.items()):
+            job = self.jobs[jid]
+            at = plan.profile(o.model).earliest_fit_from(promised, o.gpus, o.duration)
+            if at == now:
+                plan.take(o, now)
+                starts.append(self._start_now(job, o, now))
+                continue
+            room = self._slower_room(job, o, at + o.duration - since, plan)
+            if room is not None:
+                plan.take(room, now)
+                starts.append(self._start_now(job, room, now))
+                continue
+            if not math.isfinite(at):
+                del self._promises[jid]          # the model can no longer hold it: planned as any job
+                continue
+            plan.take(o, at)
+            self.estimated_starts[jid] = (at, o.model)
+            self.start_intervals[jid] = self.forecast.planned(jid, now, at)
+        return starts
+
+    def _slower_room(self, job: Job, o: Option, to_end: float, plan: "_Plan") -> Option | None:
+        """A slower option than the promised ``o`` with room now around the plan, on which ``job``
+        would end within ``slack`` times ``to_end`` (its time from the promise to its end on ``o``)."""
+        for s in job.demand.options:
+            if (s is not o and s.duration <= self.slack * to_end
+                    and plan.profile(s.model).fits_now(s.gpus, s.duration)):
+                return s
+        return None
 
     def _settled(self, plan: "_Plan", last: dict, at: dict, budget: dict) -> bool:
         """Whether no queued job can start in the rest of this pass (streammap policy, past the
