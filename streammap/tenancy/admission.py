@@ -76,7 +76,14 @@ Policies
       there (the next pass reserves that device for an earlier job, pass after pass), so it
       starts on the fastest model with room now that no reservation wants before it would end
       (issue 18: at 10,000 GPUs every second StreamMAP's jobs waited, they waited beside free
-      V100s, which idled while jobs arrived; README);
+      V100s, which idled while jobs arrived; README). Except a **long** job (its estimate at least
+      the :data:`LONG` quantile of recent ones): past the depth it is **promised** the faster
+      model when the slack says to wait for it, a reservation after the pass's that every later
+      pass makes first, at its earliest fit from the promised start (at most :data:`PROMISES` at
+      a time). On a half-speed model a long job costs its length again, a short one little: at
+      2,000 GPUs the long jobs past the depth took the V100s and the average and the drain grew
+      (README). The wait spent since the promise counts against the slack, so a promise that
+      slips (running jobs overran) gives way to a slower model with room;
     * *conservative backfill* [5]_: each pass keeps an availability profile per model (free
       devices over time, from the running jobs' expected ends: the estimated end, or for a job
       already past it the first ``start + 2^i x estimate`` still ahead). Every job looked at in
@@ -447,9 +454,9 @@ class Scheduler:
         self._shapes_moved = 0                          # submits and unqueues so far
         self._roomy: tuple | None = None                 # ((pool, packing versions, _shapes_moved), shapes with room)
         self._no_quotas = all(self._unlimited(t.name) for t in tenants)
-        # Promises past the depth: job id -> (the option promised, when first promised, the start
-        # promised), in order given; kept by every later pass before any other job is planned.
-        self._promises: dict[str, tuple[Option, float, float]] = {}
+        # Promises past the depth: job id -> (the option promised, when first promised), in order
+        # given; kept by every later pass before any other job is planned (see _keep_promises).
+        self._promises: dict[str, tuple[Option, float]] = {}
         self._long: tuple[int, float] = (-1, math.inf)   # (submissions // 50, the LONG quantile then)
 
     # -- the queue ----------------------------------------------------------------------
@@ -952,22 +959,25 @@ class Scheduler:
     def _promise(self, job: Job, o: Option, at: float, now: float, plan: "_Plan") -> None:
         """Reserve ``o`` at ``at`` for a job past the depth, and keep it for the next passes."""
         plan.take(o, at)
-        self._promises[job.id] = (o, now, at)
+        self._promises[job.id] = (o, now)
         self.estimated_starts[job.id] = (at, o.model)
         self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
 
     def _keep_promises(self, now: float, plan: "_Plan") -> list[Start]:
         """Plan the promised jobs before any other of the pass, in the order promised: each keeps
-        a reservation on its promised model at the earliest fit from the start it was promised
-        (never earlier: the jobs reserved before it in that pass keep their starts; later only
-        where running jobs overran their estimates), and starts when that is now. The wait
+        a reservation on its promised model at the earliest fit, and starts when that is now.
+        This is the promise's priority: the first devices of its model that free for long enough
+        go to it, even where an earlier pass had reserved them for a job of the depth (which then
+        takes the next ones, or a slower model within its slack); planned after the depth, as
+        when it was promised, the long job saw its devices taken pass after pass by jobs of
+        earlier deadlines arriving meanwhile, and its wait ran out its slack (README). The wait
         already spent since the promise counts against the slack: when a slower model has room
         now and the job would end there within ``slack`` times its time from the promise to its
         end on the promised model, it takes that room instead."""
         starts = []
-        for jid, (o, since, promised) in list(self._promises.items()):
+        for jid, (o, since) in list(self._promises.items()):
             job = self.jobs[jid]
-            at = plan.profile(o.model).earliest_fit_from(promised, o.gpus, o.duration)
+            at = plan.profile(o.model).earliest_fit(o.gpus, o.duration)
             if at == now:
                 plan.take(o, now)
                 starts.append(self._start_now(job, o, now))
@@ -1150,7 +1160,8 @@ class _Plan:
         for ever while the slower model idles (issue 18: at 10,000 GPUs StreamMAP's whole wait was
         beside free devices). Such a job starts on the fastest model with room now around the
         pass's reservations (room no reserved job wants before it would end), else it waits
-        (``inf``)."""
+        (``inf``). A long job past the depth is placed as a promised one, and its wait, if any, made
+        a promise (:meth:`Scheduler._may_promise`)."""
         first = options[0]
         p0 = self.profiles.get(first.model) or self.profile(first.model)
         if p0.fits_now(first.gpus, first.duration):

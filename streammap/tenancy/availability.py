@@ -103,21 +103,6 @@ class Profile:
             at = self._fits[(k, duration)] = self._earliest_fit(k, duration)
         return at
 
-    def earliest_fit_from(self, t: float, k: int, duration: float) -> float:
-        """The earliest ``t' >= t`` with ``k`` devices free for all of ``[t', t' + duration)``:
-        :meth:`earliest_fit` of the profile from ``t`` on (a promise kept from an earlier pass
-        never moves earlier than it was made, so the jobs planned before it keep theirs)."""
-        if t <= self.now:
-            return self.earliest_fit(k, duration)
-        i = int(self.times.searchsorted(t, "right")) - 1       # the segment ``t`` falls in
-        later = Profile.__new__(Profile)
-        later.now = t
-        later.times = np.concatenate(([t], self.times[i + 1:]))
-        later.free = self.free[i:]
-        later._prefix_min = None
-        later._fits = {}
-        return later._earliest_fit(k, duration)
-
     def _earliest_fit(self, k: int, duration: float) -> float:
         if self.fits_now(k, duration):
             return self.now

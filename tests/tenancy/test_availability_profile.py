@@ -145,25 +145,3 @@ def test_answers_remembered_across_reservations_and_give_backs_stay_the_scans():
             else:
                 p.reserve(now + float(rng.integers(0, 3000)), 1, float(rng.integers(1, 300)))
 
-
-def brute_force_fit_from(p: Profile, t: float, k: int, duration: float) -> float:
-    """The earliest time from ``t`` (``t`` itself or a segment start after it) with k free over
-    the whole window, by scanning."""
-    for start in [t] + [float(x) for x in p.times if x > t]:
-        begun = p.times <= start if duration == 0 else p.times < start + duration
-        window = begun & (np.r_[p.times[1:], math.inf] > start)
-        if p.free[window].min() >= k:
-            return start
-    return math.inf
-
-
-def test_the_earliest_fit_from_a_later_time_is_the_first_window_with_room_from_then():
-    # What a promise kept from an earlier pass asks: never earlier than the start it was promised.
-    rng = np.random.default_rng(18)
-    for _ in range(300):
-        p = random_profile(rng)
-        for _ in range(3):
-            k, d = int(rng.integers(1, 8)), float(rng.choice([0, 5, int(rng.integers(1, 60))]))
-            t = p.now + float(rng.choice([0, int(rng.integers(1, 60)), 0.5]))
-            assert p.earliest_fit_from(t, k, d) == brute_force_fit_from(p, t, k, d)
-            p.reserve(p.now + float(rng.integers(0, 40)), int(rng.integers(1, 3)), float(rng.integers(1, 30)))

@@ -3,8 +3,9 @@ reservation may still count on.
 
 * A **long** job past the depth (its estimate among the longest tenth of recent ones) that would
   end sooner on a busy fast GPU than on a free slow one, by more than the slack, is **promised**
-  the fast GPU: a reservation after those of the pass, which later passes keep before planning
-  anyone else, so it gets that GPU. Other jobs past the depth take the room they have, as before.
+  the fast GPU: a reservation after those of the pass, which later passes plan before anyone
+  else, so it gets the first such GPU that frees. Other jobs past the depth take the room they
+  have, as before.
 * The wait spent since the promise counts against the slack: when the fast GPU slips (jobs overran
   their estimates) so far that the slow one would end the job within the slack of that, it takes
   the slow one.
@@ -36,22 +37,21 @@ def started(s, now):
     return [(x.job_id, x.option.model) for x in s.schedule(now)[0]]
 
 
-def test_a_long_job_past_the_depth_gets_the_fast_gpu_it_was_promised():
+def test_a_long_job_past_the_depth_gets_the_fast_gpu_it_was_promised_before_jobs_planned_ahead_of_it():
     # "first" holds the pass's one reservation (the A100 at 10); the long job, past the depth, would
-    # end at 201 on the free V100 but at 115 on the A100 after "first": promised the A100 at 15.
+    # end at 201 on the free V100 but at 115 on the A100 after "first": promised the A100 (at 15).
     s = scheduler_that_has_seen(1.0, depth=1)
     s.submit(a100_for("first", 1.0, 5.0))
     s.submit(long_job(arrival=1.0))
     assert started(s, 1.0) == []
     assert s.estimated_starts == {"first": (10.0, "A100"), "long": (15.0, "A100")}
-    # A shorter job arriving later comes first in the order and takes the depth's reservation, yet
-    # the promise holds: the long job starts on the A100 at 15, when "first" ends.
+    # From the next pass on the promise is planned first: the A100 free from 10 is the long job's,
+    # and the jobs of the depth ("first", and "later", of an earlier deadline still) come after it.
     s.submit(a100_for("later", 5.0, 5.0))
     assert started(s, 5.0) == []
+    assert s.estimated_starts == {"long": (10.0, "A100"), "first": (110.0, "A100")}
     s.finish("busy")
-    assert started(s, 10.0) == [("first", "A100")]
-    s.finish("first")
-    assert started(s, 15.0) == [("long", "A100")]
+    assert started(s, 10.0) == [("long", "A100")]
 
 
 def test_a_job_that_is_not_among_the_longest_takes_the_slow_room_past_the_depth():
