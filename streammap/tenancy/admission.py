@@ -79,10 +79,10 @@ Policies
       V100s, which idled while jobs arrived; README). Except a **long** job (its estimate at least
       the :data:`LONG` quantile of recent ones): past the depth it is **promised** the faster
       model when the slack says to wait for it, a reservation after the pass's that every later
-      pass makes first, at its earliest fit from the promised start (at most :data:`PROMISES` at
-      a time). On a half-speed model a long job costs its length again, a short one little: at
-      2,000 GPUs the long jobs past the depth took the V100s and the average and the drain grew
-      (README). The wait spent since the promise counts against the slack, so a promise that
+      pass plans first, at its earliest fit (at most :data:`PROMISES` at a time, and none on a
+      cluster of up to :data:`SMALL_CLUSTER` GPUs: :func:`promise_limit`). On a half-speed model
+      a long job costs its length again, a short one little: at 2,000 GPUs the long jobs past
+      the depth took the V100s and the average and the drain grew (README). The wait spent since the promise counts against the slack, so a promise that
       slips (running jobs overran) gives way to a slower model with room;
     * *conservative backfill* [5]_: each pass keeps an availability profile per model (free
       devices over time, from the running jobs' expected ends: the estimated end, or for a job
@@ -165,10 +165,11 @@ SLACK = 1.5
 #: past the depth whose estimate is at least the LONG quantile of recent estimates, and that would
 #: end sooner on a faster busy model than on a slower free one by more than the slack, gets a
 #: reservation on the faster model that later passes keep before any other (at most PROMISES
-#: outstanding). A long job on a half-speed GPU costs twice its length, which the short jobs that
-#: take the slow GPUs instead do not (README, "This round: placement").
+#: outstanding, on a cluster of more than SMALL_CLUSTER GPUs: see :func:`promise_limit`). A long job
+#: on a half-speed GPU costs twice its length, which the short jobs that take the slow GPUs instead
+#: do not (README, "This round: placement").
 LONG = 0.9
-PROMISES = 8
+PROMISES = 16
 #: A tenant holding less than this share of its weighted max-min fair share of the GPUs goes
 #: first in a pass; the others' jobs are taken in one order, by slowdown deadline (streammap policy;
 #: 1 measured a better tail and Jain's index than 0.8 on the tuning seeds, README).
@@ -195,6 +196,15 @@ def reservation_depth(gpus: int) -> int:
     """How many waiting jobs of a pass get a reservation on a cluster of ``gpus`` GPUs:
     :data:`DEPTH` up to :data:`SMALL_CLUSTER` GPUs, :data:`LARGE_DEPTH` above."""
     return DEPTH if gpus <= SMALL_CLUSTER else LARGE_DEPTH
+
+
+def promise_limit(gpus: int) -> int:
+    """How many long jobs past the reservation depth may hold a promise at a time on a cluster of
+    ``gpus`` GPUs: none up to :data:`SMALL_CLUSTER` GPUs, :data:`PROMISES` above. On a small
+    cluster the 64 reservations of a pass already send the long jobs to the fast GPUs (256 GPUs,
+    seed 1: 258 of the longest tenth's 283 jobs ran on A100s), and a promise planned before them
+    held a large part of its A100s for hours: the average went from 0.63x FIFO's to 1.05x (README)."""
+    return 0 if gpus <= SMALL_CLUSTER else PROMISES
 
 
 def water_fill(demand: dict[str, float], weights: dict[str, float], capacity: float) -> dict[str, float]:
@@ -380,6 +390,9 @@ class Scheduler:
         The fair-share floor of the ``streammap`` policy (see :data:`FLOOR`; 0 to 1).
     tail, tail_wait : float
         The tail deadline of the ``streammap`` policy (see :data:`TAIL`; ``tail`` 0 turns it off).
+    promises : int, optional
+        How many long jobs past the reservation depth may hold a promise of their fastest model at
+        a time (see the module docstring); by default :func:`promise_limit` of the cluster's GPUs.
     joint : bool
         Joint placement (:mod:`.packing`): jobs with fractional demands share devices. Off, each
         such job runs on a whole device, as a job without ``share`` does. Nothing changes for
@@ -388,7 +401,8 @@ class Scheduler:
 
     def __init__(self, cluster, tenants: Tenants, policy: str = "streammap", backfill: bool = True,
                  depth: int | None = None, slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR,
-                 tail: float = TAIL, tail_wait: float = TAIL_WAIT, joint: bool = True):
+                 tail: float = TAIL, tail_wait: float = TAIL_WAIT, joint: bool = True,
+                 promises: int | None = None):
         if policy not in POLICIES:
             raise StreamMapError(f"unknown policy {policy!r}", hint=f"policies: {', '.join(POLICIES)}")
         self.policy = policy
@@ -457,6 +471,7 @@ class Scheduler:
         # Promises past the depth: job id -> (the option promised, when first promised), in order
         # given; kept by every later pass before any other job is planned (see _keep_promises).
         self._promises: dict[str, tuple[Option, float]] = {}
+        self.promises = promise_limit(self.pool.total_gpus) if promises is None else promises
         self._long: tuple[int, float] = (-1, math.inf)   # (submissions // 50, the LONG quantile then)
 
     # -- the queue ----------------------------------------------------------------------
@@ -939,10 +954,10 @@ class Scheduler:
 
     def _may_promise(self, job: Job, allowed: list[Option]) -> bool:
         """Whether a job past the reservation depth may be promised its fastest model: it is long
-        (its estimate at least the :data:`LONG` quantile of recent ones), fewer than
-        :data:`PROMISES` are outstanding, it has a slower model to compare with, and no quota or
-        preemption is in play."""
-        return (len(self._promises) < PROMISES and len(allowed) > 1 and self._no_quotas
+        (its estimate at least the :data:`LONG` quantile of recent ones), fewer than ``promises``
+        (:func:`promise_limit`) are outstanding, it has a slower model to compare with, and no
+        quota or preemption is in play."""
+        return (len(self._promises) < self.promises and len(allowed) > 1 and self._no_quotas
                 and self.backfill and not self.tenants.preemption
                 and allowed[0].duration >= self._long_bound())
 

@@ -24,7 +24,7 @@ def scheduler_that_has_seen(seconds, depth):
     """A scheduler of one A100 and one V100 (tail deadline off: the order is the slowdown
     deadline's) whose recent jobs were 40 of ``seconds`` each (submitted and cancelled), and whose
     A100 is busy until t=10 (estimated)."""
-    s = Scheduler(one_a100_one_v100(), tenants_from_dict(["a"]), depth=depth, tail=0)
+    s = Scheduler(one_a100_one_v100(), tenants_from_dict(["a"]), depth=depth, tail=0, promises=8)
     for i in range(40):
         s.submit(a100_for(f"seen{i}", 0.0, seconds))
         s.cancel(f"seen{i}")
@@ -98,3 +98,15 @@ def test_a_fractional_job_starts_on_a_partly_used_gpu_of_a_full_cluster_behind_w
     starts = s.schedule(2.0)[0]
     assert [(x.job_id, x.devices) for x in starts] == [("half", s.running["holder"].devices)]
     assert s.estimated_starts == {"w1": (50.0, "A100")}
+
+
+def test_on_a_small_cluster_no_promise_is_made_and_a_long_job_past_the_depth_takes_the_slow_room():
+    # Up to 512 GPUs the 64 reservations of a pass already send the long jobs to the fast GPUs.
+    s = Scheduler(one_a100_one_v100(), tenants_from_dict(["a"]), depth=0, tail=0)
+    for i in range(40):
+        s.submit(a100_for(f"seen{i}", 0.0, 1.0))
+        s.cancel(f"seen{i}")
+    s.submit(a100_for("busy", 0.0, 10.0))
+    s.schedule(0.0)
+    s.submit(long_job(arrival=1.0))
+    assert started(s, 1.0) == [("long", "V100")]
