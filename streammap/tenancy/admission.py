@@ -82,8 +82,9 @@ Policies
       pass plans first, at its earliest fit (at most :data:`PROMISES` at a time, and none on a
       cluster of up to :data:`SMALL_CLUSTER` GPUs: :func:`promise_limit`). On a half-speed model
       a long job costs its length again, a short one little: at 2,000 GPUs the long jobs past
-      the depth took the V100s and the average and the drain grew (README). The wait spent since the promise counts against the slack, so a promise that
-      slips (running jobs overran) gives way to a slower model with room;
+      the depth took the V100s and the average and the drain grew (README). The wait spent
+      since the promise counts against the slack, so a promise that slips (running jobs
+      overran) gives way to a slower model with room;
     * *conservative backfill* [5]_: each pass keeps an availability profile per model (free
       devices over time, from the running jobs' expected ends: the estimated end, or for a job
       already past it the first ``start + 2^i x estimate`` still ahead). Every job looked at in
@@ -928,7 +929,8 @@ class Scheduler:
         best, at = plan.placement(allowed, promised=promised)
         if not deep and promised and at > now:
             if math.isfinite(at) and best is allowed[0]:
-                return self._promise(job, best, at, now, plan), []
+                self._promise(job, best, at, now, plan)
+                return None, []
             best, at = plan.placement(allowed, promised=False)      # no promise to wait for
         if at == now and best.model not in plan.blocked:
             plan.take(best, now)
