@@ -144,4 +144,3 @@ def test_answers_remembered_across_reservations_and_give_backs_stay_the_scans():
                 p.reserve(at, k, max(d, 1.0))
             else:
                 p.reserve(now + float(rng.integers(0, 3000)), 1, float(rng.integers(1, 300)))
-
