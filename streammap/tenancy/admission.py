@@ -76,7 +76,15 @@ Policies
       there (the next pass reserves that device for an earlier job, pass after pass), so it
       starts on the fastest model with room now that no reservation wants before it would end
       (issue 18: at 10,000 GPUs every second StreamMAP's jobs waited, they waited beside free
-      V100s, which idled while jobs arrived; README);
+      V100s, which idled while jobs arrived; README). Except a **long** job (its estimate at least
+      the :data:`LONG` quantile of recent ones): past the depth it is **promised** the faster
+      model when the slack says to wait for it, a reservation after the pass's that every later
+      pass plans first, at its earliest fit (at most :data:`PROMISES` at a time, and none on a
+      cluster of up to :data:`SMALL_CLUSTER` GPUs: :func:`promise_limit`). On a half-speed model
+      a long job costs its length again, a short one little: at 2,000 GPUs the long jobs past
+      the depth took the V100s and the average and the drain grew (README). The wait spent
+      since the promise counts against the slack, so a promise that slips (running jobs
+      overran) gives way to a slower model with room;
     * *conservative backfill* [5]_: each pass keeps an availability profile per model (free
       devices over time, from the running jobs' expected ends: the estimated end, or for a job
       already past it the first ``start + 2^i x estimate`` still ahead). Every job looked at in
@@ -154,6 +162,15 @@ LARGE_DEPTH = 32
 #: within this factor of its time to finish on the busy one, waiting included (see _Plan.placement).
 #: Only a job that gets a reservation waits: one past the reservation depth takes the room it has.
 SLACK = 1.5
+#: Promises past the reservation depth (streammap policy; see _Plan and Scheduler._promise): a job
+#: past the depth whose estimate is at least the LONG quantile of recent estimates, and that would
+#: end sooner on a faster busy model than on a slower free one by more than the slack, gets a
+#: reservation on the faster model that later passes keep before any other (at most PROMISES
+#: outstanding, on a cluster of more than SMALL_CLUSTER GPUs: see :func:`promise_limit`). A long job
+#: on a half-speed GPU costs twice its length, which the short jobs that take the slow GPUs instead
+#: do not (README, "This round: placement").
+LONG = 0.9
+PROMISES = 16
 #: A tenant holding less than this share of its weighted max-min fair share of the GPUs goes
 #: first in a pass; the others' jobs are taken in one order, by slowdown deadline (streammap policy;
 #: 1 measured a better tail and Jain's index than 0.8 on the tuning seeds, README).
@@ -180,6 +197,15 @@ def reservation_depth(gpus: int) -> int:
     """How many waiting jobs of a pass get a reservation on a cluster of ``gpus`` GPUs:
     :data:`DEPTH` up to :data:`SMALL_CLUSTER` GPUs, :data:`LARGE_DEPTH` above."""
     return DEPTH if gpus <= SMALL_CLUSTER else LARGE_DEPTH
+
+
+def promise_limit(gpus: int) -> int:
+    """How many long jobs past the reservation depth may hold a promise at a time on a cluster of
+    ``gpus`` GPUs: none up to :data:`SMALL_CLUSTER` GPUs, :data:`PROMISES` above. On a small
+    cluster the 64 reservations of a pass already send the long jobs to the fast GPUs (256 GPUs,
+    seed 1: 258 of the longest tenth's 283 jobs ran on A100s), and a promise planned before them
+    held a large part of its A100s for hours: the average went from 0.63x FIFO's to 1.05x (README)."""
+    return 0 if gpus <= SMALL_CLUSTER else PROMISES
 
 
 def water_fill(demand: dict[str, float], weights: dict[str, float], capacity: float) -> dict[str, float]:
@@ -365,6 +391,9 @@ class Scheduler:
         The fair-share floor of the ``streammap`` policy (see :data:`FLOOR`; 0 to 1).
     tail, tail_wait : float
         The tail deadline of the ``streammap`` policy (see :data:`TAIL`; ``tail`` 0 turns it off).
+    promises : int, optional
+        How many long jobs past the reservation depth may hold a promise of their fastest model at
+        a time (see the module docstring); by default :func:`promise_limit` of the cluster's GPUs.
     joint : bool
         Joint placement (:mod:`.packing`): jobs with fractional demands share devices. Off, each
         such job runs on a whole device, as a job without ``share`` does. Nothing changes for
@@ -373,7 +402,8 @@ class Scheduler:
 
     def __init__(self, cluster, tenants: Tenants, policy: str = "streammap", backfill: bool = True,
                  depth: int | None = None, slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR,
-                 tail: float = TAIL, tail_wait: float = TAIL_WAIT, joint: bool = True):
+                 tail: float = TAIL, tail_wait: float = TAIL_WAIT, joint: bool = True,
+                 promises: int | None = None):
         if policy not in POLICIES:
             raise StreamMapError(f"unknown policy {policy!r}", hint=f"policies: {', '.join(POLICIES)}")
         self.policy = policy
@@ -433,12 +463,17 @@ class Scheduler:
         self._shape_options: list[tuple] = []
         self._shape_of: dict[str, int] = {}
         self._shapes: dict[int, int] = {}
-        # Shapes with no model with enough free devices, as of the pool's version in [0]: past the
-        # depth a pass asks this of hundreds of jobs, and the free counts move only with a start or a finish.
-        self._roomless: tuple[int, dict[int, bool]] = (-1, {})
+        # Shapes with no room (free devices; for a fraction, open ones too), as of the versions in [0]:
+        # past the depth a pass asks this of hundreds of jobs, and room moves only with a start or a finish.
+        self._roomless: tuple[tuple, dict[int, bool]] = ((-1, -1), {})
         self._shapes_moved = 0                          # submits and unqueues so far
-        self._roomy: tuple | None = None                 # ((pool version, _shapes_moved), shapes with room)
+        self._roomy: tuple | None = None                 # ((pool, packing versions, _shapes_moved), shapes with room)
         self._no_quotas = all(self._unlimited(t.name) for t in tenants)
+        # Promises past the depth: job id -> (the option promised, when first promised), in order
+        # given; kept by every later pass before any other job is planned (see _keep_promises).
+        self._promises: dict[str, tuple[Option, float]] = {}
+        self.promises = promise_limit(self.pool.total_gpus) if promises is None else promises
+        self._long: tuple[int, float] = (-1, math.inf)   # (submissions // 50, the LONG quantile then)
 
     # -- the queue ----------------------------------------------------------------------
     def _key(self, job: Job) -> tuple:
@@ -512,6 +547,7 @@ class Scheduler:
 
     def _unqueue(self, job: Job) -> None:
         del self.jobs[job.id]
+        self._promises.pop(job.id, None)
         self.queued_gpus -= job.demand.held
         self._queued_gpus[job.tenant] -= job.demand.held
         if job.demand.whole is not None:
@@ -695,12 +731,14 @@ class Scheduler:
         starts: list[Start] = []
         preempted: list[str] = []
         plan = _Plan(self, now) if smart else None
+        fair = self._account(now) if smart else None
         if smart:
             self.estimated_starts, self.start_intervals = {}, {}
+            if self._promises:
+                starts += self._keep_promises(now, plan)
         last = {t: None for t, q in self._queues.items() if q}
         at = dict.fromkeys(last, 0)              # where each tenant's last job looked at was
         budget = {t: max(32, max_scan // max(1, len(last))) for t in last}
-        fair = self._account(now) if smart else None
         heap = [self._rank(t, fair, last, at) for t in last]
         heapq.heapify(heap)
         while heap:
@@ -741,7 +779,8 @@ class Scheduler:
     def _returns_unchanged(self, sid: int, plan: "_Plan") -> bool:
         """Whether :meth:`_place_smart` would return a job of shape ``sid`` at once, changing
         nothing but ``plan.recheck``: past the reservation depth, without quotas, its shape has no
-        model with enough free devices, or (without preemption) was refused since the plan last changed."""
+        room now (:meth:`_no_room`: for a fractional shape, neither a free device nor an open one it
+        fits on), or (without preemption) was refused since the plan last changed."""
         if plan.depth_left > 0 or not self._no_quotas:
             return False
         if not self.tenants.preemption and sid in plan.refused:
@@ -749,21 +788,29 @@ class Scheduler:
         return self._no_room(sid)
 
     def _no_room(self, sid: int) -> bool:
-        """Whether no model of shape ``sid`` has as many free devices as it asks for (whole devices;
-        remembered until the pool next changes)."""
+        """Whether no model of shape ``sid`` has room for it now: as many free devices as it asks
+        for, or, for a fractional shape, a free device or an open one it fits on beside its holders
+        (joint placement: a cluster with no whole device free still has room for a fraction).
+        Remembered until the pool or the open devices next change."""
         known = self._room_known()
         out = known.get(sid)
         if out is None:
-            free = self.pool.free_count
-            out = known[sid] = not any(free[o.model] >= o.gpus for o in self._shape_options[sid])
+            out = known[sid] = not any(self._room_for(o) for o in self._shape_options[sid])
         return out
 
+    def _room_for(self, o: Option) -> bool:
+        if o.share < 1.0:
+            return self.packing.can_start(o.model, o.share, o.memory)
+        return self.pool.free_count[o.model] >= o.gpus
+
     def _room_known(self) -> dict[int, bool]:
-        """The shapes known to have no room (True) or room (False) in the pool as it is now."""
+        """The shapes known to have no room (True) or room (False) in the pool and the open
+        devices as they are now."""
         version, known = self._roomless
-        if version != self.pool.version:
+        now = (self.pool.version, self.packing.version)
+        if version != now:
             known = {}
-            self._roomless = (self.pool.version, known)
+            self._roomless = (now, known)
         return known
 
     def _pass_over(self, tenant: str, heap: list, budget: dict, fair: dict, last: dict, at: dict,
@@ -866,6 +913,8 @@ class Scheduler:
             return None, []                      # its own tenant's running jobs hold it back
         if allowed[0].share < 1.0:
             return self._place_fraction(job, now, plan, allowed), []    # joint placement (packing)
+        if job.id in self._promises:
+            return None, []                      # planned first in this pass (_keep_promises)
         deep = plan.depth_left > 0
         if not deep and not any(self.pool.free_count[o.model] >= o.gpus for o in allowed):
             plan.recheck = True
@@ -876,7 +925,13 @@ class Scheduler:
         if not deep and shape in plan.refused and not self.tenants.preemption:
             plan.recheck = True
             return None, []                      # a job of this very shape could not start; nothing changed since
-        best, at = plan.placement(allowed, promised=deep)
+        promised = deep or self._may_promise(job, allowed)
+        best, at = plan.placement(allowed, promised=promised)
+        if not deep and promised and at > now:
+            if math.isfinite(at) and best is allowed[0]:
+                self._promise(job, best, at, now, plan)
+                return None, []
+            best, at = plan.placement(allowed, promised=False)      # no promise to wait for
         if at == now and best.model not in plan.blocked:
             plan.take(best, now)
             return self._start_now(job, best, now), []
@@ -898,6 +953,73 @@ class Scheduler:
             self.estimated_starts[job.id] = (at, best.model)
             self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
         return None, []
+
+    def _may_promise(self, job: Job, allowed: list[Option]) -> bool:
+        """Whether a job past the reservation depth may be promised its fastest model: it is long
+        (its estimate at least the :data:`LONG` quantile of recent ones), fewer than ``promises``
+        (:func:`promise_limit`) are outstanding, it has a slower model to compare with, and no
+        quota or preemption is in play."""
+        return (len(self._promises) < self.promises and len(allowed) > 1 and self._no_quotas
+                and self.backfill and not self.tenants.preemption
+                and allowed[0].duration >= self._long_bound())
+
+    def _long_bound(self) -> float:
+        """The :data:`LONG` quantile of the last submitted jobs' estimates (``inf`` before 30 are
+        known), recomputed every 50 submissions."""
+        key = self._seq // 50
+        if self._long[0] != key:
+            recent = self._recent
+            bound = float(np.quantile(np.fromiter(recent, float), LONG)) if len(recent) >= 30 else math.inf
+            self._long = (key, bound)
+        return self._long[1]
+
+    def _promise(self, job: Job, o: Option, at: float, now: float, plan: "_Plan") -> None:
+        """Reserve ``o`` at ``at`` for a job past the depth, and keep it for the next passes."""
+        plan.take(o, at)
+        self._promises[job.id] = (o, now)
+        self.estimated_starts[job.id] = (at, o.model)
+        self.start_intervals[job.id] = self.forecast.planned(job.id, now, at)
+
+    def _keep_promises(self, now: float, plan: "_Plan") -> list[Start]:
+        """Plan the promised jobs before any other of the pass, in the order promised: each keeps
+        a reservation on its promised model at the earliest fit, and starts when that is now.
+        This is the promise's priority: the first devices of its model that free for long enough
+        go to it, even where an earlier pass had reserved them for a job of the depth (which then
+        takes the next ones, or a slower model within its slack); planned after the depth, as
+        when it was promised, the long job saw its devices taken pass after pass by jobs of
+        earlier deadlines arriving meanwhile, and its wait ran out its slack (README). The wait
+        already spent since the promise counts against the slack: when a slower model has room
+        now and the job would end there within ``slack`` times its time from the promise to its
+        end on the promised model, it takes that room instead."""
+        starts = []
+        for jid, (o, since) in list(self._promises.items()):
+            job = self.jobs[jid]
+            at = plan.profile(o.model).earliest_fit(o.gpus, o.duration)
+            if at == now:
+                plan.take(o, now)
+                starts.append(self._start_now(job, o, now))
+                continue
+            room = self._slower_room(job, o, at + o.duration - since, plan)
+            if room is not None:
+                plan.take(room, now)
+                starts.append(self._start_now(job, room, now))
+                continue
+            if not math.isfinite(at):
+                del self._promises[jid]          # the model can no longer hold it: planned as any job
+                continue
+            plan.take(o, at)
+            self.estimated_starts[jid] = (at, o.model)
+            self.start_intervals[jid] = self.forecast.planned(jid, now, at)
+        return starts
+
+    def _slower_room(self, job: Job, o: Option, to_end: float, plan: "_Plan") -> Option | None:
+        """A slower option than the promised ``o`` with room now around the plan, on which ``job``
+        would end within ``slack`` times ``to_end`` (its time from the promise to its end on ``o``)."""
+        for s in job.demand.options:
+            if (s is not o and s.duration <= self.slack * to_end
+                    and plan.profile(s.model).fits_now(s.gpus, s.duration)):
+                return s
+        return None
 
     def _settled(self, plan: "_Plan", last: dict, at: dict, budget: dict) -> bool:
         """Whether no queued job can start in the rest of this pass (streammap policy, past the
@@ -926,7 +1048,7 @@ class Scheduler:
     def _shapes_with_room(self) -> list[int]:
         """The queued shapes with a model with enough free devices (kept until a job is queued or
         unqueued or the pool changes: past the depth, a pass asks after every refusal)."""
-        state = (self.pool.version, self._shapes_moved)
+        state = (self.pool.version, self.packing.version, self._shapes_moved)
         if self._roomy is None or self._roomy[0] != state:
             self._roomy = (state, [sid for sid in self._shapes if not self._no_room(sid)])
         return self._roomy[1]
@@ -1055,7 +1177,8 @@ class _Plan:
         for ever while the slower model idles (issue 18: at 10,000 GPUs StreamMAP's whole wait was
         beside free devices). Such a job starts on the fastest model with room now around the
         pass's reservations (room no reserved job wants before it would end), else it waits
-        (``inf``)."""
+        (``inf``). A long job past the depth is placed as a promised one, and its wait, if any, made
+        a promise (:meth:`Scheduler._may_promise`)."""
         first = options[0]
         p0 = self.profiles.get(first.model) or self.profile(first.model)
         if p0.fits_now(first.gpus, first.duration):

@@ -111,6 +111,9 @@ class SharedDevices:
         self.memory: dict[str, float] = {}              # open device -> bytes held
         self.holders: dict[str, dict[str, tuple]] = {}  # open device -> job -> (share, memory, start, duration)
         self.open: dict[str, set[str]] = {m: set() for m in pool.models}   # model -> its open devices
+        #: Bumped by every hold and release of a fraction: what was decided from the open devices'
+        #: room stands while neither it nor the pool's version moves.
+        self.version = 0
 
     def fits(self, device: str, share: float, memory: float) -> bool:
         """Whether ``share`` and ``memory`` fit beside the holders of the open ``device``."""
@@ -161,6 +164,7 @@ class SharedDevices:
         """The job ended: free its fraction and memory only. Whether the device closed (its last
         holder ended, and it went back to the pool whole)."""
         share, memory, _, _ = self.holders[device].pop(job_id)
+        self.version += 1
         if self.holders[device]:
             self.used[device] -= share
             self.memory[device] -= memory
@@ -183,6 +187,7 @@ class SharedDevices:
         self.open[model].add(device)
 
     def _hold(self, device, job_id, share, memory, start, duration) -> None:
+        self.version += 1
         self.used[device] += share
         self.memory[device] += memory
         self.holders[device][job_id] = (share, memory, start, duration)
