@@ -58,7 +58,11 @@ Policies
     keeps its own), so the queue stays sorted. Wrong estimates degrade it gracefully: an
     estimate 10x too high moves a job's
     deadline, not to never; one 10x too low gets it started early, and the jobs behind plan
-    around its expected end (below), not its estimate. SLOWDOWN was chosen on tuning seeds over
+    around its expected end (below), not its estimate. Estimates wrong *by tenant* are
+    corrected (:mod:`.correction`): the duration in both deadlines is the estimate times the
+    tenant's real/estimated ratio against the other tenants' (1 unless the difference is
+    significant), learned from runs that ended on their own (:meth:`Scheduler.finish` with ``now``),
+    so a tenant that declares short estimates gains no earlier place. SLOWDOWN was chosen on tuning seeds over
     loads, cluster sizes, tenant mixes and estimate errors and checked on held-out seeds (README);
     plain shortest-first (``SLOWDOWN`` = infinity) buys the average with a p95 up to 1.45x FIFO's.
     And:
