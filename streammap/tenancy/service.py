@@ -463,10 +463,12 @@ class JobService:
     def _reap(self, job_id: str, proc) -> None:
         """Finish a job whose worker ended: from its exit note, else from how its process ended."""
         self._deadlines.pop(job_id, None)
-        if job_id in self.scheduler.running:
-            self.scheduler.finish(job_id)
+        ran = self.scheduler.finish(job_id) if job_id in self.scheduler.running else None
         limits = (self.store.get(job_id).get("grant") or {}).get("limits")
         if self._finish_from_note(job_id, limits):
+            if ran is not None and self.store.get(job_id)["state"] == "done":
+                # A run that ended on its own, done: its length teaches the estimate correction.
+                self.scheduler.correction.observe(ran.job.tenant, ran.option.duration, time.time() - ran.start)
             return
         returncode = proc.returncode if isinstance(proc, subprocess.Popen) else None
         self.store.update(job_id, state="failed", finished=time.time(), pid=None,

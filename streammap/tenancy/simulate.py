@@ -273,7 +273,7 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
                 sched.submit(job)
                 waiting[job.tenant] += job.demand.held
             elif generation.get(job.id) == gen:           # a run that was not preempted
-                r = sched.finish(job.id)
+                r = sched.finish(job.id, now)
                 held[job.tenant] -= r.option.held
                 total_held -= r.option.held
                 used += need[job.id] * (now - r.start)
