@@ -56,6 +56,13 @@ Candidates, in order:
    another device, while the makespan (then the sum of finish times) falls; at a local optimum
    the best plan is kicked (a few critical tasks to random devices, seeded RNG) and the descent
    resumes, until the re-timing budget is spent (iterated local search).
+5b. **Heavy-neighbourhood search** (``improve(..., groups=True)``), where some edge costs more to
+   cross than its cheaper end costs to run: one more search, from the best plan after 5, with its
+   own share of the budget, whose moves and kicks take a critical task *with its heavy neighbours
+   on its device* (:func:`streammap.mappers.local_search.heavy_neighbours`). At CCR 10 a Montage
+   projection can leave its device only together with its difference fits and its background
+   correction; a lone move always pays the crossing, so the search of 5 stops where this one
+   still finds shorter plans (``"<name>+group"``).
 6. **Exact model** (:func:`streammap.mappers.exact.solve_exact`), by default, on graphs of at
    most :data:`EXACT_MAX_TASKS` tasks whose model has at most :data:`EXACT_MAX_TERMS` terms, and
    only when the best plan so far is more than :data:`EXACT_GAP` (0.5%) above the analytic bound
@@ -106,7 +113,7 @@ from streammap.mappers.exact import model_size, solve_exact
 from streammap.mappers.grouping import grouped_schedule
 from streammap.mappers.heft import check_placeable, heft, list_schedule, priority_order, upward_rank
 from streammap.mappers.lns import improve_plan, window_budget
-from streammap.mappers.local_search import improve
+from streammap.mappers.local_search import heavy_neighbours, improve
 from streammap.mappers.lookahead import lookahead_heft
 from streammap.mappers.partition import GroupTimes, device_speed, partition_tasks
 from streammap.mappers.partition import available as metis_available
@@ -485,6 +492,14 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
             if better is not s:
                 results.append((better.makespan, len(results), f"{name}+search", better))
         results.sort(key=lambda r: (r[0], r[1]))
+        # Heavy-neighbourhood search (candidate 5b) from the best plan so far, where some edge
+        # costs more to cross than its cheaper end costs to run.
+        if any(heavy_neighbours(cost)):
+            _, _, name, s = results[0]
+            better = improve(cost, s, _placement_order(s), max_runs=share, seed=len(results), groups=True)
+            if better is not s:
+                results.append((better.makespan, len(results), f"{name}+group", better))
+                results.sort(key=lambda r: (r[0], r[1]))
 
     ms, _, name, best = results[0]
     if plain is not None and plain.makespan < ms:

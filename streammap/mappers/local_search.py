@@ -18,6 +18,15 @@ with the task of another device that starts nearest to it) improves, the search 
 best plan so far gets a kick (one to three of its critical tasks moved to random devices, from a
 NumPy generator seeded by ``seed``) and the descent starts again from there. The effort is bounded by a number of re-timings, so
 the result depends on the inputs only.
+
+**Heavy-neighbourhood moves** (``groups=True``). When transfers cost more than the work (CCR 10),
+moving one task alone to another device almost never pays: its dear edges now cross. A Montage
+projection feeds its difference fits and its background correction hundreds of megabytes each;
+the projection can only leave its device *together* with them. So each task of the path is also
+moved with its *heavy neighbours on the same device* (:func:`heavy_neighbours`: predecessors and
+successors joined by an edge whose transfer, at the mean over distinct device pairs, costs at least
+the cheaper end's fastest time), to every other device; tried after the single moves, before the
+pairs. Off by default: ``auto`` runs one search with them (its own candidate) beside the others.
 """
 
 from __future__ import annotations
@@ -27,9 +36,10 @@ from bisect import bisect_left
 import numpy as np
 
 from streammap.cost.model import CostModel
+from streammap.mappers.grouping import scope_edge_cost
 from streammap.mappers.schedule import Schedule, fits, peak_memory
 
-__all__ = ["FixedAssignment", "improve"]
+__all__ = ["FixedAssignment", "heavy_neighbours", "improve"]
 
 
 class FixedAssignment:
@@ -151,9 +161,36 @@ def critical_path(cost: CostModel, dev: np.ndarray, start: np.ndarray, finish: n
     return path
 
 
+def heavy_neighbours(cost: CostModel) -> list[list[int]]:
+    """Each task's neighbours (predecessors and successors) across an edge dearer than its cheaper end.
+
+    An edge is *heavy* when its transfer time, averaged over distinct device pairs
+    (:func:`streammap.mappers.grouping.scope_edge_cost` at scope ``"device"``), is at least the
+    smaller of its two tasks' fastest times: splitting it costs more than running either end.
+
+    Returns
+    -------
+    list of list of int
+        ``out[t]``: task positions, in edge order (successors and predecessors as the edges come).
+    """
+    T = cost.n_tasks
+    out: list[list[int]] = [[] for _ in range(T)]
+    if T == 0 or cost.n_edges == 0 or cost.n_devices < 2:
+        return out
+    src = np.repeat(np.arange(T), np.diff(cost.succ_ptr))
+    dst = cost.succ_idx
+    tmin = cost.min_time()
+    heavy = scope_edge_cost(cost, "device") >= np.minimum(tmin[src], tmin[dst])
+    for e in np.flatnonzero(heavy).tolist():
+        u, w = int(src[e]), int(dst[e])
+        out[u].append(w)
+        out[w].append(u)
+    return out
+
+
 def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs: int,
             memory_aware: bool = True, mapper: str | None = None, seed: int = 0,
-            kicks: bool = True) -> Schedule:
+            kicks: bool = True, groups: bool = False) -> Schedule:
     """Local search from ``schedule`` (see the module docstring).
 
     Parameters
@@ -175,6 +212,9 @@ def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs:
     kicks : bool
         When a local optimum is reached, perturb the best assignment found (move a few tasks of
         its critical path to random devices) and descend again, until the budget is spent.
+    groups : bool
+        Also move each path task together with its heavy neighbours on its device
+        (heavy-neighbourhood moves of the module docstring).
 
     Returns
     -------
@@ -205,20 +245,28 @@ def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs:
     cur, start, finish = got
     gbest, gdev, gstart, gfinish = cur, dev.copy(), start, finish
     tried: set = set()
+    nbrs = heavy_neighbours(cost) if groups else []
+    kinds = ("group", "single", "pair") if groups else ("single", "pair")
 
     def descend_step():
         """One improving move from ``dev`` (first found); True if the current plan changed."""
         nonlocal cur, start, finish
         path = critical_path(cost, dev, start, finish)
-        # Single moves first (each task of the path, devices by speed), then pair moves (a task
-        # and the path's next task, which is its critical input or device predecessor, together).
-        for group_size in (1, 2):
+        # Single moves first (each task of the path, devices by speed), then (with ``groups``)
+        # each path task with its heavy neighbours on its device, then pair moves (a task and the
+        # path's next task, which is its critical input or device predecessor, together).
+        for kind in kinds:
             for i, t in enumerate(path):
                 if fx.count >= max_runs:
                     return False
-                tasks = [t] if group_size == 1 else path[i:i + 2]
-                if len(tasks) < group_size:
-                    continue
+                if kind == "group":
+                    tasks = [t] + [u for u in nbrs[t] if dev[u] == dev[t]]
+                    if len(tasks) < 2:
+                        continue
+                else:
+                    tasks = [t] if kind == "single" else path[i:i + 2]
+                    if len(tasks) < (1 if kind == "single" else 2):
+                        continue
                 ok = allowed[tasks].all(axis=0)
                 cands = np.flatnonzero(ok)
                 cands = cands[np.lexsort((cands, cost.time[t, cands]))]
@@ -275,8 +323,10 @@ def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs:
         path = critical_path(cost, dev, gstart, gfinish)
         k = min(len(path), 1 + int(rng.integers(0, 3)))
         for t in rng.choice(np.asarray(path), size=k, replace=False).tolist():
-            ds = np.flatnonzero(allowed[t])
-            dev[t] = int(ds[rng.integers(0, ds.size)])
+            # With ``groups``, a task is kicked with its heavy neighbours on its device.
+            tasks = [t] + [u for u in nbrs[t] if dev[u] == dev[t]] if groups else [t]
+            ds = np.flatnonzero(allowed[tasks].all(axis=0))
+            dev[tasks] = int(ds[rng.integers(0, ds.size)])
         got = score(dev)
         if got is None:
             dev = gdev.copy()
