@@ -146,7 +146,8 @@ SLEEPY = """
 import time
 import numpy as np
 
-NAP = 0.01          # seconds per nap; each plan sets it through its params
+# @stream param
+NAP = 0.01          # seconds per nap; each plan sets it through its params (a declared param)
 
 def source():
     return np.arange(4.0)
