@@ -146,6 +146,7 @@ SLEEPY = """
 import time
 import numpy as np
 
+# @stream param
 NAP = 0.01          # seconds per nap; each plan sets it through its params
 
 def source():
