@@ -195,7 +195,7 @@ def test_a_plan_runs_with_the_params_it_was_compiled_for(sized_plan, capsys):
 
 @pytest.mark.parametrize("edit, shown", [
     ("N: 1000000000000", "-D N=1000000000000"),       # a size never compiled: huge allocations
-    ("N: '128'", '-D N="128"'),                       # a type the program never had
+    ("N: '128'", """-D 'N="128"'"""),                 # a type the program never had (quoted for the shell)
     ("N: 128.0", "-D N=128.0"),
 ])
 def test_params_edited_by_hand_are_refused_before_anything_runs(sized_plan, capsys, edit, shown):
