@@ -67,7 +67,9 @@ class EstimateCorrection:
         if not (0 < estimate < math.inf and 0 < real < math.inf):     # NaN fails too
             return
         bound = math.log(MAX_RATIO)
-        x = min(max(math.log(real) - math.log(estimate), -bound), bound)
+        ratio = real / estimate                     # overflows to inf, or underflows to 0, far out
+        x = math.log(ratio) if 0 < ratio < math.inf else math.copysign(bound, ratio - 1)
+        x = min(max(x, -bound), bound)
         if abs(x) < EXACT:
             x = 0.0                     # exact, but for the rounding of ``end - start`` at large times
         logs = self._logs.setdefault(tenant, deque())
