@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
+import streammap.cli.show as show_command
 from streammap.cli import main
 from streammap.views import show as show_views
 from tests.helpers.paths import ROOT, SAMPLES
@@ -203,8 +204,6 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(compiled, tmp_path, 
 def test_a_broken_pipe_that_is_not_standard_output_is_not_taken_for_a_reader_gone(compiled, monkeypatch):
     # Status 141 says "the reader of the output stopped early", which is no failure; a pipe to a
     # child process or a socket that breaks is one, and must not end the command quietly.
-    import streammap.cli.show as show_command    # noqa: PLC0415 -- the module main() dispatches to
-
     def broken(args):
         raise BrokenPipeError(32, "Broken pipe (a worker's pipe)")
 
