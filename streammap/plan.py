@@ -60,6 +60,7 @@ import math
 import operator
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -353,7 +354,10 @@ def check_params_digest(plan: Plan, path=None, lines: dict | None = None) -> Non
     if recorded is not None and recorded == params_digest(plan.params):
         return
     lines = lines or {}
-    defines = " ".join(f"-D {k}={json.dumps(v) if isinstance(v, str) else v}" for k, v in plan.params.items())
+    # Shell-quoted: a str param's quotes are part of its -D value ('N="128"'), which the shell
+    # would strip from N="128" and leave the int 128.
+    defines = " ".join("-D " + shlex.quote(f"{k}={json.dumps(v) if isinstance(v, str) else v}")
+                       for k, v in plan.params.items())
     hint = (f"a plan runs with the params it was compiled for; to run with these, compile again: "
             f"streammap compile {Path(plan.source.path).name} {defines} --cluster CLUSTER -o PLAN").replace("  ", " ")
     if recorded is None:

@@ -18,6 +18,7 @@ import argparse
 import importlib
 import logging
 import os
+import select
 import sys
 
 from streammap import __version__
@@ -66,6 +67,8 @@ def main(argv=None) -> int:
         sys.stdout.flush()          # a reader gone early shows here, not at exit (a traceback)
         return status
     except BrokenPipeError:
+        if not stdout_reader_gone():
+            raise                   # a pipe to a child or a socket broke: a failure, not `| head`
         return reader_gone()
     except StreamMapError as exc:
         err(exc.format())
@@ -76,6 +79,17 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         err("interrupted")
         return 130
+
+
+def stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reader has closed it (``poll`` reports an error on
+    the write end of such a pipe), as opposed to a broken pipe elsewhere (a worker's, a socket)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):      # no poll(), no descriptor (captured output)
+        return False
 
 
 def reader_gone() -> int:

@@ -22,7 +22,7 @@ max_requests = int_between(1, 1_000_000, "a number of requests")
 def configure(parser, command: str) -> None:
     parser.add_argument("--cluster", required=True, help="cluster.yaml, or 'local' to discover this machine (one node for the local "
                                                           "executor unless --emulate; any with Ray)")
-    parser.add_argument("--tenants", help="tenants file (default STATE/tenantparser.yaml)")
+    parser.add_argument("--tenants", help="tenants file (default STATE/tenants.yaml)")
     parser.add_argument("--state", required=True, metavar="DIR", help="folder for the job store (SQLite) and job folders")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=port, default=8470, help="port (default 8470; 0 picks a free one, see STATE/server.json)")

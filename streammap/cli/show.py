@@ -50,7 +50,7 @@ def run(args) -> int:
     if args.graph and is_record:
         raise StreamMapError("--graph draws a plan's task graph; give it the plan file", path=path)
     out = console()
-    if path.suffix.lower() == ".json":
+    if is_record:
         obj = read_run_record(path)
         if obj.status == "incomplete":
             out.print(incomplete_summary(obj), markup=False)

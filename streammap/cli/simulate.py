@@ -19,7 +19,7 @@ MAX_PRIORITIES = 1000
 MAX_SIGMA = 10.0
 
 rate = number_between(MIN_RATE, MAX_RATE, "a rate of arrivals per second")
-jobs_count = int_between(0, MAX_GENERATED_JOBS, "a number of jobs")
+jobs_count = int_between(1, MAX_GENERATED_JOBS, "a number of jobs")   # an empty jobs file is refused as input
 priorities = int_between(1, MAX_PRIORITIES, "a number of priorities")
 fraction = number_between(0.0, 1.0, "a fraction")
 seed = int_between(0, 2 ** 63 - 1, "a seed")
@@ -40,7 +40,7 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--rate", type=rate, default=0.1,
                         help=f"with --generate: arrivals per second (default 0.1; {MIN_RATE:g} to {MAX_RATE:g})")
     parser.add_argument("--jobs-count", type=jobs_count, default=100,
-                        help=f"with --generate: number of jobs (default 100; at most {MAX_GENERATED_JOBS})")
+                        help=f"with --generate: number of jobs (default 100; 1 to {MAX_GENERATED_JOBS})")
     parser.add_argument("--graphs", nargs="+", default=None,
                    help=f"with --generate: graphs or folders to draw from (default {DEFAULT_GRAPHS})")
     parser.add_argument("--priorities", type=priorities, default=1,

@@ -28,7 +28,8 @@ was most of the two seconds a 10,000-task plan took to write, so plain JSON-like
 the nodes ``SafeRepresenter`` makes; anything else, or a container reached twice (which the
 representer would write as an anchor and alias), takes PyYAML's own path. Either way the bytes
 are those of ``yaml.dump(data, Dumper=yaml.SafeDumper, ...)`` (``tests/io/test_yamlfile.py``
-checks). The C emitter writes the same bytes as the Python one on every sample plan; where it
+checks), with one exception: a string holding U+0085 (NEL) is written double-quoted, as PyYAML
+writes it single-quoted where its own reader reads a space back. The C emitter writes the same bytes as the Python one on every sample plan; where it
 would not (a bare scalar document; strings with control, separator or astral characters) the
 Python emitter writes the nodes. A plan's task list skips the nodes altogether when it holds only
 bare identifiers, numbers and small collections: :func:`dump_mapping_yaml` and
@@ -57,7 +58,29 @@ MAX_YAML_DEPTH = 100
 
 # libyaml's parser when PyYAML was built with it (10x faster on large plans), else the pure one.
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def _represent_str(representer, data: str):
+    # U+0085 (NEL): PyYAML's emitter may write it inside single quotes, where its reader folds it
+    # to a space, so the string would read back changed (a plan's string param, then refused by
+    # its params digest). Double quotes write it escaped (``\N``).
+    if "\x85" in data:
+        return representer.represent_scalar(_STR, data, style='"')
+    return yaml.SafeDumper.represent_str(representer, data)
+
+
+class PureSafeDumper(yaml.SafeDumper):
+    """PyYAML's pure safe dumper, but for strings holding U+0085 (:func:`_represent_str`)."""
+
+
+PureSafeDumper.add_representer(str, _represent_str)
+Dumper = PureSafeDumper
+if hasattr(yaml, "CSafeDumper"):
+    class _CSafeDumper(yaml.CSafeDumper):
+        """libyaml's safe dumper, but for strings holding U+0085 (:func:`_represent_str`)."""
+
+    _CSafeDumper.add_representer(str, _represent_str)
+    Dumper = _CSafeDumper
 
 
 def load_yaml(path, error_cls=StreamMapError, *, long_list: str | None = None):
@@ -213,7 +236,7 @@ def dump_yaml(data, *, default_flow_style=False, width=None, allow_unicode=None,
         node = nodes.node(data)
         if node is not None:
             if isinstance(node, ScalarNode) or not nodes.emitters_agree:
-                dumper = yaml.SafeDumper    # the cases where libyaml writes other bytes: see _EMITTERS_DIFFER
+                dumper = PureSafeDumper        # the cases where libyaml writes other bytes: see _EMITTERS_DIFFER
             stream = io.StringIO()
             emitter = dumper(stream, **options)
             try:
@@ -264,6 +287,8 @@ class _Nodes:
         if kind is str:
             if not (data.isascii() and data.isprintable()) and _EMITTERS_DIFFER.search(data):
                 self.emitters_agree = False
+                if "\x85" in data:         # as _represent_str: single quotes would lose it
+                    return ScalarNode(_STR, data, style='"')
             return ScalarNode(_STR, data)
         if kind is dict or kind is list:
             if id(data) in self.seen:
@@ -288,14 +313,16 @@ class _Nodes:
             except TypeError:                 # keys of mixed types: the representer keeps the order
                 pass
         value = [(self._node(k), self._node(v)) for k, v in items]
-        # The representer's flow style: flow when every key and value is a plain scalar.
+        # The representer's flow style: flow when every key and value is a plain scalar (one of
+        # no style of its own: a NEL string's double quotes count as one).
         flow = self.flow if self.flow is not None else all(
-            type(k) is ScalarNode and type(v) is ScalarNode for k, v in value)
+            type(k) is ScalarNode and k.style is None and type(v) is ScalarNode and v.style is None
+            for k, v in value)
         return MappingNode(_MAP, value, flow_style=flow)
 
     def _sequence(self, data: list):
         value = [self._node(x) for x in data]
-        flow = self.flow if self.flow is not None else all(type(x) is ScalarNode for x in value)
+        flow = self.flow if self.flow is not None else all(type(x) is ScalarNode and x.style is None for x in value)
         return SequenceNode(_SEQ, value, flow_style=flow)
 
 

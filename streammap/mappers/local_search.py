@@ -25,8 +25,10 @@ projection feeds its difference fits and its background correction hundreds of m
 the projection can only leave its device *together* with them. So each task of the path is also
 moved with its *heavy neighbours on the same device* (:func:`heavy_neighbours`: predecessors and
 successors joined by an edge whose transfer, at the mean over distinct device pairs, costs at least
-the cheaper end's fastest time), to every other device; tried after the single moves, before the
-pairs. Off by default: ``auto`` runs one search with them (its own candidate) beside the others.
+the cheaper end's fastest time), to every other device; tried *first*, before the single moves
+and the pairs (at CCR 10 a lone move of such a task pays the crossing, so the single moves would
+spend the re-timing budget on moves that cannot pay; the figures in README were measured with
+this order). Off by default: ``auto`` runs one search with them (its own candidate) beside the others.
 """
 
 from __future__ import annotations
@@ -252,9 +254,9 @@ def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs:
         """One improving move from ``dev`` (first found); True if the current plan changed."""
         nonlocal cur, start, finish
         path = critical_path(cost, dev, start, finish)
-        # Single moves first (each task of the path, devices by speed), then (with ``groups``)
-        # each path task with its heavy neighbours on its device, then pair moves (a task and the
-        # path's next task, which is its critical input or device predecessor, together).
+        # With ``groups``, first each path task with its heavy neighbours on its device; then single
+        # moves (each task of the path, devices by speed), then pair moves (a task and the path's
+        # next task, which is its critical input or device predecessor, together).
         for kind in kinds:
             for i, t in enumerate(path):
                 if fx.count >= max_runs:

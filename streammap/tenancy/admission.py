@@ -980,7 +980,8 @@ class Scheduler:
         """The :data:`LONG` quantile of the last submitted jobs' estimates (``inf`` before 30 are
         known), recomputed every 50 submissions."""
         key = self._seq // 50
-        if self._long[0] != key:
+        # An "unknown yet" (inf) is asked again until 30 estimates are known, not kept to the 50th.
+        if self._long[0] != key or (self._long[1] == math.inf and len(self._recent) >= 30):
             recent = self._recent
             bound = float(np.quantile(np.fromiter(recent, float), LONG)) if len(recent) >= 30 else math.inf
             self._long = (key, bound)

@@ -27,7 +27,8 @@ difference is significant, and 1 otherwise.
   would only reshuffle it). Z = 4 keeps the chance of a false correction over a long stream
   (one test per finished window per tenant) well under one in a hundred.
 
-Runs are compared as measured; a run on a slower model is compared with that model's estimate,
+A run's log-ratio is bounded by :data:`MAX_RATIO` either way, and a run with no finite, positive
+estimate or length teaches nothing, so every factor stays finite and positive. Runs are compared as measured; a run on a slower model is compared with that model's estimate,
 so the model a job got does not count as an error.
 """
 
@@ -44,6 +45,10 @@ MIN_RUNS = 30
 #: rounding (1e-12 relative at a start of 50,000 s), and with exact estimates the spread is that
 #: rounding alone, which the significance test would otherwise take for a bias.
 EXACT = 1e-9
+#: Largest ratio of real to estimated duration a run counts for (and smallest, its inverse): a run
+#: a million times off its estimate says all there is to say, and bounded log-ratios keep every
+#: factor finite and positive (an overflowing ratio made one tenant's deadlines inf, another's 0).
+MAX_RATIO = 1e6
 #: Standard errors by which a tenant's mean log-ratio must differ from the others' to be corrected.
 Z = 4.0
 
@@ -59,9 +64,12 @@ class EstimateCorrection:
 
     def observe(self, tenant: str, estimate: float, real: float) -> None:
         """A run of ``tenant`` estimated at ``estimate`` seconds ended on its own after ``real``."""
-        if not (estimate > 0 and real > 0 and math.isfinite(real)):
+        if not (0 < estimate < math.inf and 0 < real < math.inf):     # NaN fails too
             return
-        x = math.log(real / estimate)
+        bound = math.log(MAX_RATIO)
+        ratio = real / estimate                     # overflows to inf, or underflows to 0, far out
+        x = math.log(ratio) if 0 < ratio < math.inf else math.copysign(bound, ratio - 1)
+        x = min(max(x, -bound), bound)
         if abs(x) < EXACT:
             x = 0.0                     # exact, but for the rounding of ``end - start`` at large times
         logs = self._logs.setdefault(tenant, deque())

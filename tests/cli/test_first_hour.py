@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
+import streammap.cli.show as show_command
 from streammap.cli import main
 from streammap.views import show as show_views
 from tests.helpers.paths import ROOT, SAMPLES
@@ -198,3 +199,14 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(compiled, tmp_path, 
     err = child.stderr.read().decode()
     assert child.wait() == 141, err        # as a command ended by SIGPIPE exits in a shell
     assert err == ""
+
+
+def test_a_broken_pipe_that_is_not_standard_output_is_not_taken_for_a_reader_gone(compiled, monkeypatch):
+    # Status 141 says "the reader of the output stopped early", which is no failure; a pipe to a
+    # child process or a socket that breaks is one, and must not end the command quietly.
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe (a worker's pipe)")
+
+    monkeypatch.setattr(show_command, "run", broken)
+    with pytest.raises(BrokenPipeError, match="a worker's pipe"):
+        main(["show", str(compiled[0])])

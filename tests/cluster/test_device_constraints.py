@@ -53,6 +53,20 @@ def main():
     return make()
 '''
 
+def compiled_with(tmp_path, device: str, cluster: dict):
+    """The plan of PROGRAM with ``device=DEVICE`` on ``cluster``."""
+    src = tmp_path / "prog.py"
+    src.write_text(PROGRAM.format(device=device))
+    return compile_plan(src, cluster, history=False)
+
+
+def refusal(tmp_path, device: str, cluster: dict) -> MappingError:
+    """The error compiling PROGRAM with ``device=DEVICE`` on ``cluster`` raises."""
+    with pytest.raises(MappingError) as err:
+        compiled_with(tmp_path, device, cluster)
+    return err.value
+
+
 GPU_ONLY = {"name": "gpus", "nodes": [{"name": "n", "link": {"bandwidth": 1e10}, "devices": [
     {"name": "gpu0", "kind": "gpu", "vendor": "nvidia", "model": "H100"},
     {"name": "gpu1", "kind": "gpu", "vendor": "nvidia", "model": "H100"}]}]}
@@ -60,20 +74,15 @@ GPU_ONLY = {"name": "gpus", "nodes": [{"name": "n", "link": {"bandwidth": 1e10},
 
 @pytest.mark.parametrize("device", ["cpu|any", "any|cpu", "cpu|gpu", "gpu|cpu", "any", "gpu", "H100", "nvidia"])
 def test_a_gpu_only_cluster_runs_every_clause_that_admits_a_gpu(tmp_path, device):
-    src = tmp_path / "prog.py"
-    src.write_text(PROGRAM.format(device=device))
-    plan = compile_plan(src, GPU_ONLY, history=False)
+    plan = compiled_with(tmp_path, device, GPU_ONLY)
     assert [t.device for t in plan.tasks] in (["n/gpu0"], ["n/gpu1"])
 
 
 @pytest.mark.parametrize("device", ["cpu", "A100", "amd|cpu"])
 def test_a_clause_no_device_admits_is_refused_with_its_call_site(tmp_path, device):
-    src = tmp_path / "prog.py"
-    src.write_text(PROGRAM.format(device=device))
-    with pytest.raises(MappingError) as err:
-        compile_plan(src, GPU_ONLY, history=False)
-    assert "no device of the cluster matches its device constraint" in err.value.message
-    assert err.value.line == 11        # the call site in the graph body
+    err = refusal(tmp_path, device, GPU_ONLY)
+    assert "no device of the cluster matches its device constraint" in err.message
+    assert err.line == 11        # the call site in the graph body
 
 
 CPU_ONLY = {"name": "cpus", "nodes": [{"name": "n", "devices": [
@@ -82,17 +91,12 @@ CPU_ONLY = {"name": "cpus", "nodes": [{"name": "n", "devices": [
 
 @pytest.mark.parametrize("device", ["cpu|any", "any|cpu", "cpu|gpu", "gpu|cpu", "any", "cpu"])
 def test_a_cpu_only_cluster_runs_every_clause_that_admits_a_cpu_on_numpy(tmp_path, device):
-    src = tmp_path / "prog.py"
-    src.write_text(PROGRAM.format(device=device))
-    plan = compile_plan(src, CPU_ONLY, history=False)
+    plan = compiled_with(tmp_path, device, CPU_ONLY)
     assert [t.device for t in plan.tasks] == ["n/cpu"]
     assert float(streammap.run(plan, progress=False)["result"].sum()) == 100.0
 
 
 @pytest.mark.parametrize("device", ["gpu", "nvidia", "gpu|mlu"])
 def test_a_gpu_clause_on_a_cpu_only_cluster_is_refused_with_its_call_site(tmp_path, device):
-    src = tmp_path / "prog.py"
-    src.write_text(PROGRAM.format(device=device))
-    with pytest.raises(MappingError) as err:
-        compile_plan(src, CPU_ONLY, history=False)
-    assert "no device of the cluster matches its device constraint" in err.value.message and err.value.line == 11
+    err = refusal(tmp_path, device, CPU_ONLY)
+    assert "no device of the cluster matches its device constraint" in err.message and err.line == 11

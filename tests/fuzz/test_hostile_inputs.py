@@ -15,6 +15,7 @@ from streammap.cli import main
 from streammap.directives.safe_eval import Locator, safe_eval
 from streammap.errors import DirectiveError, PlanError, StreamMapError
 from streammap.strategies.kernels import gather, scatter
+from tests.helpers.cli import refused
 
 ROOT = Path(__file__).resolve().parents[2]
 FM = ROOT / "samples" / "fm_radio.py"
@@ -36,17 +37,6 @@ def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shutil.copy(CLUSTER, tmp_path / "cluster.yaml")
     return tmp_path
-
-
-def refused(argv, capsys, *needles) -> str:
-    """Run the CLI; it must exit 2 with a clean message holding every needle."""
-    status = main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    assert status == 2, err
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in err, err
-    return err
 
 
 def program(folder: Path, clause="flops=1", body="    return k()", head="", name="p.py") -> Path:

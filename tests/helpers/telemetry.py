@@ -147,7 +147,7 @@ import time
 import numpy as np
 
 # @stream param
-NAP = 0.01          # seconds per nap; each plan sets it through its params (a declared param)
+NAP = 0.01          # seconds per nap; each plan sets it through its params
 
 def source():
     return np.arange(4.0)

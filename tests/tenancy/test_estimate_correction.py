@@ -6,7 +6,7 @@ import numpy as np
 
 from streammap.cluster.model import cluster_from_dict
 from streammap.tenancy.admission import Job, Scheduler
-from streammap.tenancy.correction import MIN_RUNS, EstimateCorrection
+from streammap.tenancy.correction import MAX_RATIO, MIN_RUNS, EstimateCorrection
 from streammap.tenancy.estimate import Demand, Option
 from streammap.tenancy.tenants import tenants_from_dict
 
@@ -120,3 +120,25 @@ def test_a_cancelled_or_preempted_run_says_nothing_of_a_jobs_length():
         t += 1.0
         s.cancel(f"l{i}")                              # stopped after 1 s of its 10
     assert s.correction.factor("liar") == 1.0
+
+
+def test_a_run_whose_estimate_is_infinite_or_nan_teaches_nothing():
+    # An estimate the cost model could not bound says nothing of how far off the tenant is; it
+    # used to stop the scheduler with a math domain error (log of real / inf).
+    c = EstimateCorrection()
+    for _ in range(MIN_RUNS):
+        c.observe("a", math.inf, 10.0)
+        c.observe("a", math.nan, 10.0)
+        c.observe("b", 10.0, 10.0)
+    assert c.factor("a") == c.factor("b") == 1.0
+
+
+def test_a_run_absurdly_far_off_its_estimate_leaves_every_factor_finite_and_positive():
+    # 1e-320 s estimated, 1e10 s measured: the ratio overflows to inf. The correction counts it
+    # as MAX_RATIO off, so no deadline becomes inf (never first) or arrival + 0 (always first).
+    c = EstimateCorrection()
+    for _ in range(MIN_RUNS):
+        c.observe("a", 1e-320, 1e10)
+        c.observe("b", 10.0, 10.0)
+    assert math.isclose(c.factor("a"), MAX_RATIO)
+    assert math.isclose(c.factor("b"), 1 / MAX_RATIO)

@@ -110,3 +110,23 @@ def test_on_a_small_cluster_no_promise_is_made_and_a_long_job_past_the_depth_tak
     s.schedule(0.0)
     s.submit(long_job(arrival=1.0))
     assert started(s, 1.0) == [("long", "V100")]
+
+
+def test_what_counts_as_long_is_known_as_soon_as_30_estimates_are_even_if_asked_before():
+    # A long job asked about after 10 submissions (too few to say what is long: no promise) must
+    # not keep that "unknown" until the 50th submission: with 40 estimates of 1 s known, 100 s is long.
+    s = Scheduler(one_a100_one_v100(), tenants_from_dict(["a"]), depth=0, tail=0, promises=8)
+    for i in range(9):
+        s.submit(a100_for(f"seen{i}", 0.0, 1.0))
+        s.cancel(f"seen{i}")
+    s.submit(a100_for("busy", 0.0, 10.0))
+    assert started(s, 0.0) == [("busy", "A100")]
+    s.submit(long_job(arrival=0.5))
+    assert started(s, 0.5) == [("long", "V100")]           # 11 estimates: not known to be long
+    s.finish("long")
+    for i in range(9, 40):
+        s.submit(a100_for(f"seen{i}", 1.0, 1.0))
+        s.cancel(f"seen{i}")
+    s.submit(Job("long2", "a", 1.0, long_job().demand))
+    assert started(s, 1.0) == []                           # promised the A100, busy until 10
+    assert s.estimated_starts == {"long2": (10.0, "A100")}

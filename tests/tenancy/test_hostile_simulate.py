@@ -27,6 +27,7 @@ def usage_error(argv, capsys) -> str:
 
 @pytest.mark.parametrize("flag, value", [
     ("--jobs-count", "1000000000000"), ("--jobs-count", "-5"),
+    ("--jobs-count", "0"),                  # an empty stream: the file written would be refused as input
     ("--rate", "nan"), ("--rate", "inf"), ("--rate", "0"),
     ("--priorities", "-1"), ("--priorities", "100000000000"),
     ("--shared", "nan"), ("--seed", "-1"), ("--estimate-error", "nan"), ("--estimate-error", "-1"),
