@@ -44,9 +44,12 @@ def check(cost, s):
 @pytest.mark.parametrize("ccr", [1.0, 10.0])
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem.split("-")[0])
 def test_never_worse_than_heft_on_the_shared_workflows(path, ccr, shared):
+    # The heuristic candidates and the guard: the exact step and the large-neighbourhood search
+    # only ever shorten the plan they start from (tests/mappers/test_lns.py, test_exact.py), so
+    # leaving them out here keeps the property and a tenth of the suite's mapping time.
     cost = at_ccr(load_graph(path), load_cluster(shared / "clusters" / "hetero-2x4.yaml"), ccr)
     h = heft(cost)
-    s = auto(cost)
+    s = auto(cost, exact=False)
     assert s.mapper.startswith("auto(")
     assert check(cost, s) <= h.makespan
     assert s.makespan >= lower_bound(cost) * (1 - 1e-9)
