@@ -721,9 +721,7 @@ class Scheduler:
 
     def _fastest_free(self, job: Job) -> Option | None:
         for o in job.demand.options:
-            room = (self.packing.can_start(o.model, o.share, o.memory) if o.share < 1.0
-                    else self.pool.free_count[o.model] >= o.gpus)
-            if room and self.quota_allows(job.tenant, o):
+            if self._room_for(o) and self.quota_allows(job.tenant, o):
                 return o
         return None
 
@@ -812,6 +810,8 @@ class Scheduler:
         return out
 
     def _room_for(self, o: Option) -> bool:
+        """Whether option ``o`` could start now: a fraction on a free or open shared device, whole
+        devices as many free as it asks for."""
         if o.share < 1.0:
             return self.packing.can_start(o.model, o.share, o.memory)
         return self.pool.free_count[o.model] >= o.gpus
