@@ -5,7 +5,8 @@ permissions cannot keep them from the service's database, the tenants file (ever
 other jobs' folders. So the service never starts a worker directly: it runs this file as a script,
 ``python -I .../sandbox.py --policy JSON DIR`` (stdlib only, nothing of StreamMAP imported), which
 builds the sandbox, sets the limits and only then starts the worker
-(``python -m streammap.tenancy.worker DIR``) inside it.
+(``python -P -m streammap.tenancy.worker DIR``, :func:`worker_argv`: the job's folder, its working
+directory, is not on its ``sys.path``) inside it.
 
 Isolation model (``isolation="namespaces"``)
 -------------------------------------------
@@ -67,6 +68,7 @@ writes the job's exit note itself and exits 125 (``SETUP_FAILED``).
 from __future__ import annotations
 
 import ctypes
+import importlib.machinery
 import json
 import os
 import resource
@@ -372,10 +374,48 @@ def _start_worker(folder: str, pol: dict, probe: bool) -> int:
             signal.signal(sig, signal.SIG_DFL)
         if probe:
             os._exit(_probe_inside(folder, pol))
-        os.execve(sys.executable, [sys.executable, "-m", "streammap.tenancy.worker", folder], _environment(folder))
+        os.execve(sys.executable, worker_argv(folder), _environment(folder))
     except BaseException as exc:  # noqa: BLE001 - a forked child must never return into the launcher
         print(f"sandbox: cannot start the worker: {exc}", file=sys.stderr, flush=True)
     os._exit(SETUP_FAILED)
+
+
+#: How Python before 3.11 (no ``-P``) starts the worker without the working folder on ``sys.path``:
+#: ``-c`` puts ``''`` first; it goes before anything but the built-in ``sys`` is imported.
+_WORKER_BOOTSTRAP = ("import sys; del sys.path[0]; import runpy; "
+                     "runpy.run_module('streammap.tenancy.worker', run_name='__main__', alter_sys=True)")
+
+
+def worker_argv(folder: str) -> list[str]:
+    """The worker's command line: ``python -P -m streammap.tenancy.worker FOLDER``.
+
+    ``-P``: the working folder (the job's, which the job fills) is not put first on ``sys.path``,
+    as ``python -m`` would, so no file of the job's (``json.py``, ``yaml.py``, ``streammap/``)
+    is imported in place of a module the worker runs on (see :mod:`.worker` for the program's
+    own modules)."""
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-m", "streammap.tenancy.worker", folder]
+    return [sys.executable, "-c", _WORKER_BOOTSTRAP, folder]
+
+
+def shadows(top: str, exclude=()) -> str | None:
+    """What a module named ``top`` in a job's folder would stand in for, in words, or ``None``.
+
+    ``"Python's standard library"``, ``"StreamMAP"`` or ``"an installed package"`` (a module
+    found on ``sys.path`` outside the folders of ``exclude``, the job's folder and the working
+    folder: a bare folder, a namespace package, shadows nothing).
+    """
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        return "Python's standard library"
+    if top == "streammap":
+        return "StreamMAP"
+    skip = {os.path.realpath(str(p)) for p in (*exclude, os.getcwd())}
+    path = [p for p in sys.path if p and os.path.realpath(p) not in skip]
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(top, path)
+    except (ImportError, ValueError):
+        return None
+    return "an installed package" if spec is not None and spec.origin not in (None, "namespace") else None
 
 
 def _probe_inside(folder: str, pol: dict) -> int:

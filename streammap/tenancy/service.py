@@ -64,7 +64,6 @@ A tenant sees, cancels and fetches only its own jobs: another tenant's job is "n
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
 import json
 import logging
 import os
@@ -73,7 +72,6 @@ import resource
 import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -546,34 +544,20 @@ def _digest(text: str) -> str:
 
 
 def _refuse_shadowing(rel: str, what: str) -> None:
-    """Refuse a file of the job's folder named like a module the worker imports itself.
+    """Refuse a file of the job's folder named like a module of Python, of StreamMAP or of an
+    installed package (:func:`.sandbox.shadows`).
 
-    The worker runs in the job's folder, first on its ``sys.path`` (as ``python -m`` puts it), so
-    a submitted ``numpy.py``, ``json.py`` or ``streammap/`` would be imported in place of the
-    real one before the program is even compiled: the job failed with a traceback in its log
-    and no exit note. A name of the standard library or of an installed package is refused
-    here, with what to do, before the job exists.
+    The worker keeps its folder off ``sys.path`` and last for the program's imports (see
+    :mod:`.worker`), so such a file would never be imported in place of that module: the job
+    would not run the file it brought. Refused here, with what to do, before the job exists.
     """
     top = rel.split("/", 1)[0].removesuffix(".py")
     if not top.isidentifier():
         return                                  # not importable: it shadows nothing
-    if top not in sys.stdlib_module_names and top != "streammap" and not _installed(top):
+    if sandbox.shadows(top) is None:
         return
-    raise Refused(400, f"{what} is named like the module {top!r} of Python or of an installed package: the job "
-                       f"would import it in place of that module; rename it")
-
-
-def _installed(top: str) -> bool:
-    """Whether ``top`` is a module of the interpreter's own path (not of the service's working
-    folder, where ``python -m`` would look first: that is not what a worker sees)."""
-    here = {"", ".", os.getcwd()}
-    path = [p for p in sys.path if p not in here]
-    try:
-        spec = importlib.machinery.PathFinder.find_spec(top, path)
-    except (ImportError, ValueError):
-        return False
-    # A bare folder (a namespace package) is found on any path holding one: not a module to shadow.
-    return spec is not None and spec.origin not in (None, "namespace")
+    raise Refused(400, f"{what} is named like the module {top!r} of {sandbox.shadows(top)}: a job never imports a "
+                       "file of its folder in place of such a module; rename it")
 
 
 def _checked_modules(program: str, modules: dict) -> dict[str, str]:
