@@ -218,6 +218,12 @@ class Program:
             if name in overrides:
                 value = self._override(name, overrides[name], values)
                 where = None
+                if isinstance(value, float) and not math.isfinite(value):
+                    # NaN compares false with everything: it would pass every check of the
+                    # program's and reach the plan, the estimates and a job's stored params.
+                    raise DirectiveError(f"invalid value {str(overrides[name])!r} for param '{name}': it is "
+                                         f"{value}, not a finite number", path=self.path,
+                                         hint="a param's value is a finite number, a string, a bool or None")
             else:
                 value = Evaluator(values, loc, context=f"the value of param '{name}'",
                                   names_hint=self._param_names_hint(name)).eval(param.expr)

@@ -57,6 +57,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from streammap.io.jsonfile import DuplicateKeyError, NotFiniteError, loads_strict
 from streammap.tenancy.check import CheckRefused
+from streammap.tenancy.store import nonfinite_param
 
 log = logging.getLogger("streammap.tenancy")
 
@@ -124,10 +125,23 @@ def _refuse_ambiguous_json(raw: bytes) -> None:
         raise Refused(400, f"bad request: key {exc.key[:100]!r} appears twice in one object{where}: "
                            "give each field once") from None
     except NotFiniteError as exc:
-        raise Refused(400, f"bad request: {exc.word} is not a number this service accepts: numbers are "
+        where = _nonfinite_param_named(raw)
+        raise Refused(400, f"bad request: {where}{exc.word} is not a number this service accepts: numbers are "
                            "finite") from None
     except (ValueError, RecursionError):
         pass
+
+
+def _nonfinite_param_named(raw: bytes) -> str:
+    """``"param 'X' is "`` for the first param of a body that holds NaN or an infinity, or ``""``
+    (the body read as Python reads it, which accepts them)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return ""
+    params = body.get("params") if isinstance(body, dict) else None
+    bad = nonfinite_param(params) if isinstance(params, dict) else None
+    return f"param {bad[0][:200]!r} is " if bad else ""
 
 
 def explain(exc: pydantic.ValidationError) -> str:

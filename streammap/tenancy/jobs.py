@@ -21,13 +21,14 @@ all from one seed, so a stream is reproducible.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write_text
@@ -60,6 +61,15 @@ class JobSpec(BaseModel):
     share: Optional[float] = Field(default=None, gt=0, le=1)
     entry: Optional[str] = None
     _where: tuple = PrivateAttr(default=(None, None))      # (jobs file, line), for errors
+
+    @field_validator("defines")
+    @classmethod
+    def _finite_defines(cls, defines: dict) -> dict:
+        # YAML's .nan and .inf (and JSON's NaN) read as floats: a -D value must be finite.
+        for name, value in defines.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"define {name!r} is {value}, not a finite number")
+        return defines
 
     @model_validator(mode="after")
     def _check(self):

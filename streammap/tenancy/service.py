@@ -86,7 +86,7 @@ from streammap.tenancy.admission import Job, Scheduler
 from streammap.tenancy.api import HttpLimits, Refused, listen, make_server
 from streammap.tenancy.check import Checker, CheckLimits, CheckRefused
 from streammap.tenancy.estimate import WIDTHS, Demand, Estimator, Option, sub_cluster_spec
-from streammap.tenancy.store import ACTIVE, JobStore, StateError
+from streammap.tenancy.store import ACTIVE, JobStore, StateError, nonfinite_param
 from streammap.tenancy.tenants import limits_from, load_tenants
 
 log = logging.getLogger("streammap.tenancy")
@@ -256,6 +256,11 @@ class JobService:
         _refuse_shadowing(name, "the program")
         modules = _checked_modules(name, modules or {})
         params = {str(k): v for k, v in (params or {}).items()}
+        if (bad := nonfinite_param(params)) is not None:
+            # Refused before anything is stored: NaN would pass the program's checks, and a stored
+            # NaN cannot be written as JSON again (see the store).
+            raise Refused(400, f"param {bad[0][:200]!r} is {bad[1]}, not a finite number: a job's params are "
+                               "finite numbers, strings, bools or null")
         quota = self.tenants.quota(tenant)
 
         def prepare(job_id, folder):

@@ -19,12 +19,16 @@ is the scratch of programs being checked; what a killed service left there is re
 Damage. A row whose JSON columns do not parse (a hand-edited or damaged database) is still
 listed, with ``damaged`` saying what is wrong and empty values in place of the bad ones, so one
 bad row fails its own job (see the service's recovery) and never the listing of all the others.
-A ``jobs.db`` that is not a database at all is a :class:`StateError` naming the file.
+A ``jobs.db`` that is not a database at all is a :class:`StateError` naming the file. Params
+holding NaN or an infinity (stored by a service that accepted them; they cannot be written as
+JSON again, so the tenant's every listing failed) are damage too: ``params`` is then empty and
+``damaged`` names the param (:func:`nonfinite_param`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sqlite3
@@ -189,6 +193,30 @@ def _row(row) -> dict | None:
         if not isinstance(value, kind):
             damaged.append(col)
             value = empty
+        elif col == "params" and (bad := nonfinite_param(value)) is not None:
+            damaged.append(f"params: param {bad[0]!r} is {bad[1]}, not a finite number")
+            value = empty
         d[col] = value
     d["damaged"] = ", ".join(damaged) or None
     return d
+
+
+def nonfinite_param(params: dict) -> tuple[str, float] | None:
+    """``(name, value)`` of the first param of ``params`` that holds NaN or an infinity (inside a
+    list or a dict too), or ``None`` when every number is finite."""
+    for name, value in params.items():
+        bad = _nonfinite(value)
+        if bad is not None:
+            return str(name), bad
+    return None
+
+
+def _nonfinite(value) -> float | None:
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    for item in items:
+        bad = _nonfinite(item)
+        if bad is not None:
+            return bad
+    return None
