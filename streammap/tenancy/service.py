@@ -85,7 +85,7 @@ from streammap.tenancy import sandbox
 from streammap.tenancy.admission import Job, Scheduler
 from streammap.tenancy.api import HttpLimits, Refused, listen, make_server
 from streammap.tenancy.check import Checker, CheckLimits, CheckRefused
-from streammap.tenancy.estimate import WIDTHS, Demand, Estimator, Option, sub_cluster_spec
+from streammap.tenancy.estimate import WIDTHS, Demand, Estimator, Option, accelerator_pools, sub_cluster_spec
 from streammap.tenancy.store import ACTIVE, JobStore, StateError, nonfinite_param
 from streammap.tenancy.tenants import limits_from, load_tenants
 
@@ -141,6 +141,8 @@ class JobService:
                  backend: str = "local", address: str | None = None, mapper: str = "auto", tick: float = 1.0,
                  isolation: str = "auto", limits=None, check: CheckLimits | None = None):
         self.cluster = resolve_cluster(cluster)      # a cluster file, or "local": discover this machine now
+        if not accelerator_pools(self.cluster):       # refused before the state folder is touched
+            raise _nothing_to_grant(cluster, self.cluster)
         self.tenants = load_tenants(tenants)
         _warn_plain_tokens(self.tenants, tenants)
         self.tenants_file = Path(tenants).resolve()
@@ -495,6 +497,21 @@ class JobService:
         if not _wait_gone(proc if isinstance(proc, subprocess.Popen) else pid, folder, KILL_GRACE):
             _signal_group(pid, signal.SIGKILL)
             _wait_gone(proc if isinstance(proc, subprocess.Popen) else pid, folder, KILL_GRACE)
+
+
+def _nothing_to_grant(asked, cluster) -> StreamMapError:
+    """The error of a cluster without accelerators: the service grants GPUs (or MLUs, DCUs...), so
+    a CPU-only machine (``--cluster local`` there) is served by emulating the GPUs of a cluster
+    file, as ``streammap run --emulate`` runs a GPU plan on the CPU."""
+    emulate = ("to serve jobs on this machine's CPU, emulate the GPUs of a cluster file: streammap serve "
+               "--cluster cluster.yaml --emulate ... (a cluster file lists the GPUs to emulate, see 'Cluster "
+               "files' in the README; e.g. ../shared/benchmarks/clusters/hetero-2x4.yaml, 8 GPUs)")
+    if str(asked) == "local":
+        return StreamMapError("--cluster local found no GPU (or other accelerator) on this machine, only its CPU: "
+                              "the job service grants accelerators to jobs", hint=emulate)
+    return StreamMapError(f"cluster '{cluster.name}' has no accelerator (non-CPU) devices to grant", path=cluster.path,
+                          hint="the job service grants GPUs (or MLUs, DCUs...) to jobs: list them in the cluster "
+                               "file (with --emulate they run on this machine's CPU)")
 
 
 def _choose_isolation(isolation: str, tenants: int, backend: str) -> str:
