@@ -25,7 +25,9 @@ Without namespaces on the machine, a service of more than one tenant refuses to 
 
 Submission checks and sizes the program in a child process under time and memory limits
 (:mod:`.check`), so a program built to freeze the compiler costs its submitter a refusal and the
-service nothing; at most a few checks run at once.
+service nothing; at most a few checks run at once. A param that is NaN or an infinity is refused
+first, naming it (it would pass the program's own checks, and a stored one cannot be written as
+JSON again); a job an older service stored with one is failed at restart (see :mod:`.store`).
 
 Restart: queued jobs are queued again in their order; a running job whose worker is still alive
 (same pid, its command line naming the job's folder) is *found again* and keeps its devices; one
@@ -114,7 +116,8 @@ class JobService:
     ----------
     cluster, tenants : path
         The cluster file (or ``"local"``: discover this machine now, as ``compile --cluster local``
-        does) and the tenants file.
+        does) and the tenants file. A cluster without accelerators is refused before the state
+        folder is touched (``"local"`` on a CPU-only machine: serve a cluster file's GPUs emulated).
     state_dir : path
         Where the job store and the job folders live.
     policy : str
