@@ -1,4 +1,4 @@
-"""One admitted job, run by the job service in its own process: ``python -m streammap.tenancy.worker DIR``.
+"""One admitted job, run by the job service in its own process: ``python -P -m streammap.tenancy.worker DIR``.
 
 ``DIR/job.json`` says what to run: the program (a file in ``DIR``), its params and entry, the
 sub-cluster of the devices the job was granted (a cluster-file dict), the mapper, and how to run
