@@ -60,7 +60,17 @@ sys.path.insert(0, str(ROOT))
 
 from streammap.cluster.model import cluster_from_dict  # noqa: E402
 from streammap.io.files import atomic_write_text  # noqa: E402
-from streammap.tenancy.admission import FLOOR, POLICIES, SLACK, SLOWDOWN, TAIL, TAIL_WAIT, Job  # noqa: E402
+from streammap.tenancy.admission import (  # noqa: E402
+    FLOOR,
+    ORDER,
+    ORDERS,
+    POLICIES,
+    SLACK,
+    SLOWDOWN,
+    TAIL,
+    TAIL_WAIT,
+    Job,
+)
 from streammap.tenancy.estimate import Estimator  # noqa: E402
 from streammap.tenancy.jobs import graphs_in, parse_tenant_shares, poisson_jobs  # noqa: E402
 from streammap.tenancy.simulate import prepare_jobs, simulate  # noqa: E402
@@ -99,7 +109,7 @@ def arrival_rate(load: float, graphs, shares, estimator: Estimator, seed: int) -
 
 def run_setting(gpus: int, jobs: int, mix: str, seed: int, load: float, sigmas, policies, slack, slowdown,
                 estimators: dict, floor: float = FLOOR, tail: float = TAIL,
-                tail_wait: float = TAIL_WAIT, shared: float = 0.0) -> list[dict]:
+                tail_wait: float = TAIL_WAIT, shared: float = 0.0, order: str = ORDER) -> list[dict]:
     """One (cluster, tenants, seed, load): every policy at every sigma, on the same arrivals."""
     shares = parse_tenant_shares(mix)
     if gpus not in estimators:
@@ -117,7 +127,7 @@ def run_setting(gpus: int, jobs: int, mix: str, seed: int, load: float, sigmas, 
             for joint, into in ((True, res), (False, whole)) if shared > 0 else ((True, res),):
                 into[p] = simulate([_copy(j) for j in admitted], cluster, tenants, policy=p, estimate_error=sigma,
                                    seed=seed, slack=slack, slowdown=slowdown, floor=floor, tail=tail,
-                                   tail_wait=tail_wait, joint=joint)
+                                   tail_wait=tail_wait, joint=joint, order=order)
         floor_jct = avg_jct_floor(admitted, res["fifo"]) if "fifo" in res else math.nan
         sizes = {m: len(devs) for m, devs in est.pools.items()}
         rows.append({"gpus": gpus, "jobs": jobs, "tenants": mix, "seed": seed, "load": load, "sigma": sigma,
@@ -303,6 +313,8 @@ def main(argv=None) -> int:
     ap.add_argument("--floor", type=float, default=FLOOR, help="the streammap policy's fair-share floor")
     ap.add_argument("--tail", type=float, default=TAIL, help="the streammap policy's tail deadline (0: off)")
     ap.add_argument("--tail-wait", type=float, default=TAIL_WAIT, help="the tail deadline's multiple of the mean wait")
+    ap.add_argument("--order", choices=ORDERS, default=ORDER,
+                    help="the streammap policy's order under overload (themis: finish-time fairness bound)")
     ap.add_argument("--shared", type=float, default=0.0,
                     help="share of the jobs that need a quarter or half GPU; every policy also runs without joint placement")
     ap.add_argument("--out", default="bench-out")
@@ -319,11 +331,11 @@ def main(argv=None) -> int:
                 for load in _floats(args.loads):
                     rows += run_setting(gpus, args.jobs or 10 * gpus, mix, seed, load, _floats(args.sigmas),
                                         policies, args.slack, args.slowdown, estimators, args.floor, args.tail,
-                                        args.tail_wait, args.shared)
+                                        args.tail_wait, args.shared, args.order)
                     out.print(f"... {gpus} GPUs, {mix}, seed {seed}, load {load}: done "
                               f"({time.perf_counter() - t0:.0f} s)", markup=False)
     out.print(f"slowdown deadline {args.slowdown:g}, placement slack {args.slack:g}, fair-share floor {args.floor:g}, "
-              f"tail deadline {args.tail:g} (+ {args.tail_wait:g} x mean wait)", markup=False)
+              f"tail deadline {args.tail:g} (+ {args.tail_wait:g} x mean wait), order {args.order}", markup=False)
     out.print(sweep_table(rows))
     if args.shared > 0:
         out.print(joint_table(rows))

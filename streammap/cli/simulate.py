@@ -7,7 +7,7 @@ from pathlib import Path
 from streammap.cli.common import console, int_between, number_between
 from streammap.errors import StreamMapError
 from streammap.io.files import make_parent
-from streammap.tenancy.admission import FLOOR, POLICIES, SLACK, SLOWDOWN
+from streammap.tenancy.admission import FLOOR, ORDER, ORDERS, POLICIES, SLACK, SLOWDOWN
 from streammap.tenancy.jobs import graphs_in, load_jobs, parse_tenant_shares, poisson_jobs, write_jobs
 from streammap.tenancy.simulate import DEFAULT_GRAPHS, compare, plot, results_table, write_csv, write_jobs_csv
 
@@ -62,6 +62,10 @@ def configure(parser, command: str) -> None:
                    help=f"streammap policy: tenants holding less than FLOOR x their fair share of the GPUs go first; "
                         f"the others' jobs share one slowdown-deadline order (default {FLOOR:g}; 1 is strict fair "
                         f"share first, 0 one order for all)")
+    parser.add_argument("--order", default=ORDER,
+                   help=f"streammap policy: the order under overload, {' or '.join(ORDERS)} (default {ORDER}; themis "
+                        f"keeps the longest jobs' tail deadline while they can still end within a bound of their run "
+                        f"on their tenant's share)")
     parser.add_argument("--out", default="simulate-out", help="folder for simulate.csv, simulate-jobs.csv, simulate.png")
     parser.set_defaults(func=run)
 
@@ -95,11 +99,13 @@ def run(args) -> int:
     if not 0 <= args.floor <= 1:
         raise StreamMapError(f"--floor must be between 0 and 1, not {args.floor:g}",
                              hint="1: a tenant below its fair share always goes first; 0: one order for every tenant")
+    if args.order not in ORDERS:
+        raise StreamMapError(f"unknown --order {args.order!r}", hint=f"orders: {', '.join(ORDERS)}")
     folder = output_folder(args.out)
     specs = load_jobs(args.jobs)
     results = compare(specs, args.cluster, tenants=tenants_arg, policies=policies, mapper=args.mapper,
                       estimate_error=args.estimate_error, seed=args.seed, slack=args.slack,
-                      slowdown=args.slowdown, floor=args.floor)
+                      slowdown=args.slowdown, floor=args.floor, order=args.order)
     out.print(results_table(results))
     make_parent(folder / "simulate.csv", what="simulation results")      # made only once there are results
     write_csv(results, folder / "simulate.csv")

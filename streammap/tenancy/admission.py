@@ -53,9 +53,23 @@ Policies
     wait at present, not :data:`SLOWDOWN` times its own length. Not when it arrives to a queue
     that asks for more GPUs than the cluster has (:data:`OVERLOAD`): under overload the
     backlog has to fall on someone, and giving the long jobs FIFO-like waits then cost the average
-    far more (README).
+    far more (README). The ``themis`` order (``order="themis"``, :data:`ORDERS`) replaces that
+    switch by a bound on **finish-time fairness** (after Themis [4]_): a job's
+    ``rho = (wait so far + expected remaining wait + run) / alone``, ``alone`` its run on its
+    tenant's weighted share of the cluster (:meth:`Scheduler._alone`), the expected remaining
+    wait the start the last pass planned for it (its reservation; none past the depth). Under
+    overload the longest jobs get the tail deadline too, but only while they can still meet
+    ``rho <= THEMIS_BOUND``: a job whose planned start ends it past the bound, or that has not
+    started by ``arrival + (THEMIS_BOUND - 1) x alone``, cannot meet it any more, and serving it
+    first would only push the jobs behind it past theirs (earliest-deadline-first's domino effect
+    under overload) and hold devices for it meanwhile, so it *gives way*: it takes its slowdown
+    deadline, as every job did under overload before. The backlog then falls on the long jobs
+    that cannot meet their bound instead of on all of them (README, "This round: finish-time
+    fairness"). Each pass asks this of the jobs its predecessor planned (at most the depth) and of
+    a heap of instants to give way: no work that grows with the queue.
     The order never changes while jobs wait (a deadline is fixed at submission; a preempted job
-    keeps its own), so the queue stays sorted. Wrong estimates degrade it gracefully: an
+    keeps its own; in the ``themis`` order a job that gives way moves back once), so the queue
+    stays sorted. Wrong estimates degrade it gracefully: an
     estimate 10x too high moves a job's
     deadline, not to never; one 10x too low gets it started early, and the jobs behind plan
     around its expected end (below), not its estimate. Estimates wrong *by tenant* are
@@ -196,6 +210,17 @@ MEMORY = 3600.0
 #: (0-0.05x FIFO's) but on the held-out ones gave the skewed mix's tail back under overload
 #: (p95 0.66 -> 1.72x, 0.61 -> 1.59x FIFO's) and met no further average target (README).
 OVERLOAD = 1.0
+#: The streammap policy's orders within and across tenants: ``deadline`` (the default: the tail
+#: deadline is not given under overload) and ``themis`` (under overload too, while the job can still
+#: finish within THEMIS_BOUND times its run on its tenant's share; see the module docstring).
+ORDERS = ("deadline", "themis")
+ORDER = "deadline"
+#: The ``themis`` order's bound on finish-time fairness, (wait so far + expected remaining wait +
+#: run) / run on the tenant's share: a job given the tail deadline under overload keeps it while its
+#: planned start still ends it within the bound and it has waited less than (THEMIS_BOUND - 1) times
+#: that run (README: on the tuning seeds 1.5 and above cost more of the average for no better tail,
+#: 1.1-1.15 kept too few long jobs for the p95).
+THEMIS_BOUND = 1.25
 
 
 def reservation_depth(gpus: int) -> int:
@@ -399,6 +424,9 @@ class Scheduler:
     promises : int, optional
         How many long jobs past the reservation depth may hold a promise of their fastest model at
         a time (see the module docstring); by default :func:`promise_limit` of the cluster's GPUs.
+    order : str
+        The ``streammap`` policy's order under overload: ``deadline`` or ``themis`` (see
+        :data:`ORDERS` and the module docstring).
     joint : bool
         Joint placement (:mod:`.packing`): jobs with fractional demands share devices. Off, each
         such job runs on a whole device, as a job without ``share`` does. Nothing changes for
@@ -408,9 +436,11 @@ class Scheduler:
     def __init__(self, cluster, tenants: Tenants, policy: str = "streammap", backfill: bool = True,
                  depth: int | None = None, slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR,
                  tail: float = TAIL, tail_wait: float = TAIL_WAIT, joint: bool = True,
-                 promises: int | None = None):
+                 promises: int | None = None, order: str = ORDER):
         if policy not in POLICIES:
             raise StreamMapError(f"unknown policy {policy!r}", hint=f"policies: {', '.join(POLICIES)}")
+        if order not in ORDERS:
+            raise StreamMapError(f"unknown order {order!r}", hint=f"orders: {', '.join(ORDERS)}")
         self.policy = policy
         self.backfill = backfill
         self.tenants = tenants
@@ -441,6 +471,14 @@ class Scheduler:
             raise StreamMapError(f"the fair-share floor must be between 0 and 1, not {floor}",
                                  hint="1: a tenant below its fair share always goes first; 0: one order for all")
         self.floor = floor
+        self.order = order
+        # The themis order: each tenant's weighted share of the cluster's GPUs (what "alone" runs on),
+        # and the jobs given the tail deadline under overload, by the instant they give way to their
+        # slowdown deadline: a heap of (instant, job id), popped at the start of a pass.
+        weights = sum(t.weight for t in tenants)
+        self._share_gpus = {t.name: self.pool.total_gpus * t.weight / weights for t in tenants}
+        self._give_way: list[tuple[float, str]] = []
+        self._holding_tail: set[str] = set()            # queued jobs holding the tail deadline under overload
         #: The last pass's plan for queued jobs (streammap policy): job id -> (estimated start, model).
         self.estimated_starts: dict[str, tuple[float, str]] = {}
         #: The same jobs' calibrated start intervals: job id -> (earliest, latest) (see :mod:`.forecast`).
@@ -489,17 +527,67 @@ class Scheduler:
 
     def _deadline_of(self, job: Job) -> float:
         """The streammap order's deadline: the earlier of the slowdown deadline and the tail deadline
-        (the last start at which the job still ends within the tail bound, see :data:`TAIL`)."""
-        # Estimates of a tenant whose jobs run longer than estimated, against the others', are
-        # corrected (:mod:`.correction`), so that under-estimating does not buy an earlier place.
-        d = job.demand.best.duration * self.correction.factor(job.tenant)
+        (the last start at which the job still ends within the tail bound, see :data:`TAIL`). Under
+        overload the tail deadline is given only in the ``themis`` order (and then only until the job
+        gives way, :meth:`_gives_way_at`)."""
+        d = self._duration(job)
         if not math.isfinite(self.slowdown):
             return d                                           # shortest first
         deadline = job.arrival + self.slowdown * d
-        if self._tail_bound is not None and not self._overloaded():
+        if self._tail_bound is not None and (self.order == "themis" or not self._overloaded()):
             deadline = min(deadline, job.arrival + max(0.0, self._tail_bound - d)
                            + self.tail_wait * self._typical_wait())
         return deadline
+
+    def _duration(self, job: Job) -> float:
+        """The estimate the order uses: of a tenant whose jobs run longer than estimated, against
+        the others', corrected (:mod:`.correction`), so that under-estimating buys no earlier place."""
+        return job.demand.best.duration * self.correction.factor(job.tenant)
+
+    def _alone(self, job: Job) -> float:
+        """The job's finish time on its tenant's weighted share of the cluster alone (Themis' ideal,
+        the denominator of finish-time fairness): its run, stretched where its gang is wider than
+        that share."""
+        return self._duration(job) * max(1.0, job.demand.gpus / self._share_gpus[job.tenant])
+
+    def _gives_way_at(self, job: Job, deadline: float) -> float | None:
+        """The ``themis`` order: when a job that got the tail deadline under overload gives way to
+        its slowdown deadline (the last start that keeps its finish-time fairness within
+        :data:`THEMIS_BOUND`); None for any other job."""
+        if self.order != "themis" or not self._overloaded() or not math.isfinite(self.slowdown):
+            return None
+        if deadline >= job.arrival + self.slowdown * self._duration(job):
+            return None                          # the slowdown deadline is its own: nothing to give
+        return job.arrival + (THEMIS_BOUND - 1.0) * self._alone(job)
+
+    def _give_way_due(self, now: float) -> None:
+        """The ``themis`` order, at the start of a pass: the jobs holding the tail deadline under
+        overload that can no longer finish within :data:`THEMIS_BOUND` times their run alone give
+        way (:meth:`_give_way_now`): those whose start, as the last pass planned it, ends them past
+        the bound, and those whose instant to give way has come."""
+        for jid, (at, model) in self.estimated_starts.items():     # at most the depth and the promises
+            if jid in self._holding_tail:
+                job = self.jobs[jid]
+                if max(at, now) + job.demand.option(model).duration > job.arrival + THEMIS_BOUND * self._alone(job):
+                    self._give_way_now(job)
+        heap = self._give_way
+        while heap and heap[0][0] <= now:
+            jid = heapq.heappop(heap)[1]
+            if jid in self._holding_tail:        # (not started, cancelled or given way meanwhile)
+                self._give_way_now(self.jobs[jid])
+
+    def _give_way_now(self, job: Job) -> None:
+        """A job gives up the tail deadline: it takes its slowdown deadline, and its queue entry moves back."""
+        self._holding_tail.discard(job.id)
+        q, shapes = self._queues[job.tenant], self._queue_shapes[job.tenant]
+        i = bisect.bisect_left(q, (self._key(job), job.id))
+        q.pop(i)
+        sid = shapes.pop(i)
+        self._deadline[job.id] = job.arrival + self.slowdown * self._duration(job)
+        entry = (self._key(job), job.id)
+        i = bisect.bisect_right(q, entry)
+        q.insert(i, entry)
+        shapes.insert(i, sid)
 
     def _overloaded(self) -> bool:
         """Whether the queue asks for more than :data:`OVERLOAD` times the cluster's GPUs (the tail
@@ -535,7 +623,11 @@ class Scheduler:
         self.jobs[job.id] = job
         if self.policy == "streammap":
             if job.id not in self._deadline:       # a preempted job keeps its place
-                self._deadline[job.id] = self._deadline_of(job)
+                self._deadline[job.id] = deadline = self._deadline_of(job)
+                gives_way = self._gives_way_at(job, deadline)
+                if gives_way is not None:
+                    heapq.heappush(self._give_way, (gives_way, job.id))
+                    self._holding_tail.add(job.id)
                 self._learn_duration(job.demand.best.duration)
         self.queued_gpus += job.demand.held             # its fraction, for a fractional job
         self._queued_gpus[job.tenant] += job.demand.held
@@ -555,6 +647,7 @@ class Scheduler:
 
     def _unqueue(self, job: Job) -> None:
         del self.jobs[job.id]
+        self._holding_tail.discard(job.id)
         self._promises.pop(job.id, None)
         self.queued_gpus -= job.demand.held
         self._queued_gpus[job.tenant] -= job.demand.held
@@ -744,6 +837,8 @@ class Scheduler:
         plan = _Plan(self, now) if smart else None
         fair = self._account(now) if smart else None
         if smart:
+            if self._holding_tail:
+                self._give_way_due(now)
             self.estimated_starts, self.start_intervals = {}, {}
             if self._promises:
                 starts += self._keep_promises(now, plan)

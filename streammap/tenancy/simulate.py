@@ -62,6 +62,7 @@ from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write, atomic_write_text
 from streammap.tenancy.admission import (
     FLOOR,
+    ORDER,
     POLICIES,
     SLACK,
     SLOWDOWN,
@@ -201,7 +202,7 @@ def prepare_jobs(specs: list[JobSpec], estimator: Estimator) -> list[Job]:
 def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streammap",
              estimate_error: float = 0.0, seed: int = 0, backfill: bool = True, depth: int | None = None,
              slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR, tail: float = TAIL,
-             tail_wait: float = TAIL_WAIT, joint: bool = True) -> SimResult:
+             tail_wait: float = TAIL_WAIT, joint: bool = True, order: str = ORDER) -> SimResult:
     """Replay ``jobs`` (admission jobs with demands) under ``policy``; see the module docstring.
 
     Parameters
@@ -215,17 +216,18 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
         ``fifo``, ``drf`` or ``streammap``.
     estimate_error : float
         Sigma of the log-normal factor between a job's real and estimated duration (0: exact).
-    backfill, depth, slack, slowdown, floor, tail, tail_wait : bool, int, float, float, float, float, float
+    backfill, depth, slack, slowdown, floor, tail, tail_wait, order : bool, int, float, float, float, float, float, str
         Conservative backfill, its reservation depth (default: the cluster's, see
         :func:`~.admission.reservation_depth`), the placement slack, the slowdown deadline,
-        the fair-share floor, the tail deadline (``streammap`` policy; see
-        :class:`~.admission.Scheduler`).
+        the fair-share floor, the tail deadline, the order under overload (``deadline`` or
+        ``themis``) (``streammap`` policy; see :class:`~.admission.Scheduler`).
     joint : bool
         Joint placement of fractional jobs (:mod:`.packing`); off, each runs on a whole device.
     """
     t0 = time.perf_counter()
     sched = Scheduler(cluster, tenants, policy=policy, backfill=backfill, depth=depth, slack=slack,
-                      slowdown=slowdown, floor=floor, tail=tail, tail_wait=tail_wait, joint=joint)
+                      slowdown=slowdown, floor=floor, tail=tail, tail_wait=tail_wait, joint=joint,
+                      order=order)
     rng = np.random.default_rng(seed)
     factor = {j.id: (float(np.exp(rng.normal(0.0, estimate_error) - estimate_error ** 2 / 2))
                      if estimate_error > 0 else 1.0) for j in jobs}
@@ -316,7 +318,7 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
 
 def compare(specs: list[JobSpec], cluster, tenants=None, policies=POLICIES, mapper: str = "heft",
             estimate_error: float = 0.0, seed: int = 0, slack: float = SLACK,
-            slowdown: float = SLOWDOWN, floor: float = FLOOR) -> list[SimResult]:
+            slowdown: float = SLOWDOWN, floor: float = FLOOR, order: str = ORDER) -> list[SimResult]:
     """Replay the same job stream under each policy (the Python API of ``streammap simulate``).
 
     ``tenants`` is a :class:`Tenants`, a dict, a tenants file, or ``None`` (the jobs' tenants,
@@ -329,7 +331,7 @@ def compare(specs: list[JobSpec], cluster, tenants=None, policies=POLICIES, mapp
         raise StreamMapError(f"jobs name tenant(s) not in the tenants file: {', '.join(unknown)}", path=ten.path)
     jobs = prepare_jobs(specs, Estimator(clus, mapper=mapper))
     return [simulate([_copy(j) for j in jobs], clus, ten, policy=p, estimate_error=estimate_error, seed=seed,
-                     slack=slack, slowdown=slowdown, floor=floor) for p in policies]
+                     slack=slack, slowdown=slowdown, floor=floor, order=order) for p in policies]
 
 
 def _copy(job: Job) -> Job:
