@@ -130,3 +130,22 @@ def test_what_counts_as_long_is_known_as_soon_as_30_estimates_are_even_if_asked_
     s.submit(Job("long2", "a", 1.0, long_job().demand))
     assert started(s, 1.0) == []                           # promised the A100, busy until 10
     assert s.estimated_starts == {"long2": (10.0, "A100")}
+
+
+def test_on_a_large_cluster_dozens_of_long_jobs_past_the_depth_each_wait_for_their_promised_fast_gpu():
+    # At the end of an overloaded stream hundreds of jobs wait, the long ones among them past the
+    # depth. A cluster of 560 GPUs whose A100s all free at t=10: 30 long jobs arrive, each would end
+    # at 110 on an A100 and at 201 on one of the 40 free V100s. Each is promised an A100, not only
+    # the first 16: the others took the V100s at half speed and ended the run hours late.
+    s = Scheduler(cluster(("A100", 520), ("V100", 40)), tenants_from_dict(["a"]), depth=0, tail=0)
+    for i in range(40):
+        s.submit(a100_for(f"seen{i}", 0.0, 1.0))
+        s.cancel(f"seen{i}")
+    s.submit(Job("busy", "a", 0.0, Demand(520, (Option("A100", 520, 10.0, 1e9),))))
+    assert started(s, 0.0) == [("busy", "A100")]
+    for i in range(30):
+        s.submit(Job(f"long{i}", "a", 1.0, long_job().demand))
+    assert started(s, 1.0) == []
+    assert s.estimated_starts == {f"long{i}": (10.0, "A100") for i in range(30)}
+    s.finish("busy")
+    assert sorted(started(s, 10.0)) == sorted((f"long{i}", "A100") for i in range(30))
