@@ -164,3 +164,16 @@ def test_a_job_longer_than_most_but_not_among_the_longest_tenth_is_still_promise
     s.submit(long_job(arrival=1.0))
     assert started(s, 1.0) == []
     assert s.estimated_starts == {"long": (10.0, "A100")}
+
+
+def test_above_4096_gpus_only_the_longest_tenth_is_promised_and_the_rest_take_the_slow_room():
+    # The same recent jobs as above, on a cluster of 4,097 A100s and a V100. There jobs wait about a
+    # minute: the longer band bought no average, and its promises kept the longest jobs off the A100s.
+    s = Scheduler(cluster(("A100", 4097), ("V100", 1)), tenants_from_dict(["a"]), depth=0, tail=0)
+    for i, seconds in enumerate([1.0] * 28 + [200.0] * 12):
+        s.submit(a100_for(f"seen{i}", 0.0, seconds))
+        s.cancel(f"seen{i}")
+    s.submit(Job("busy", "a", 0.0, Demand(4097, (Option("A100", 4097, 10.0, 1e9),))))
+    assert started(s, 0.0) == [("busy", "A100")]
+    s.submit(long_job(arrival=1.0))
+    assert started(s, 1.0) == [("long", "V100")]
