@@ -95,7 +95,8 @@ Policies
       starts on the fastest model with room now that no reservation wants before it would end
       (issue 18: at 10,000 GPUs every second StreamMAP's jobs waited, they waited beside free
       V100s, which idled while jobs arrived; README). Except a **long** job (its estimate at least
-      the :data:`LONG` quantile of recent ones): past the depth it is **promised** the faster
+      the :data:`LONG` quantile of recent ones, :data:`LONG_WIDE` above :data:`WIDE_CLUSTER`
+      GPUs: :func:`long_quantile`): past the depth it is **promised** the faster
       model when the slack says to wait for it, a reservation after the pass's that every later
       pass plans first, at its earliest fit (at most :data:`PROMISES` at a time, and none on a
       cluster of up to :data:`SMALL_CLUSTER` GPUs: :func:`promise_limit`). On a half-speed model
@@ -187,9 +188,22 @@ SLACK = 1.5
 #: reservation on the faster model that later passes keep before any other (at most PROMISES
 #: outstanding, on a cluster of more than SMALL_CLUSTER GPUs: see :func:`promise_limit`). A long job
 #: on a half-speed GPU costs twice its length, which the short jobs that take the slow GPUs instead
-#: do not (README, "This round: placement").
-LONG = 0.9
-PROMISES = 16
+#: do not (README, "This round: placement"). 16 promises sufficed while jobs arrived, but not in the
+#: drain of an overloaded stream: at 2,000 and 10,000 GPUs, load 1.1, the queue ends with hundreds of
+#: jobs, the long ones past the sixteenth promise took V100s at half speed and set the makespan
+#: (utilisation +0.3 and +4.1 points against FIFO's; with 64: +16.2 and +18.2, the average within
+#: 0.01x; 312, one per 32 GPUs at 10,000, did no better; README, "This round: placement at scale").
+#: LONG was 0.9: with 0.7 the 4-GPU jobs of 759 s, which had taken V100s past the depth 63% of the
+#: time, wait for A100s too, and every shorter job waits less (2,000 GPUs, load 1.1, sigma 0:
+#: average 0.88 -> 0.83x FIFO's; 0.8: 0.84x, 0.5: 0.83x with Jain's index falling to 0.970).
+#: Above WIDE_CLUSTER GPUs it stays LONG_WIDE (see :func:`long_quantile`): at 10,000 GPUs jobs wait
+#: about a minute, 0.7 bought nothing there (0.898x FIFO's average either way), took the 64
+#: promises from the longest jobs in the drain (utilisation +18.2 -> +0.1 points) and doubled the
+#: CPU time of a pass (the 100,000-job scale target); 312 promises won 0.015x for three times the CPU.
+LONG = 0.7
+LONG_WIDE = 0.9
+WIDE_CLUSTER = 4096
+PROMISES = 64
 #: A tenant holding less than this share of its weighted max-min fair share of the GPUs goes
 #: first in a pass; the others' jobs are taken in one order, by slowdown deadline (streammap policy;
 #: 1 measured a better tail and Jain's index than 0.8 on the tuning seeds, README).
@@ -236,6 +250,13 @@ def promise_limit(gpus: int) -> int:
     seed 1: 258 of the longest tenth's 283 jobs ran on A100s), and a promise planned before them
     held a large part of its A100s for hours: the average went from 0.63x FIFO's to 1.05x (README)."""
     return 0 if gpus <= SMALL_CLUSTER else PROMISES
+
+
+def long_quantile(gpus: int) -> float:
+    """The quantile of recent estimates from which a job past the depth counts as long (and may be
+    promised its fastest model) on a cluster of ``gpus`` GPUs: :data:`LONG` up to
+    :data:`WIDE_CLUSTER` GPUs, :data:`LONG_WIDE` above (measured at 2,000 and 10,000 GPUs only)."""
+    return LONG if gpus <= WIDE_CLUSTER else LONG_WIDE
 
 
 def water_fill(demand: dict[str, float], weights: dict[str, float], capacity: float) -> dict[str, float]:
@@ -517,7 +538,8 @@ class Scheduler:
         # given; kept by every later pass before any other job is planned (see _keep_promises).
         self._promises: dict[str, tuple[Option, float]] = {}
         self.promises = promise_limit(self.pool.total_gpus) if promises is None else promises
-        self._long: tuple[int, float] = (-1, math.inf)   # (submissions // 50, the LONG quantile then)
+        self._long: tuple[int, float] = (-1, math.inf)   # (submissions // 50, the long_q quantile then)
+        self.long_q = long_quantile(self.pool.total_gpus)
 
     # -- the queue ----------------------------------------------------------------------
     def _key(self, job: Job) -> tuple:
@@ -1064,7 +1086,7 @@ class Scheduler:
 
     def _may_promise(self, job: Job, allowed: list[Option]) -> bool:
         """Whether a job past the reservation depth may be promised its fastest model: it is long
-        (its estimate at least the :data:`LONG` quantile of recent ones), fewer than ``promises``
+        (its estimate at least the :func:`long_quantile` of recent ones), fewer than ``promises``
         (:func:`promise_limit`) are outstanding, it has a slower model to compare with, and no
         quota or preemption is in play."""
         return (len(self._promises) < self.promises and len(allowed) > 1 and self._no_quotas
@@ -1072,13 +1094,13 @@ class Scheduler:
                 and allowed[0].duration >= self._long_bound())
 
     def _long_bound(self) -> float:
-        """The :data:`LONG` quantile of the last submitted jobs' estimates (``inf`` before 30 are
+        """The :func:`long_quantile` of the last submitted jobs' estimates (``inf`` before 30 are
         known), recomputed every 50 submissions."""
         key = self._seq // 50
         # An "unknown yet" (inf) is asked again until 30 estimates are known, not kept to the 50th.
         if self._long[0] != key or (self._long[1] == math.inf and len(self._recent) >= 30):
             recent = self._recent
-            bound = float(np.quantile(np.fromiter(recent, float), LONG)) if len(recent) >= 30 else math.inf
+            bound = float(np.quantile(np.fromiter(recent, float), self.long_q)) if len(recent) >= 30 else math.inf
             self._long = (key, bound)
         return self._long[1]
 
