@@ -21,15 +21,18 @@ from tests.helpers.paths import ROOT, SAMPLES
 TINY = SAMPLES / "clusters" / "tiny-gpus.yaml"
 
 
-@pytest.fixture
-def compiled(tmp_path, capsys):
-    """``plan.yaml`` of the FM-radio sample and ``out.run.json`` of its emulated run, in ``tmp_path``."""
-    plan = tmp_path / "plan.yaml"
-    assert main(["compile", str(SAMPLES / "fm_radio.py"), "--cluster", str(TINY), "-D", "N=1024",
-                 "-o", str(plan)]) == 0
-    assert main(["run", str(plan), "--emulate", "-o", str(tmp_path / "out.npz"), "--no-progress"]) == 0
-    capsys.readouterr()
-    return plan, tmp_path / "out.run.json"
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """``plan.yaml`` of the FM-radio sample and ``out.run.json`` of its emulated run, made once for
+    this module in a folder of their own (with a history of their own); the tests only read them."""
+    folder = tmp_path_factory.mktemp("first-plan")
+    plan = folder / "plan.yaml"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STREAMMAP_HISTORY", str(folder / "history"))
+        assert main(["compile", str(SAMPLES / "fm_radio.py"), "--cluster", str(TINY), "-D", "N=1024",
+                     "-o", str(plan)]) == 0
+        assert main(["run", str(plan), "--emulate", "-o", str(folder / "out.npz"), "--no-progress"]) == 0
+    return plan, folder / "out.run.json"
 
 
 @pytest.mark.parametrize("kind,option,needle", [

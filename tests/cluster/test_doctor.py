@@ -217,7 +217,8 @@ def test_doctor_on_this_machine_finishes_and_explains_what_is_missing(tmp_path):
 
 def test_one_failure_makes_the_exit_status_non_zero(tmp_path, capsys):
     from streammap.cli import main
-    assert main(["doctor", "--path", str(tmp_path / "missing"), "--size", "1"]) == 1
+    # the devices' measurement (seconds of GEMMs) is no part of this: the whole doctor runs above
+    assert main(["doctor", "--path", str(tmp_path / "missing"), "--size", "1", "--no-calibrate"]) == 1
     assert "FAIL  storage" in capsys.readouterr().out
 
 

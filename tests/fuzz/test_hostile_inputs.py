@@ -187,12 +187,25 @@ def test_an_alias_bomb_as_a_plan_is_refused_by_show(workdir, capsys):
 
 # -- plans ----------------------------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def compiled_folder(tmp_path_factory):
+    """fm_radio.py as fm.py and the plan the CLI compiled for it (plan.yaml, its source path relative:
+    ``fm.py``), once for this module: every test edits its own copy."""
+    folder = tmp_path_factory.mktemp("compiled")
+    shutil.copy(FM, folder / "fm.py")
+    shutil.copy(CLUSTER, folder / "cluster.yaml")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        assert main(["compile", "fm.py", "--cluster", "cluster.yaml", "-D", "N=4096", "-o", "plan.yaml",
+                     "--no-history"]) == 0
+    return folder
+
+
 @pytest.fixture
-def compiled(workdir):
+def compiled(workdir, compiled_folder):
     """A plan compiled next to its program (a copy of fm_radio.py), as text."""
-    shutil.copy(FM, workdir / "fm.py")
-    assert main(["compile", "fm.py", "--cluster", "cluster.yaml", "-D", "N=4096", "-o", "plan.yaml",
-                 "--no-history"]) == 0
+    for name in ("fm.py", "plan.yaml"):
+        shutil.copy(compiled_folder / name, workdir / name)
     return yaml.safe_load((workdir / "plan.yaml").read_text())
 
 

@@ -8,6 +8,8 @@
 * :mod:`tests.helpers.telemetry`: a fake NVML and a sampler that replays fixed readings.
 * :mod:`tests.helpers.multifile`: multi-file programs (a helper module, a local package) and
   their plain-Python results.
+* :mod:`tests.helpers.compiled`: plans compiled once per session (``history=False``), handed out
+  as deep copies, for tests that read a compiled plan but are not about compiling it.
 
 Fixtures, which set up and undo state around a test, are in tests/conftest.py.
 """

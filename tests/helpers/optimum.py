@@ -1,6 +1,7 @@
 """The optimum of a tiny graph by enumeration: every assignment x every topological order.
 
-For checking exact mappers and lower bounds on graphs of a handful of tasks (D^T assignments).
+For checking exact mappers and lower bounds on graphs of a handful of tasks (D^T assignments, each
+with every distinct set of device run orders that some topological order gives).
 """
 
 import itertools
@@ -23,8 +24,11 @@ def exhaustive_optimum(cost, memory: bool = True) -> float:
         dev = np.array(dev)
         if not np.isfinite(cost.time[np.arange(T), dev]).all():
             continue
-        for o in orders:
-            s = simulate(cost, dev, [[t for t in o if dev[t] == d] for d in range(D)])
+        # A plan is the devices' run orders, and many topological orders give the same ones (tasks
+        # on different devices interleaved differently): each distinct plan is simulated once.
+        plans = {tuple(tuple(t for t in o if dev[t] == d) for d in range(D)) for o in orders}
+        for plan in sorted(plans):
+            s = simulate(cost, dev, [list(seq) for seq in plan])
             if s.makespan < best and (not memory or fits(peak_memory(cost, s.device, s.start, s.finish),
                                                           cost.capacity).all()):
                 best = s.makespan

@@ -16,6 +16,7 @@ from streammap.placement.sharing import share_schedule, simulate_shared, stack_o
 from streammap.placement.spilling import SpillBook
 from streammap.plan import read_plan, share_profile, write_plan
 from streammap.runrecord import read_run_record
+from tests.helpers.compiled import compiled
 from tests.helpers.paths import SAMPLES
 from tests.helpers.plans import FAN, make_plan, ref, task
 
@@ -42,8 +43,8 @@ def peak_shares(plan):
 # -- the plan ----------------------------------------------------------------------------------
 
 def test_quarter_share_kernels_run_four_at_a_time_and_the_plan_is_shorter():
-    shared = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False)
-    whole = streammap.compile(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False)
+    shared = compiled(SWEEP, cluster=cluster(), params=SMALL, history=False)
+    whole = compiled(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False)
     peaks = peak_shares(shared)
     assert max(n for _, n in peaks.values()) == 4
     assert all(u <= 1.0 + 1e-9 for u, _ in peaks.values())
@@ -58,13 +59,13 @@ def test_a_cpu_device_runs_one_task_at_a_time_whatever_the_share(tmp_path):
     spec = cluster(gpus=1)
     spec["nodes"][0]["devices"].append({"name": "cpu", "kind": "cpu", "memory": "64GiB",
                                         "flops": "1 TFLOP/s", "mem_bandwidth": "100 GB/s"})
-    plan = streammap.compile(SWEEP, cluster=spec, params=SMALL, history=False, mapper="least-loaded")
+    plan = compiled(SWEEP, cluster=spec, params=SMALL, history=False, mapper="least-loaded")
     on = {d: {t.share for t in ts if t.kernel == "rod"} for d, ts in plan.tasks_by_device().items()}
     assert on["n0/cpu"] == {1.0} and on["n0/gpu0"] == {0.25}
     assert peak_shares(plan)["n0/cpu"][1] == 1
     cpu_only = {"name": "host", "nodes": [{"name": "n0", "devices": [
         {"name": "cpu", "kind": "cpu", "memory": "64GiB", "flops": "1 TFLOP/s", "mem_bandwidth": "100 GB/s"}]}]}
-    serial = streammap.compile(SWEEP, cluster=cpu_only, params=SMALL, history=False)
+    serial = compiled(SWEEP, cluster=cpu_only, params=SMALL, history=False)
     assert all(t.share == 1.0 for t in serial.tasks) and peak_shares(serial)["n0/cpu"][1] == 1
     path = tmp_path / "p.yaml"
     write_plan(serial, path)
@@ -74,8 +75,8 @@ def test_a_cpu_device_runs_one_task_at_a_time_whatever_the_share(tmp_path):
 
 
 def test_tasks_without_share_are_placed_exactly_as_before(tmp_path):
-    plan = streammap.compile(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False)
-    heft = streammap.compile(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False, mapper="heft")
+    plan = compiled(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False)
+    heft = compiled(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False, mapper="heft")
     assert plan.mapper.name.startswith("auto") and "+share" not in plan.mapper.name
     assert heft.mapper.heft_makespan == heft.mapper.estimated_makespan
     write_plan(plan, tmp_path / "p.yaml")
@@ -84,14 +85,14 @@ def test_tasks_without_share_are_placed_exactly_as_before(tmp_path):
 
 
 def test_max_tasks_per_device_bounds_how_many_run_at_once():
-    plan = streammap.compile(SWEEP, cluster=cluster(max_tasks_per_device=2), params=SMALL, history=False)
+    plan = compiled(SWEEP, cluster=cluster(max_tasks_per_device=2), params=SMALL, history=False)
     assert max(n for _, n in peak_shares(plan).values()) == 2
 
 
 def test_binpack_piles_fractional_tasks_onto_few_devices_and_spread_spreads_them():
     params = {**SMALL, "JOBS": 4}
-    packed = streammap.compile(SWEEP, cluster=cluster(gpus=4), params=params, history=False, mapper="binpack")
-    spread = streammap.compile(SWEEP, cluster=cluster(gpus=4), params=params, history=False, mapper="spread")
+    packed = compiled(SWEEP, cluster=cluster(gpus=4), params=params, history=False, mapper="binpack")
+    spread = compiled(SWEEP, cluster=cluster(gpus=4), params=params, history=False, mapper="spread")
     rods = lambda p: {t.device for t in p.tasks if t.kernel == "rod"}      # noqa: E731
     assert len(rods(packed)) == 1 and len(rods(spread)) == 4
     assert packed.mapper.name == "binpack+share" and spread.mapper.name == "spread+share"
@@ -120,7 +121,7 @@ def test_whole_device_mappers_keep_their_devices_and_are_timed_as_the_runtime_co
     from streammap.mappers import get_mapper
     cost = CostModel(load_source_graph(SWEEP, SMALL), resolve_cluster(cluster()))
     own = get_mapper(mapper)(cost)                    # its own schedule: a device's tasks one at a time
-    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False, mapper=mapper)
+    plan = compiled(SWEEP, cluster=cluster(), params=SMALL, history=False, mapper=mapper)
     assert plan.mapper.name.endswith("+share")
     assert {t.id: t.device for t in plan.tasks} == {cost.tasks[i]: cost.devices[int(own.device[i])].id
                                                     for i in range(cost.n_tasks)}
@@ -139,7 +140,7 @@ def test_whole_device_mappers_keep_their_devices_and_are_timed_as_the_runtime_co
 @pytest.mark.parametrize("mapper, gpu_policy", [("binpack", "binpack"), ("least-loaded", "spread")])
 def test_a_sharing_plan_exported_to_kubernetes_keeps_its_policys_hami_annotation(mapper, gpu_policy):
     from streammap.k8s.resources import device_groups
-    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False, mapper=mapper)
+    plan = compiled(SWEEP, cluster=cluster(), params=SMALL, history=False, mapper=mapper)
     assert plan.mapper.name == f"{mapper}+share"
     assert {g.annotations.get("hami.io/gpu-scheduler-policy") for g in device_groups(plan)} == {gpu_policy}
 
@@ -147,7 +148,7 @@ def test_a_sharing_plan_exported_to_kubernetes_keeps_its_policys_hami_annotation
 def test_re_mapping_a_sharing_plan_keeps_shares_and_co_locates_the_rest(tmp_path):
     from streammap.plan import validate_plan
     from streammap.remap import remap_plan
-    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False)
+    plan = compiled(SWEEP, cluster=cluster(), params=SMALL, history=False)
     first = [t for t in plan.tasks if t.kernel == "rod"][:6]
     rod_time = first[0].finish - first[0].start
     # the run is ahead of the plan: the finished rods' estimates reach past "now"
@@ -218,7 +219,7 @@ def test_re_mapping_a_hand_made_sharing_plan_keeps_its_shares(tmp_path):
 
 
 def test_shares_above_one_on_a_device_are_refused_when_the_plan_is_read(tmp_path):
-    plan = streammap.compile(SWEEP, cluster=cluster(gpus=1), params=SMALL, history=False)
+    plan = compiled(SWEEP, cluster=cluster(gpus=1), params=SMALL, history=False)
     write_plan(plan, tmp_path / "p.yaml")
     data = yaml.safe_load((tmp_path / "p.yaml").read_text())
     rods = [t for t in data["tasks"] if t["kernel"] == "rod"]
@@ -233,7 +234,7 @@ def test_shares_above_one_on_a_device_are_refused_when_the_plan_is_read(tmp_path
 
 
 def test_a_share_outside_zero_to_one_is_a_plan_error(tmp_path):
-    plan = streammap.compile(SWEEP, cluster=cluster(gpus=1), params=SMALL, history=False)
+    plan = compiled(SWEEP, cluster=cluster(gpus=1), params=SMALL, history=False)
     write_plan(plan, tmp_path / "p.yaml")
     text = (tmp_path / "p.yaml").read_text().replace("share: 0.25", "share: 1.5", 1)
     (tmp_path / "bad.yaml").write_text(text)
@@ -243,14 +244,14 @@ def test_a_share_outside_zero_to_one_is_a_plan_error(tmp_path):
 
 def test_the_gantt_chart_stacks_co_located_tasks(tmp_path):
     assert stack_offsets([(0, 1, 0.25), (0, 1, 0.25), (0, 2, 0.5), (1, 2, 0.25)]) == [0.0, 0.25, 0.5, 0.0]
-    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False)
+    plan = compiled(SWEEP, cluster=cluster(), params=SMALL, history=False)
     write_plan(plan, tmp_path / "p.yaml")
     assert main(["show", str(tmp_path / "p.yaml"), "--gantt", str(tmp_path / "g.png")]) == 0
     assert (tmp_path / "g.png").stat().st_size > 0
 
 
 def test_show_says_how_many_tasks_share_each_device(tmp_path, capsys):
-    plan = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False)
+    plan = compiled(SWEEP, cluster=cluster(), params=SMALL, history=False)
     write_plan(plan, tmp_path / "p.yaml")
     assert main(["show", str(tmp_path / "p.yaml")]) == 0
     assert "up to 4 at once, peak share 100%" in capsys.readouterr().out
@@ -259,8 +260,8 @@ def test_show_says_how_many_tasks_share_each_device(tmp_path, capsys):
 # -- running co-located tasks ------------------------------------------------------------------
 
 def test_co_located_tasks_give_the_same_results_as_serial_ones(tmp_path):
-    shared = streammap.compile(SWEEP, cluster=cluster(), params=SMALL, history=False)
-    serial = streammap.compile(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False)
+    shared = compiled(SWEEP, cluster=cluster(), params=SMALL, history=False)
+    serial = compiled(SWEEP, cluster=cluster(), params={**SMALL, "SHARE": 1}, history=False)
     a = streammap.run(shared, emulate=True, outputs=tmp_path / "a.npz", progress=False, telemetry=False)
     b = streammap.run(serial, emulate=True, outputs=tmp_path / "b.npz", progress=False, telemetry=False)
     np.testing.assert_array_equal(a["result"], b["result"])

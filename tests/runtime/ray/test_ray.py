@@ -1,6 +1,6 @@
 """The Ray executor and Ray discovery, on an emulated 2-node Ray cluster the tests start and stop.
 
-One cluster per session (``ray.cluster_utils.Cluster``): a head node labelled ``node0`` (no GPU)
+One cluster for this module (``ray.cluster_utils.Cluster``): a head node labelled ``node0`` (no GPU)
 and a worker node labelled ``node1`` with 2 fake GPUs; a private temp dir, a small object store,
 fast health checks (so a removed node is seen dead quickly), usage stats off. The node-loss test
 removes ``node1`` and therefore runs last.
@@ -34,8 +34,10 @@ ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
 STORE = 80 * 2**20
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster():
+    """The 2-node cluster, started once for this module and stopped when its last test is done:
+    session-scoped, its idle raylets and workers took CPU from every later test on a 2-core machine."""
     old = {k: os.environ.get(k) for k in (*ENV, "RAY_TMPDIR")}
     tmp = tempfile.mkdtemp(prefix="smr", dir="/tmp")          # short: Unix socket paths
     os.environ.update(ENV, RAY_TMPDIR=tmp)
@@ -198,11 +200,15 @@ def test_a_split_axis_the_data_lacks_is_bad_input_at_the_call_site_on_ray_too(cl
     assert "~scatter" in err.message and "split=1 cuts along axis 1, but the argument has 1 dimension" in err.message
     assert err.hint.startswith("the kernel's split clause must name an axis")
 
-def test_samples_agree_between_ray_and_local(cluster, tmp_path, hetero_cluster):
+def test_samples_agree_between_ray_and_local(cluster, tmp_path):
     import streammap
+    from tests.placement.test_stateful_placement import TWO_BY_TWO
     from tests.samples.test_samples import CASES  # every sample, at the sizes the sample tests use
+    # Two GPUs on each of the Ray nodes' names: the samples' plans hand results across nodes as on
+    # the 8-GPU cluster, with half the device actors (worker processes) to start per run; the 8-GPU
+    # cluster's node names, mapped onto the Ray nodes round-robin, are the CLI test's below.
     for sample, _, params in CASES:
-        plan = streammap.compile(SAMPLES / sample, cluster=str(hetero_cluster), params=params)
+        plan = streammap.compile(SAMPLES / sample, cluster=TWO_BY_TWO, params=params)
         local = run_plan(plan, emulate=True, progress=False, telemetry=False)
         got = run_plan(plan, emulate=True, backend="ray", progress=False)
         assert set(got) == set(local)
