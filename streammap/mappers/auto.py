@@ -57,7 +57,8 @@ Candidates, in order:
    either as they are, each kept on its device's *node* (HEFT placing its tasks among the node's
    devices), or merged along their heaviest traffic down to one cluster per device
    (:data:`DSC_VARIANTS`); on the whole cluster and on each subset of candidate 3 with two or
-   more devices. About one list-scheduling pass each.
+   more devices, within :data:`DSC_BUDGET` task-passes (all of them up to 2,000 tasks, one
+   at 20,000). About one list-scheduling pass each.
 5. **Local search** (:func:`streammap.mappers.local_search.improve`) from the best few distinct
    candidates: tasks on the critical path are moved to other devices, or swapped with a task of
    another device, while the makespan (then the sum of finish times) falls; at a local optimum
@@ -157,6 +158,10 @@ GROUP_THETAS = (1.0, 4.0)
 DSC_VARIANTS = (("-node", dict(scope="node")),
                 ("", dict(target=1.0, weight="min")),
                 ("-merged-node", dict(target=1.0, comm="device", scope="node")))
+#: Tasks × DSC passes ``auto`` spends (each costs about a HEFT pass, ``O((T + E) log T)`` with
+#: a Python step per task): every variant on the whole cluster and on five subsets up to 2,000
+#: tasks, a single pass at 20,000.
+DSC_BUDGET = 30_000
 #: Tasks × re-timings the local search may spend (each re-timing costs O(T + E)), on graphs up
 #: to :data:`SMALL_WORK`; larger graphs get :data:`SEARCH_BUDGET_LARGE`.
 SEARCH_BUDGET = 700_000
@@ -485,18 +490,20 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                     cost, scope, theta=theta, memory_aware=mem, mapper=nm))
 
     # Dominant Sequence Clustering, the clusters merged onto the devices: on the whole cluster and
-    # on each subset of two or more devices (small graphs only).
+    # on each subset of two or more devices (small graphs only), within DSC_BUDGET task-passes.
     if tier == 0:
+        dsc_passes = DSC_BUDGET // max(1, T)
         for name, devs in [("", None)] + [s for s in subsets if s[1].size > 1]:
             sub = cost if devs is None else cost.restrict(devs)
             tmin = sub.time.min(axis=1)
             # As for HEFT on subsets: every task must run there, and its work beat the best plan.
             if devs is not None and (not np.isfinite(tmin).all() or tmin.sum() / devs.size >= best_ms()):
                 continue
-            for tag, kw in DSC_VARIANTS:
+            for tag, kw in DSC_VARIANTS[:dsc_passes]:
                 nm = f"dsc{tag}" + (f"-{name}" if name else "")
                 attempt(nm, lambda mem, sub=sub, devs=devs, kw=kw, nm=nm: _on(cost, devs, dsc_schedule(
                     sub, memory_aware=mem, mapper=nm, **kw)))
+            dsc_passes -= len(DSC_VARIANTS[:dsc_passes])
 
     if not results:
         if plain is None:
