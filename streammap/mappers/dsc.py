@@ -22,18 +22,22 @@ Policy
    task at hand, the free task is not appended to the cluster that the partially free task's
    dominant predecessor holds, so that a later zeroing on the dominant sequence is not spoilt.
    Task times are the mean (or the fastest) time over the devices, transfers their mean over the
-   pairs of distinct devices (HEFT's ``c̄``). Cost ``O((T + E) log T)``.
+   pairs of distinct devices (HEFT's ``c̄``), or over the pairs across nodes or inside a node.
+   Cost ``O((T + E) log T)``.
 2. **Merging** (:func:`merge_clusters`), after Sarkar [2]_: DSC assumes an unbounded number of
-   processors and leaves about as many clusters as the graph is wide. While more clusters than
-   ``target`` remain, the two clusters joined by the dearest remaining traffic (bytes between
-   them, summed over their edges) are merged, as long as the merged work stays within
+   processors and leaves about as many clusters as the graph is wide. The pairs of DSC's clusters
+   are taken by the traffic between them (bytes summed over their edges), dearest first, and
+   the two merged clusters that hold them are joined, until ``target`` clusters remain, as long
+   as the merged work stays within
    :data:`MERGE_CAP` times the work a device of the fastest kind would get in proportion to its
    speed (so that one cluster cannot swallow the graph); clusters never joined by an edge are
    left for the mapping.
 3. **Mapping** (:func:`dsc_schedule`): the clusters are mapped whole onto devices HEFT-style
    (:func:`streammap.mappers.clustering.map_chains`: in HEFT's priority order, the first task
    of a cluster picks the device where that task could start earliest plus the cluster's total
-   time there is least), and the assignment is re-timed by the insertion list scheduler
+   time there is least). A cluster is then kept on that device, or (``scope="node"``) only on
+   its node, HEFT placing its tasks among the node's devices, where links are cheap. The
+   assignment is re-timed by the insertion list scheduler
    (:func:`streammap.mappers.heft.list_schedule`), so the plan is exact under the benchmark
    model and memory-valid when built memory-aware. ``auto`` then searches from it like from any
    other candidate.
@@ -105,11 +109,13 @@ def _edge_costs(cost: CostModel, comm: str) -> tuple[np.ndarray, np.ndarray]:
     if comm == "mean":
         return cost.mean_comm(cost.succ_bytes), cost.mean_comm(cost.pred_bytes)
     c_out = scope_edge_cost(cost, comm)
-    # The same edges in pred order: the k-th pred entry of task t is the edge (pred_idx[k], t).
-    pos = {(int(a), int(b)): k for k, (a, b) in enumerate(zip(
-        np.repeat(np.arange(cost.n_tasks), np.diff(cost.succ_ptr)).tolist(), cost.succ_idx.tolist()))}
-    c_in = c_out[[pos[(int(a), int(b))] for a, b in zip(cost.pred_idx.tolist(), cost.pred_dst.tolist())]]
-    return c_out, np.asarray(c_in, dtype=np.float64)
+    # The same edges in pred order: pred entry k is the edge (pred_idx[k], pred_dst[k]); find it
+    # among the succ entries by its (source, destination) key.
+    T = cost.n_tasks
+    succ_key = np.repeat(np.arange(T, dtype=np.int64), np.diff(cost.succ_ptr)) * T + cost.succ_idx
+    by_key = np.argsort(succ_key, kind="stable")
+    pred_key = cost.pred_idx.astype(np.int64) * T + cost.pred_dst
+    return c_out, c_out[by_key[np.searchsorted(succ_key[by_key], pred_key)]]
 
 
 def dsc_clusters(cost: CostModel, weight: str = "mean", comm: str = "mean") -> np.ndarray:
@@ -121,6 +127,10 @@ def dsc_clusters(cost: CostModel, weight: str = "mean", comm: str = "mean") -> n
     weight : {"mean", "min"}
         Task time DSC plans with: the mean over the devices where the task can run, or the
         fastest.
+    comm : {"mean", "node", "device"}
+        Transfer time DSC plans with: HEFT's mean over the pairs of distinct devices, or the
+        mean over the pairs on different nodes, or inside one node
+        (:func:`streammap.mappers.grouping.scope_edge_cost`).
 
     Returns
     -------
@@ -131,9 +141,9 @@ def dsc_clusters(cost: CostModel, weight: str = "mean", comm: str = "mean") -> n
     Examples
     --------
     A fork ``s -> a, b`` joined by ``j`` whose edges cost ten times the tasks: DSC appends ``a``,
-    ``b`` and ``j`` to ``s``'s cluster, since every zeroing makes the task start earlier (see
-    ``tests/mappers/test_dsc.py``); with edges far cheaper than the tasks, ``a`` and ``b`` run in
-    clusters of their own.
+    ``b`` and ``j`` to ``s``'s cluster, since every zeroing makes the task start earlier; with
+    edges a tenth of the tasks, ``a`` joins ``s`` while ``b`` starts sooner in a cluster of its
+    own, and ``j`` joins ``b``, whose data arrives last (see ``tests/mappers/test_dsc.py``).
     """
     T = cost.n_tasks
     cluster = np.full(T, -1, dtype=np.int64)
@@ -296,6 +306,11 @@ def dsc_schedule(cost: CostModel, *, target: float | None = None, weight: str = 
         (:func:`merge_clusters`); ``None`` keeps DSC's clusters as they are.
     weight : {"mean", "min"}
         Task time DSC plans with (:func:`dsc_clusters`).
+    comm : {"mean", "node", "device"}
+        Transfer time DSC plans with (:func:`dsc_clusters`).
+    scope : {"device", "node"}
+        Keep each cluster on the device it is mapped to, or only on that device's node (HEFT's
+        list scheduler then places its tasks among the node's devices, within ``devices``).
     devices : ndarray of int, optional
         The devices clusters may use (default all; see
         :func:`streammap.mappers.clustering.map_chains`).
