@@ -42,7 +42,7 @@ Policy
    model and memory-valid when built memory-aware. ``auto`` then searches from it like from any
    other candidate.
 
-State: per task its cluster, its start and finish in DSC's unbounded schedule; per cluster the
+State: per task its cluster and its finish in DSC's unbounded schedule; per cluster the
 finish of its last task; a heap of free tasks and a lazily updated heap of partially free ones by
 priority; for the merge, a union-find forest over the clusters. Deterministic: heaps break ties
 by task position, the merge by cluster pair position; nothing is random.
@@ -154,8 +154,7 @@ def dsc_clusters(cost: CostModel, weight: str = "mean", comm: str = "mean") -> n
     blevel = _blevel(cost, w, c_out)
     pp, pi = cost.pred_ptr, cost.pred_idx
     sp, si = cost.succ_ptr, cost.succ_idx
-    start = np.zeros(T)
-    finish = np.zeros(T)
+    finish = np.zeros(T)                              # in DSC's unbounded schedule
     examined = np.zeros(T, dtype=bool)
     waiting = np.diff(pp).astype(np.int64)            # predecessors not yet examined
     # The partially free task's best arrival so far (the tlevel it would have alone) and the
@@ -209,7 +208,6 @@ def dsc_clusters(cost: CostModel, weight: str = "mean", comm: str = "mean") -> n
             best_cl = len(cl_end)
             cl_end.append(0.0)
         cluster[t] = best_cl
-        start[t] = best_st
         finish[t] = best_st + w[t]
         cl_end[best_cl] = float(finish[t])
         examined[t] = True
