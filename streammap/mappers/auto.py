@@ -51,6 +51,14 @@ Candidates, in order:
    one node, HEFT placing its tasks among that node's devices (where the cluster has several
    nodes), or mapped whole onto one device. One list-scheduling pass each (about a HEFT pass);
    at tier 1 (work above :data:`SMALL_WORK`) only the first threshold.
+4f. **Dominant Sequence Clustering** (:func:`streammap.mappers.dsc.dsc_schedule`, graphs up to
+   :data:`SMALL_WORK`): DSC (Yang and Gerasoulis 1994) zeroes the edges of the dominant sequence
+   as if processors were unbounded; its clusters are then mapped whole onto devices HEFT-style,
+   either as they are, each kept on its device's *node* (HEFT placing its tasks among the node's
+   devices), or merged along their heaviest traffic down to one cluster per device
+   (:data:`DSC_VARIANTS`); on the whole cluster and on each subset of candidate 3 with two or
+   more devices, within :data:`DSC_BUDGET` task-passes (all of them up to 2,000 tasks, one
+   at 20,000). About one list-scheduling pass each.
 5. **Local search** (:func:`streammap.mappers.local_search.improve`) from the best few distinct
    candidates: tasks on the critical path are moved to other devices, or swapped with a task of
    another device, while the makespan (then the sum of finish times) falls; at a local optimum
@@ -108,6 +116,7 @@ import numpy as np
 from streammap.cost.model import CostModel, combined_bound, concat_ranges, segment_max
 from streammap.errors import MappingError
 from streammap.mappers.clustering import chain_schedule
+from streammap.mappers.dsc import dsc_schedule
 from streammap.mappers.exact import available as exact_available
 from streammap.mappers.exact import model_size, solve_exact
 from streammap.mappers.grouping import grouped_schedule
@@ -141,6 +150,18 @@ MIN_PASS_WIDTH = 8
 #: Thresholds of the heavy-edge grouping candidates (:func:`~streammap.mappers.grouping.heavy_edge_groups`):
 #: an edge joins its ends' groups when it costs at least this many times the smaller group's work.
 GROUP_THETAS = (1.0, 4.0)
+#: The DSC candidates (:func:`~streammap.mappers.dsc.dsc_schedule`): name suffix and options.
+#: ``"-node"``: DSC's own clusters, each kept on the node of the device it is mapped to (HEFT
+#: places its tasks among that node's devices); ``""``: merged to one cluster per device, planned
+#: with the fastest task times, each on one device; ``"-merged-node"``: merged to one cluster per
+#: device with transfers at their cost inside a node, each kept on its device's node.
+DSC_VARIANTS = (("-node", dict(scope="node")),
+                ("", dict(target=1.0, weight="min")),
+                ("-merged-node", dict(target=1.0, comm="device", scope="node")))
+#: Tasks × DSC passes ``auto`` spends (each costs about a HEFT pass, ``O((T + E) log T)`` with
+#: a Python step per task): every variant on the whole cluster and on five subsets up to 2,000
+#: tasks, a single pass at 20,000.
+DSC_BUDGET = 30_000
 #: Tasks × re-timings the local search may spend (each re-timing costs O(T + E)), on graphs up
 #: to :data:`SMALL_WORK`; larger graphs get :data:`SEARCH_BUDGET_LARGE`.
 SEARCH_BUDGET = 700_000
@@ -468,6 +489,22 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                 attempt(nm, lambda mem, scope=scope, theta=theta, nm=nm: grouped_schedule(
                     cost, scope, theta=theta, memory_aware=mem, mapper=nm))
 
+    # Dominant Sequence Clustering, the clusters merged onto the devices: on the whole cluster and
+    # on each subset of two or more devices (small graphs only), within DSC_BUDGET task-passes.
+    if tier == 0:
+        dsc_passes = DSC_BUDGET // max(1, T)
+        for name, devs in [("", None)] + [s for s in subsets if s[1].size > 1]:
+            sub = cost if devs is None else cost.restrict(devs)
+            tmin = sub.time.min(axis=1)
+            # As for HEFT on subsets: every task must run there, and its work beat the best plan.
+            if devs is not None and (not np.isfinite(tmin).all() or tmin.sum() / devs.size >= best_ms()):
+                continue
+            for tag, kw in DSC_VARIANTS[:dsc_passes]:
+                nm = f"dsc{tag}" + (f"-{name}" if name else "")
+                attempt(nm, lambda mem, sub=sub, devs=devs, kw=kw, nm=nm: _on(cost, devs, dsc_schedule(
+                    sub, memory_aware=mem, mapper=nm, **kw)))
+            dsc_passes -= len(DSC_VARIANTS[:dsc_passes])
+
     if not results:
         if plain is None:
             raise errors[0]
@@ -526,6 +563,11 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                 name, best = f"{name}+lns", better
     return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
                     n_devices=D, seq=best.seq, bound=bound, heft_makespan=heft_ms, analytic_bound=analytic)
+
+
+def _on(cost: CostModel, devices, schedule: Schedule) -> Schedule:
+    """``schedule`` as is when ``devices`` is None (the whole cluster), else :func:`lift`-ed."""
+    return schedule if devices is None else lift(cost, devices, schedule)
 
 
 def _best_of(results: list, errors: list, n_devices: int, heft_ms: float | None) -> Schedule:
