@@ -6,7 +6,17 @@ start is chosen, the earliest idle gap on that device after its inputs arrive (i
 HEFT). Its estimates are exactly what :func:`streammap.mappers.schedule.simulate` gives for the
 resulting device orders. Because the sweep is sequential, changing the device of the task at
 place k of the order leaves every task before k untouched: the sweep restarts from the nearest
-checkpoint before k.
+checkpoint before k (sixteen per sweep). A re-timed plan is checked against the capacities only on
+a device whose tasks, all together, need more than it holds (a task holds at most the larger of its
+memory and its output at any instant), so on most clusters no memory profile is built. Both halve
+the cost of a re-timing without changing any plan.
+
+The priority order itself is not searched, only the assignment. On the generated suite's tune
+instances of Montage and Epigenomics at CCR 1 and 10, CP-SAT given ``auto``'s final assignment and
+free to choose every device's order found orders at most 0.1% shorter and proved every order within
+0.6% of optimal (within 1.1% before the large-neighbourhood search); local moves of critical tasks'
+priorities (0.5% at most), an event-driven "earliest ready, longest tail" dispatch (up to 9% longer)
+and order moves interleaved with the moves below (noise) gained nothing worth their re-timings.
 
 :func:`improve` then repeatedly takes the critical path of the current schedule (walking back
 from the last task through whichever input or device predecessor set each start) and tries to
