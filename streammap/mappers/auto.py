@@ -142,20 +142,13 @@ MIN_PASS_WIDTH = 8
 #: an edge joins its ends' groups when it costs at least this many times the smaller group's work.
 GROUP_THETAS = (1.0, 4.0)
 #: Tasks × re-timings the local search may spend (each re-timing costs O(T + E)), on graphs up
-#: to :data:`SMALL_WORK`; larger graphs get :data:`SEARCH_BUDGET_LARGE`. Twice the 700,000 of
-#: before, since a re-timing now restarts from a checkpoint and skips memory profiles that cannot
-#: bind (:class:`~streammap.mappers.local_search.FixedAssignment`), about half its former cost.
-SEARCH_BUDGET = 1_400_000
+#: to :data:`SMALL_WORK`; larger graphs get :data:`SEARCH_BUDGET_LARGE`.
+SEARCH_BUDGET = 700_000
 SEARCH_BUDGET_LARGE = 100_000
 #: Local searches, from the best distinct candidates, sharing the re-timing budget.
 SEARCH_STARTS = 2
-#: Most re-timings for one local search on graphs larger than the exact model takes (1,500 before;
-#: at CCR 10 Montage's plans kept shortening past it, and graphs below about 350 tasks now get
-#: re-timings from the budget above) ...
-SEARCH_MAX_RUNS = 4000
-#: ... and on graphs of at most :data:`EXACT_MAX_TASKS` tasks, which the exact model improves next:
-#: their search, and their mapping time (a third of a second for 16 tasks), stay as they were.
-SEARCH_MAX_RUNS_EXACT = 1500
+#: Most re-timings for one local search.
+SEARCH_MAX_RUNS = 1500
 #: The exact model runs on graphs of at most this many tasks ...
 EXACT_MAX_TASKS = 60
 #: ... whose model has at most this many terms (:func:`streammap.mappers.exact.model_size`).
@@ -482,8 +475,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     results.sort(key=lambda r: (r[0], r[1]))
 
     # Local search from the best distinct candidates.
-    cap = SEARCH_MAX_RUNS_EXACT if T <= EXACT_MAX_TASKS else SEARCH_MAX_RUNS
-    runs = min(cap, (SEARCH_BUDGET if tier == 0 else SEARCH_BUDGET_LARGE) // max(1, T))
+    runs = min(SEARCH_MAX_RUNS, (SEARCH_BUDGET if tier == 0 else SEARCH_BUDGET_LARGE) // max(1, T))
     if runs >= 8 and D > 1:
         starts, seen = [], set()
         for ms, i, name, s in results:
