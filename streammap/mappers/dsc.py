@@ -64,7 +64,7 @@ import numpy as np
 
 from streammap.cost.model import CostModel
 from streammap.mappers.clustering import map_chains
-from streammap.mappers.grouping import scope_edge_cost
+from streammap.mappers.grouping import find_root, scope_edge_cost
 from streammap.mappers.heft import list_schedule, priority_order
 from streammap.mappers.partition import GroupTimes, device_speed
 from streammap.mappers.schedule import Schedule
@@ -226,15 +226,6 @@ def dsc_clusters(cost: CostModel, weight: str = "mean", comm: str = "mean") -> n
     return cluster
 
 
-def _find(parent: list[int], x: int) -> int:
-    root = x
-    while parent[root] != root:
-        root = parent[root]
-    while parent[x] != root:                          # path compression
-        parent[x], x = root, parent[x]
-    return root
-
-
 def merge_clusters(cost: CostModel, cluster: np.ndarray, target: int, cap: float | None = None) -> np.ndarray:
     """Merge clusters along their dearest traffic until at most ``target`` remain (step 2).
 
@@ -277,14 +268,14 @@ def merge_clusters(cost: CostModel, cluster: np.ndarray, target: int, cap: float
     for k in np.lexsort((keys, -traffic)).tolist():
         if count <= target:
             break
-        x, y = _find(parent, int(keys[k] // n)), _find(parent, int(keys[k] % n))
+        x, y = find_root(parent, int(keys[k] // n)), find_root(parent, int(keys[k] % n))
         if x == y or work[x] + work[y] > cap:
             continue
         x, y = min(x, y), max(x, y)
         parent[y] = x
         work[x] += work[y]
         count -= 1
-    roots = np.array([_find(parent, int(g)) for g in cluster.tolist()], dtype=np.int64)
+    roots = np.array([find_root(parent, int(g)) for g in cluster.tolist()], dtype=np.int64)
     _, first = np.unique(roots, return_index=True)
     rank = np.empty(first.size, dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(first.size)

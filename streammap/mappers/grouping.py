@@ -93,7 +93,8 @@ def scope_edge_cost(cost: CostModel, scope: str) -> np.ndarray:
     return float(cost.lat[pairs].mean()) + cost.succ_bytes * float(cost.inv_bw[pairs].mean())
 
 
-def _find(parent: np.ndarray, x: int) -> int:
+def find_root(parent, x: int) -> int:
+    """The root of ``x`` in the union-find forest ``parent`` (a list or array), compressing the path."""
     root = x
     while parent[root] != root:
         root = parent[root]
@@ -138,7 +139,7 @@ def heavy_edge_groups(cost: CostModel, scope: str, theta: float = 1.0, cap: floa
         src = np.repeat(np.arange(T), np.diff(cost.succ_ptr))
         dst = cost.succ_idx
         for e in np.lexsort((np.arange(c.size), -c)).tolist():
-            a, b = _find(parent, int(src[e])), _find(parent, int(dst[e]))
+            a, b = find_root(parent, int(src[e])), find_root(parent, int(dst[e]))
             if a == b:
                 continue
             wa, wb = work[a], work[b]
@@ -146,7 +147,7 @@ def heavy_edge_groups(cost: CostModel, scope: str, theta: float = 1.0, cap: floa
                 lo, hi = (a, b) if a < b else (b, a)
                 parent[hi] = lo
                 work[lo] = wa + wb
-    roots = np.array([_find(parent, t) for t in range(T)], dtype=np.int64)
+    roots = np.array([find_root(parent, t) for t in range(T)], dtype=np.int64)
     _, group = np.unique(roots, return_inverse=True)
     return group.astype(np.int64)
 
