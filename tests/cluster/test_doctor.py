@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -244,3 +245,4 @@ def test_network_between_two_real_ray_nodes(tmp_path, monkeypatch):
     finally:
         ray.shutdown()
         c.shutdown()
+        shutil.rmtree(short, ignore_errors=True)          # the folder is ours: leave no session behind
