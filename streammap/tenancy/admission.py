@@ -64,7 +64,7 @@ Policies
     first would only push the jobs behind it past theirs (earliest-deadline-first's domino effect
     under overload) and hold devices for it meanwhile, so it *gives way*: it takes its slowdown
     deadline, as every job did under overload before. The backlog then falls on the long jobs
-    that cannot meet their bound instead of on all of them (README, "This round: finish-time
+    that cannot meet their bound instead of on all of them (docs/measurements.md, "This round: finish-time
     fairness"). Each pass asks this of the jobs its predecessor planned (at most the depth) and of
     a heap of instants to give way: no work that grows with the queue.
     The order never changes while jobs wait (a deadline is fixed at submission; a preempted job
@@ -188,11 +188,11 @@ SLACK = 1.5
 #: reservation on the faster model that later passes keep before any other (at most PROMISES
 #: outstanding, on a cluster of more than SMALL_CLUSTER GPUs: see :func:`promise_limit`). A long job
 #: on a half-speed GPU costs twice its length, which the short jobs that take the slow GPUs instead
-#: do not (README, "This round: placement"). 16 promises sufficed while jobs arrived, but not in the
+#: do not (docs/measurements.md, "This round: placement"). 16 promises sufficed while jobs arrived, but not in the
 #: drain of an overloaded stream: at 2,000 and 10,000 GPUs, load 1.1, the queue ends with hundreds of
 #: jobs, the long ones past the sixteenth promise took V100s at half speed and set the makespan
 #: (utilisation +0.3 and +4.1 points against FIFO's; with 64: +16.2 and +18.2, the average within
-#: 0.01x; 312, one per 32 GPUs at 10,000, did no better; README, "This round: placement at scale").
+#: 0.01x; 312, one per 32 GPUs at 10,000, did no better; docs/measurements.md, "This round: placement at scale").
 #: LONG was 0.9: with 0.7 the 4-GPU jobs of 759 s, which had taken V100s past the depth 63% of the
 #: time, wait for A100s too, and every shorter job waits less (2,000 GPUs, load 1.1, sigma 0:
 #: average 0.88 -> 0.83x FIFO's; 0.8: 0.84x, 0.5: 0.83x with Jain's index falling to 0.970).
