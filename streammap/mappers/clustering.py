@@ -46,7 +46,7 @@ from streammap.mappers.heft import list_schedule, priority_order, upward_rank
 from streammap.mappers.partition import GroupTimes
 from streammap.mappers.schedule import Schedule
 
-__all__ = ["linear_chains", "map_chains", "chain_schedule"]
+__all__ = ["linear_chains", "map_chains", "chain_schedule", "cluster_schedule"]
 
 
 def _levels(cost: CostModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -210,7 +210,45 @@ def chain_schedule(cost: CostModel, *, devices: np.ndarray | None = None, memory
     -------
     Schedule
     """
+    return cluster_schedule(cost, linear_chains(cost), devices=devices, memory_aware=memory_aware, mapper=mapper)
+
+
+def cluster_schedule(cost: CostModel, cluster: np.ndarray, *, devices: np.ndarray | None = None,
+                     scope: str = "device", memory_aware: bool = True, mapper: str) -> Schedule:
+    """Clusters mapped whole (:func:`map_chains`), re-timed by the insertion list scheduler.
+
+    The step every clustering mapper ends with (linear chains, heavy-edge groups, DSC).
+
+    Parameters
+    ----------
+    cost : CostModel
+    cluster : ndarray of int
+        Cluster number of every task.
+    devices : ndarray of int, optional
+        The devices clusters may use (default all; see :func:`map_chains`).
+    scope : {"device", "node"}
+        Keep each task on its cluster's device, or only on that device's node (the list scheduler
+        then places it among the node's devices, within ``devices``).
+    memory_aware : bool
+        Keep every device within capacity when re-timing (a task whose device cannot hold it
+        raises :class:`~streammap.errors.MappingError`).
+    mapper : str
+        Name written in the schedule.
+
+    Returns
+    -------
+    Schedule
+    """
     order = priority_order(cost)
-    dev = map_chains(cost, linear_chains(cost), order, devices)
-    rows = GroupTimes(cost, [np.array([d]) for d in range(cost.n_devices)], dev)
+    dev = map_chains(cost, cluster, order, devices)
+    if scope == "node":
+        nodes = np.unique(cost.node_of)
+        units = [np.flatnonzero(cost.node_of == n) for n in nodes]
+        if devices is not None:
+            keep = np.zeros(cost.n_devices, dtype=bool)
+            keep[np.asarray(devices, dtype=np.int64)] = True
+            units = [u[keep[u]] for u in units]
+        rows = GroupTimes(cost, units, np.searchsorted(nodes, cost.node_of[dev]))
+    else:
+        rows = GroupTimes(cost, [np.array([d]) for d in range(cost.n_devices)], dev)
     return list_schedule(cost, order, times=rows, memory_aware=memory_aware, mapper=mapper)

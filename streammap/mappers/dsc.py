@@ -63,10 +63,9 @@ import math
 import numpy as np
 
 from streammap.cost.model import CostModel
-from streammap.mappers.clustering import map_chains
+from streammap.mappers.clustering import cluster_schedule
 from streammap.mappers.grouping import find_root, scope_edge_cost
-from streammap.mappers.heft import list_schedule, priority_order
-from streammap.mappers.partition import GroupTimes, device_speed
+from streammap.mappers.partition import device_speed
 from streammap.mappers.schedule import Schedule
 
 __all__ = ["DSC_TRIES", "MERGE_CAP", "dsc_clusters", "merge_clusters", "dsc_schedule"]
@@ -317,16 +316,4 @@ def dsc_schedule(cost: CostModel, *, target: float | None = None, weight: str = 
     if target is not None and cost.n_tasks:
         n_dev = cost.n_devices if devices is None else len(devices)
         cluster = merge_clusters(cost, cluster, max(1, math.ceil(target * n_dev)))
-    order = priority_order(cost)
-    dev = map_chains(cost, cluster, order, devices)
-    if scope == "node":
-        nodes = np.unique(cost.node_of)
-        units = [np.flatnonzero(cost.node_of == n) for n in nodes]
-        if devices is not None:
-            keep = np.zeros(cost.n_devices, dtype=bool)
-            keep[np.asarray(devices, dtype=np.int64)] = True
-            units = [u[keep[u]] for u in units]
-        rows = GroupTimes(cost, units, np.searchsorted(nodes, cost.node_of[dev]))
-    else:
-        rows = GroupTimes(cost, [np.array([d]) for d in range(cost.n_devices)], dev)
-    return list_schedule(cost, order, times=rows, memory_aware=memory_aware, mapper=mapper)
+    return cluster_schedule(cost, cluster, devices=devices, scope=scope, memory_aware=memory_aware, mapper=mapper)

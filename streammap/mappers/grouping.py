@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from streammap.cost.model import CostModel
-from streammap.mappers.clustering import map_chains
+from streammap.mappers.clustering import cluster_schedule
 from streammap.mappers.heft import list_schedule, priority_order
 from streammap.mappers.partition import GroupTimes, device_speed
 from streammap.mappers.schedule import Schedule
@@ -224,13 +224,8 @@ def grouped_schedule(cost: CostModel, scope: str, *, theta: float = 1.0, devices
     Schedule
     """
     mapper = mapper or f"group-{scope}"
-    order = priority_order(cost)
     group = heavy_edge_groups(cost, scope, theta)
-    if scope == "node":
-        units = _units(cost, "node")
-        part = group_nodes(cost, group)
-        rows = GroupTimes(cost, units, part)
-    else:
-        dev = map_chains(cost, group, order, devices)
-        rows = GroupTimes(cost, [np.array([d]) for d in range(cost.n_devices)], dev)
-    return list_schedule(cost, order, times=rows, memory_aware=memory_aware, mapper=mapper)
+    if scope != "node":
+        return cluster_schedule(cost, group, devices=devices, memory_aware=memory_aware, mapper=mapper)
+    rows = GroupTimes(cost, _units(cost, "node"), group_nodes(cost, group))
+    return list_schedule(cost, priority_order(cost), times=rows, memory_aware=memory_aware, mapper=mapper)
