@@ -368,6 +368,13 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     def best_ms():
         return min((r[0] for r in results), default=math.inf)
 
+    def cannot_win(sub, devs):
+        """Whether the subset ``devs`` (``sub``, the cost model restricted to it) is not worth a
+        pass: a task has no device there, or the work alone, spread perfectly, cannot beat the
+        best plan so far."""
+        tmin = sub.time.min(axis=1)
+        return not np.isfinite(tmin).all() or tmin.sum() / devs.size >= best_ms()
+
     def attempt(name, build):
         """``build(memory_aware) -> Schedule``; keep its result if it is a valid plan."""
         try:
@@ -424,11 +431,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     subsets = device_subsets(cost, tier)
     for name, devs in subsets:
         sub = cost.restrict(devs)
-        tmin = sub.time.min(axis=1)
-        if not np.isfinite(tmin).all():
-            continue
-        # Skip a subset whose work alone, spread perfectly, cannot beat the best plan so far.
-        if tmin.sum() / devs.size >= best_ms():
+        if cannot_win(sub, devs):
             continue
         attempt(f"heft-{name}", lambda mem, sub=sub, devs=devs: lift(cost, devs, heft(sub, memory_aware=mem)))
         if tier <= 1:
@@ -495,9 +498,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         dsc_passes = DSC_BUDGET // max(1, T)
         for name, devs in [("", None)] + [s for s in subsets if s[1].size > 1]:
             sub = cost if devs is None else cost.restrict(devs)
-            tmin = sub.time.min(axis=1)
-            # As for HEFT on subsets: every task must run there, and its work beat the best plan.
-            if devs is not None and (not np.isfinite(tmin).all() or tmin.sum() / devs.size >= best_ms()):
+            if devs is not None and cannot_win(sub, devs):
                 continue
             for tag, kw in DSC_VARIANTS[:dsc_passes]:
                 nm = f"dsc{tag}" + (f"-{name}" if name else "")
