@@ -555,11 +555,16 @@ class Scheduler:
         d = self._duration(job)
         if not math.isfinite(self.slowdown):
             return d                                           # shortest first
-        deadline = job.arrival + self.slowdown * d
+        deadline = self._slowdown_deadline(job, d)
         if self._tail_bound is not None and (self.order == "themis" or not self._overloaded()):
             deadline = min(deadline, job.arrival + max(0.0, self._tail_bound - d)
                            + self.tail_wait * self._typical_wait())
         return deadline
+
+    def _slowdown_deadline(self, job: Job, duration: float | None = None) -> float:
+        """``arrival + slowdown x`` the job's corrected estimate (``duration``, when the caller
+        has it already): the latest its place can be."""
+        return job.arrival + self.slowdown * (self._duration(job) if duration is None else duration)
 
     def _duration(self, job: Job) -> float:
         """The estimate the order uses: of a tenant whose jobs run longer than estimated, against
@@ -578,7 +583,7 @@ class Scheduler:
         :data:`THEMIS_BOUND`); None for any other job."""
         if self.order != "themis" or not self._overloaded() or not math.isfinite(self.slowdown):
             return None
-        if deadline >= job.arrival + self.slowdown * self._duration(job):
+        if deadline >= self._slowdown_deadline(job):
             return None                          # the slowdown deadline is its own: nothing to give
         return job.arrival + (THEMIS_BOUND - 1.0) * self._alone(job)
 
@@ -601,15 +606,24 @@ class Scheduler:
     def _give_way_now(self, job: Job) -> None:
         """A job gives up the tail deadline: it takes its slowdown deadline, and its queue entry moves back."""
         self._holding_tail.discard(job.id)
-        q, shapes = self._queues[job.tenant], self._queue_shapes[job.tenant]
-        i = bisect.bisect_left(q, (self._key(job), job.id))
-        q.pop(i)
-        sid = shapes.pop(i)
-        self._deadline[job.id] = job.arrival + self.slowdown * self._duration(job)
-        entry = (self._key(job), job.id)
+        sid = self._leave_queue(job)
+        self._deadline[job.id] = self._slowdown_deadline(job)
+        self._join_queue(job, sid)
+
+    def _join_queue(self, job: Job, sid: int) -> None:
+        """Put the job (of shape ``sid``) in its tenant's queue at its key's place, after equal keys."""
+        q, entry = self._queues[job.tenant], (self._key(job), job.id)
         i = bisect.bisect_right(q, entry)
         q.insert(i, entry)
-        shapes.insert(i, sid)
+        self._queue_shapes[job.tenant].insert(i, sid)
+
+    def _leave_queue(self, job: Job) -> int:
+        """Take the job out of its tenant's queue (found by its key, which must be unchanged since
+        it joined); its shape id."""
+        q = self._queues[job.tenant]
+        i = bisect.bisect_left(q, (self._key(job), job.id))
+        q.pop(i)
+        return self._queue_shapes[job.tenant].pop(i)
 
     def _overloaded(self) -> bool:
         """Whether the queue asks for more than :data:`OVERLOAD` times the cluster's GPUs (the tail
@@ -660,10 +674,7 @@ class Scheduler:
         self._shape_of[job.id] = sid
         self._shapes[sid] = self._shapes.get(sid, 0) + 1
         self._shapes_moved += 1
-        q, entry = self._queues[job.tenant], (self._key(job), job.id)
-        i = bisect.bisect_right(q, entry)
-        q.insert(i, entry)
-        self._queue_shapes[job.tenant].insert(i, sid)
+        self._join_queue(job, sid)
         bisect.insort(self._fifo, ((job.arrival, job.seq), job.id))
         bisect.insort(self._arrivals[job.tenant], ((job.arrival, job.seq), job.id))
 
@@ -682,10 +693,7 @@ class Scheduler:
         else:
             del self._shapes[sid]
         self._shapes_moved += 1
-        q = self._queues[job.tenant]
-        i = bisect.bisect_left(q, (self._key(job), job.id))
-        q.pop(i)
-        self._queue_shapes[job.tenant].pop(i)
+        self._leave_queue(job)
         self._fifo.pop(bisect.bisect_left(self._fifo, ((job.arrival, job.seq), job.id)))
         a = self._arrivals[job.tenant]
         a.pop(bisect.bisect_left(a, ((job.arrival, job.seq), job.id)))
