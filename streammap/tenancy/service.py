@@ -579,9 +579,10 @@ def _refuse_shadowing(rel: str, what: str) -> None:
     top = rel.split("/", 1)[0].removesuffix(".py")
     if not top.isidentifier():
         return                                  # not importable: it shadows nothing
-    if sandbox.shadows(top) is None:
+    shadowed = sandbox.shadows(top)
+    if shadowed is None:
         return
-    raise Refused(400, f"{what} is named like the module {top!r} of {sandbox.shadows(top)}: a job never imports a "
+    raise Refused(400, f"{what} is named like the module {top!r} of {shadowed}: a job never imports a "
                        "file of its folder in place of such a module; rename it")
 
 

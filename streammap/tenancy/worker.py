@@ -44,6 +44,7 @@ from pathlib import Path
 
 from streammap.compiler import compile as compile_plan
 from streammap.directives.imports import local_modules
+from streammap.directives.scan import import_statements
 from streammap.errors import KernelError, StreamMapError
 from streammap.io.files import atomic_write_text
 from streammap.plan import write_plan
@@ -154,7 +155,7 @@ def _imported_tops(file: Path) -> list[tuple[str, int, int]]:
     except (OSError, SyntaxError, ValueError, RecursionError):
         return []
     out = []
-    for node in ast.walk(tree):
+    for node in import_statements(tree):
         if isinstance(node, ast.Import):
             out += [(a.name.split(".", 1)[0], node.lineno, node.col_offset + 1) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
