@@ -10,6 +10,8 @@
   their plain-Python results.
 * :mod:`tests.helpers.compiled`: plans compiled once per session (``history=False``), handed out
   as deep copies, for tests that read a compiled plan but are not about compiling it.
+* :mod:`tests.helpers.admission`: a one-model cluster, jobs for it, and the queue in which the
+  admission order's tail deadline is decided (``tail_scene``).
 
 Fixtures, which set up and undo state around a test, are in tests/conftest.py.
 """

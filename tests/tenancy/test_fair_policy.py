@@ -4,22 +4,11 @@ import math
 
 import numpy as np
 
-from streammap.cluster.model import cluster_from_dict
 from streammap.tenancy.admission import Job, Scheduler
-from streammap.tenancy.estimate import Demand, Option
 from streammap.tenancy.forecast import MIN_SAMPLES, PRIOR, StartForecast
 from streammap.tenancy.simulate import simulate
 from streammap.tenancy.tenants import tenants_from_dict
-
-
-def one_model_cluster(gpus):
-    return cluster_from_dict({"name": "t", "nodes": [
-        {"name": "n0", "link": {"bandwidth": "300 GB/s", "latency": "3us"}, "devices": [{"name": f"g{i}", "kind": "gpu", "model": "A100", "memory": "80GiB"}
-                                   for i in range(gpus)]}]})
-
-
-def job(jid, arrival, duration, gpus=1, tenant="a"):
-    return Job(jid, tenant, arrival, Demand(gpus, (Option("A100", gpus, duration, 1e9),)))
+from tests.helpers.admission import job, one_model_cluster, tail_scene
 
 
 def test_a_long_job_is_not_starved_by_a_stream_of_short_ones():
@@ -198,23 +187,9 @@ def test_the_interval_keeps_its_coverage_when_waits_drift():
 # -- the tail deadline -----------------------------------------------------------------------------
 
 def first_to_start(tail, more=()):
-    """Four GPUs, three of them held by jobs that run for days. 100 jobs of 50 s ran one after
-    another without waiting on the fourth (what the 95th percentile of durations is learnt from);
-    then, behind a 10-s job on it, a 20-s job, the jobs ``more`` and a 500-s job queue. Which
-    starts when the 10-s job ends?"""
-    s = Scheduler(one_model_cluster(4), tenants_from_dict(["a"]), tail=tail)
-    for i in range(100):
-        s.submit(job(f"m{i}", 100.0 * i, 50.0))
-        s.schedule(100.0 * i)
-        s.finish(f"m{i}")
-    for i in range(3):
-        s.submit(job(f"hold{i}", 10000.0, 1e6))
-    s.submit(job("busy", 10000.0, 10.0))
-    s.schedule(10000.0)
-    s.submit(job("medium", 10001.0, 20.0))
-    for extra in more:
-        s.submit(extra)
-    s.submit(job("long", 10002.0, 500.0))
+    """The tail scene (:func:`tests.helpers.admission.tail_scene`): a 20-s job, the jobs ``more``
+    and a 500-s job queue behind a 10-s job on the one free GPU. Which starts when it ends?"""
+    s = tail_scene(Scheduler(one_model_cluster(4), tenants_from_dict(["a"]), tail=tail), more)
     s.finish("busy")
     return s.schedule(10010.0)[0][0].job_id
 

@@ -3,43 +3,19 @@ while they can still finish within THEMIS_BOUND x their run on their tenant's sh
 
 import pytest
 
-from streammap.cluster.model import cluster_from_dict
 from streammap.errors import StreamMapError
-from streammap.tenancy.admission import THEMIS_BOUND, Job, Scheduler
-from streammap.tenancy.estimate import Demand, Option
+from streammap.tenancy.admission import THEMIS_BOUND, Scheduler
 from streammap.tenancy.tenants import tenants_from_dict
+from tests.helpers.admission import job, one_model_cluster, tail_scene
 from tests.helpers.cli import refused
 
 
-def four_gpus():
-    return cluster_from_dict({"name": "t", "nodes": [
-        {"name": "n0", "link": {"bandwidth": "300 GB/s", "latency": "3us"},
-         "devices": [{"name": f"g{i}", "kind": "gpu", "model": "A100", "memory": "80GiB"} for i in range(4)]}]})
-
-
-def job(jid, arrival, duration, tenant="a"):
-    return Job(jid, tenant, arrival, Demand(1, (Option("A100", 1, duration, 1e9),)))
-
-
 def overloaded_queue(order, tenants=("a",)):
-    """Four GPUs, three of them held for days. 100 jobs of 50 s ran one after another without
-    waiting on the fourth (what the 95th percentile of durations is learnt from); then, behind a
-    10-s job on it, a 20-s job and four more queue, so the queue asks for more GPUs than the
-    cluster has (5 of 4: overload) when a 500-s job arrives at t=10,002."""
-    s = Scheduler(four_gpus(), tenants_from_dict(list(tenants)), order=order)
-    for i in range(100):
-        s.submit(job(f"m{i}", 100.0 * i, 50.0))
-        s.schedule(100.0 * i)
-        s.finish(f"m{i}")
-    for i in range(3):
-        s.submit(job(f"hold{i}", 10000.0, 1e6))
-    s.submit(job("busy", 10000.0, 10.0))
-    s.schedule(10000.0)
-    s.submit(job("medium", 10001.0, 20.0))
-    for i in range(4):
-        s.submit(job(f"other{i}", 10001.5, 20.0))
-    s.submit(job("long", 10002.0, 500.0))
-    return s
+    """The tail scene (:func:`tests.helpers.admission.tail_scene`) with four more 20-s jobs behind
+    the 20-s one, so the queue asks for more GPUs than the cluster has (5 of 4: overload) when the
+    500-s job arrives at t=10,002."""
+    s = Scheduler(one_model_cluster(4), tenants_from_dict(list(tenants)), order=order)
+    return tail_scene(s, [job(f"other{i}", 10001.5, 20.0) for i in range(4)])
 
 
 def first_to_start(s, at):
@@ -92,7 +68,7 @@ def test_a_small_tenant_below_its_share_still_goes_first():
 
 def test_an_unknown_order_is_refused():
     with pytest.raises(StreamMapError, match="unknown order 'lifo'"):
-        Scheduler(four_gpus(), tenants_from_dict(["a"]), order="lifo")
+        Scheduler(one_model_cluster(4), tenants_from_dict(["a"]), order="lifo")
 
 
 def test_simulate_refuses_an_unknown_order_without_a_traceback(tmp_path, capsys):

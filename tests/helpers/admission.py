@@ -1,0 +1,38 @@
+"""Admission scenes the tenancy tests share: a cluster of one GPU model, jobs for it, and the queue
+in which the tail deadline is decided."""
+
+from streammap.cluster.model import cluster_from_dict
+from streammap.tenancy.admission import Job
+from streammap.tenancy.estimate import Demand, Option
+
+
+def one_model_cluster(gpus):
+    """One node of ``gpus`` A100s."""
+    return cluster_from_dict({"name": "t", "nodes": [
+        {"name": "n0", "link": {"bandwidth": "300 GB/s", "latency": "3us"},
+         "devices": [{"name": f"g{i}", "kind": "gpu", "model": "A100", "memory": "80GiB"} for i in range(gpus)]}]})
+
+
+def job(jid, arrival, duration, gpus=1, tenant="a"):
+    """A job of ``gpus`` A100s, estimated (and running) ``duration`` seconds."""
+    return Job(jid, tenant, arrival, Demand(gpus, (Option("A100", gpus, duration, 1e9),)))
+
+
+def tail_scene(s, more=()):
+    """On the scheduler ``s`` of four GPUs: 100 jobs of 50 s ran one after another without waiting
+    on the fourth (what the 95th percentile of durations is learnt from); three more GPUs are held
+    for days from t=10,000, and a 10-s job ("busy") runs on the fourth; then a 20-s job ("medium")
+    arrives at t=10,001, the jobs ``more``, and a 500-s job ("long") at t=10,002. Returns ``s``."""
+    for i in range(100):
+        s.submit(job(f"m{i}", 100.0 * i, 50.0))
+        s.schedule(100.0 * i)
+        s.finish(f"m{i}")
+    for i in range(3):
+        s.submit(job(f"hold{i}", 10000.0, 1e6))
+    s.submit(job("busy", 10000.0, 10.0))
+    s.schedule(10000.0)
+    s.submit(job("medium", 10001.0, 20.0))
+    for extra in more:
+        s.submit(extra)
+    s.submit(job("long", 10002.0, 500.0))
+    return s
