@@ -198,13 +198,8 @@ def chain_schedule(cost: CostModel, *, devices: np.ndarray | None = None, memory
     Parameters
     ----------
     cost : CostModel
-    devices : ndarray of int, optional
-        Restrict the chains to these devices (see :func:`map_chains`).
-    memory_aware : bool
-        Keep every device within capacity when re-timing (a task whose device cannot hold it
-        raises :class:`~streammap.errors.MappingError`).
-    mapper : str
-        Name written in the schedule.
+    devices, memory_aware, mapper
+        As for :func:`cluster_schedule`, which maps the chains whole and re-times them.
 
     Returns
     -------

@@ -296,17 +296,9 @@ def dsc_schedule(cost: CostModel, *, target: float | None = None, weight: str = 
         Task time DSC plans with (:func:`dsc_clusters`).
     comm : {"mean", "node", "device"}
         Transfer time DSC plans with (:func:`dsc_clusters`).
-    scope : {"device", "node"}
-        Keep each cluster on the device it is mapped to, or only on that device's node (HEFT's
-        list scheduler then places its tasks among the node's devices, within ``devices``).
-    devices : ndarray of int, optional
-        The devices clusters may use (default all; see
-        :func:`streammap.mappers.clustering.map_chains`).
-    memory_aware : bool
-        Keep every device within capacity when re-timing (a task whose device cannot hold it
-        raises :class:`~streammap.errors.MappingError`).
-    mapper : str
-        Name written in the schedule.
+    scope, devices, memory_aware, mapper
+        As for :func:`streammap.mappers.clustering.cluster_schedule`, which maps the clusters
+        whole and re-times them.
 
     Returns
     -------
