@@ -1268,14 +1268,378 @@ def _device_types(cost: CostModel, inbound: bool):
     return first, min_lat[first], min_inv[first], lat[first], inv[first]
 
 
+def _class_link_floors(cost: CostModel) -> tuple[np.ndarray, np.ndarray]:
+    """``(lat[C, C], inv[C, C])``: the least latency and the least ``1 / bw`` from any device of class
+    a to any *other* device of class c (``inf`` latency, 0 inverse bandwidth, where there is no such
+    pair: a class of one device to itself).
+
+    Each minimum is taken on its own (perhaps on two different links), so ``lat + bytes * inv`` is a
+    floor on every transfer between two distinct devices of those classes, never more.
+    """
+    D, C = cost.n_devices, cost.class_time.shape[1]
+    other = ~np.eye(D, dtype=bool)
+    lat = np.where(other, cost.lat, math.inf)
+    inv = np.where(other, cost.inv_bw, math.inf)
+    members = [np.flatnonzero(cost.device_class == c) for c in range(C)]
+    min_lat, min_inv = np.full((C, C), math.inf), np.full((C, C), math.inf)
+    for a in range(C):
+        if members[a].size == 0:
+            continue
+        rows_lat, rows_inv = lat[members[a]].min(axis=0), inv[members[a]].min(axis=0)
+        for c in range(C):
+            if members[c].size:
+                min_lat[a, c] = rows_lat[members[c]].min()
+                min_inv[a, c] = rows_inv[members[c]].min()
+    min_inv[~np.isfinite(min_lat)] = 0.0      # no such pair: the infinite latency says it
+    return min_lat, min_inv
+
+
+def _far_arrival(done: np.ndarray, nbytes: np.ndarray, link_lat: np.ndarray, link_inv: np.ndarray) -> np.ndarray:
+    """``float[E, C]``: for each edge, the least time at which its data can reach (or leave) a device
+    of class c from (to) a *different* device, given ``done[E, C']``, the bound on the other end's
+    finish (or on its start-to-end time) per class of that device: ``min over c' of done[e, c'] +
+    link_lat[c', c] + bytes * link_inv[c', c]``. A zero-byte edge pays the latency alone."""
+    with np.errstate(invalid="ignore"):
+        by_bytes = np.where((nbytes > 0)[:, None, None], nbytes[:, None, None] * link_inv[None, :, :], 0.0)
+    return (done[:, :, None] + link_lat[None, :, :] + by_bytes).min(axis=1)
+
+
+def _split_bound(degree: np.ndarray, far: np.ndarray, end: np.ndarray, occupy: np.ndarray,
+                 release: np.ndarray) -> np.ndarray:
+    """``float[n, C]``: the join (fork) rule of :func:`comm_path_bound` for n tasks at once.
+
+    ``degree[n]`` neighbours each, their edges consecutive in the ``[E, C]`` arrays: ``far`` (when
+    the data crosses a link), ``end`` (the neighbour's finish on the task's own device, or its
+    start-to-end time there), ``occupy`` (the time it holds that device) and ``release`` (its own
+    release there). Returns, per task and class, ``min over the neighbour subsets S kept on the
+    task's device of max(near(S), max_{u not in S} far(u))``, the minimum taken over the prefixes of
+    the neighbours sorted by ``far`` descending (see :func:`comm_path_bound` for why that suffices).
+
+    Tasks are grouped by degree into powers of two, so that each group is one padded
+    ``[n_k, K, C]`` block whose running sums and maxima go along one axis (at most twice the edges
+    in all).
+    """
+    n, C = degree.size, far.shape[1]
+    out = np.zeros((n, C))
+    first = np.cumsum(degree) - degree
+    width = np.ones(n, dtype=np.int64) << np.ceil(np.log2(np.maximum(degree, 1))).astype(np.int64)
+    for K in np.unique(width).tolist():
+        rows = np.flatnonzero(width == K)
+        slot = np.arange(K)[None, :]
+        real = slot < degree[rows, None]                                  # (n_k, K)
+        idx = np.where(real, first[rows, None] + slot, 0)
+        pad = ~real[:, :, None]
+        f = np.where(pad, -math.inf, far[idx])                            # (n_k, K, C)
+        order = np.argsort(-f, axis=1, kind="stable")
+        f = np.take_along_axis(f, order, axis=1)
+        e = np.take_along_axis(np.where(pad, -math.inf, end[idx]), order, axis=1)
+        o = np.take_along_axis(np.where(pad, 0.0, occupy[idx]), order, axis=1)
+        r = np.take_along_axis(np.where(pad, math.inf, release[idx]), order, axis=1)
+        # near(prefix): the last of them ends no sooner than any one's own end, nor than the
+        # earliest release among them plus all their times (one device, one at a time); taken as
+        # the largest over its own prefixes, each a subset.
+        near = np.maximum(np.maximum.accumulate(e, axis=1),
+                          np.minimum.accumulate(r, axis=1) + np.cumsum(o, axis=1))
+        near = np.maximum.accumulate(near, axis=1)
+        near = np.concatenate([np.zeros((rows.size, 1, C)), near], axis=1)          # j = 0 .. K
+        f = np.concatenate([f, np.full((rows.size, 1, C), -math.inf)], axis=1)   # first left out
+        out[rows] = np.maximum(np.maximum(near, f).min(axis=1), 0.0)
+    return out
+
+
+def _comm_pass(cost: CostModel, p: np.ndarray, occupy: np.ndarray, link_lat: np.ndarray, link_inv: np.ndarray,
+               forward: bool) -> np.ndarray:
+    """Heads (``forward``: the least start of each task on a device of each class) or tails (the
+    least time from its end to the plan's end), ``float[T, C]``, by :func:`_split_bound` level by
+    level (sources first, or sinks first)."""
+    T, C = p.shape
+    head = np.zeros((T, C))
+    if forward:
+        ptr, idx, nbytes, levels, lat, inv = (cost.pred_ptr, cost.pred_idx, cost.pred_bytes, cost.levels,
+                                              link_lat, link_inv)
+    else:
+        ptr, idx, nbytes, levels, lat, inv = (cost.succ_ptr, cost.succ_idx, cost.succ_bytes, cost.levels[::-1],
+                                              link_lat.T, link_inv.T)
+    span = p.copy()                  # head + own time: finish (forward), start-to-end (backward)
+    for lev in levels:
+        degree = ptr[lev + 1] - ptr[lev]
+        has = degree > 0
+        if has.any():
+            rows = lev[has]
+            e = concat_ranges(ptr[rows], ptr[rows + 1])
+            other = idx[e]
+            far = _far_arrival(span[other], nbytes[e], lat, inv)
+            head[rows] = _split_bound(degree[has], far, span[other], occupy[other], head[other])
+        span[lev] = head[lev] + p[lev]
+    return head
+
+
+def comm_path_bound(cost: CostModel, paths: tuple | None = None) -> float:
+    """A communication-aware critical path: transfers that no plan avoids, on every path.
+
+    Each task v runs on one device d, of class c. A parent u of v either runs on d too, and then
+    before v, or elsewhere, and then its output crosses a link to d. So, with ``head[u, c]`` a
+    bound on u's start on a device of class c and ``finish[u, c] = head[u, c] + time(u, c)``::
+
+        near: u on d        ends no sooner than finish[u, c]
+        far:  u on a != d   its data reaches d no sooner than
+                            far(u, c) = min over classes c' of finish[u, c'] + lat(c', c) + bytes * inv(c', c)
+
+    with ``lat(c', c)`` and ``inv(c', c)`` the least latency and ``1 / bw`` from a device of class
+    c' to a *different* device of class c (:func:`_class_link_floors`). The parents S kept on d run
+    there one at a time (under sharing, their shares of it), so the last of them ends no sooner
+    than ``near(S) = max(max_{u in S} finish[u, c], min_{u in S} head[u, c] + sum_{u in S}
+    time(u, c))`` (the head/tail argument of Carlier's one-machine bound). Whatever S the plan
+    picks, v starts no sooner than ``max(near(S), max_{u not in S} far(u, c))``, hence::
+
+        head[v, c] = min over S of max(near(S), max_{u not in S} far(u, c))       (join rule)
+
+    Given the parent of largest ``far`` left out of S, S holds every parent of larger ``far``,
+    and ``near`` only grows with S (each term is taken as the largest over the prefixes, each a
+    subset of S); so the minimum is reached on a prefix of the parents sorted by ``far``
+    descending, one sort per task: O(k log k) for k parents. A task with one parent gets
+    ``min(finish[u, c], far(u, c))``; with parents on two or more devices it must wait for a
+    transfer, with all of them on its own it waits for their summed times.
+
+    The fork rule is the mirror image on the reversed graph: ``tail[v, c]``, the least time from
+    v's end to the plan's end when v runs on class c, is the same minimum over the children kept
+    on v's device (each adds its time after v; they serialise) and the ones sent elsewhere (each
+    pays the link from v, then its own ``time + tail`` on the best class). Both hold in any one
+    plan, for v's own device, so::
+
+        makespan >= max over v of min over c of head[v, c] + time(v, c) + tail[v, c]
+
+    Every term is at least the transfer-free one, so this is never below
+    :func:`critical_path_bound`. Valid for every graph and cluster of the cost model: a parent
+    that cannot run on c must be far (``time = inf``), one that can run nowhere else must be near
+    (``far = inf``), a zero-byte edge still pays the latency, a class of one device cannot send to
+    itself (``lat = inf``). Other tasks on d, memory and link contention only delay a plan. The
+    link floors per class pair are a relaxation of the per-device-pair costs, and of the device
+    a parent takes: every plan is a choice of S per task, so the bound is a relaxation of the
+    plan, never above it.
+
+    Cost: two passes over the levels (:func:`comm_paths`), O(E (C² + log k)) for C device
+    classes; the ``[E, C, C]`` transfer block of a level is the largest array.
+
+    Parameters
+    ----------
+    cost : CostModel
+    paths : tuple, optional
+        ``comm_paths(cost)`` when the caller has it (:func:`combined_bound` shares it with
+        :func:`crossing_bound`).
+
+    Returns
+    -------
+    float
+        The bound (0 for an empty graph, ``inf`` when a task can run nowhere); combine it with
+        the others by ``max`` (:func:`combined_bound`).
+
+    References
+    ----------
+    The "parallel time" of a clustering, where an edge inside a cluster costs nothing and its
+    tasks serialise: T. Yang, A. Gerasoulis, "DSC: scheduling parallel tasks on an unbounded
+    number of processors", IEEE TPDS 5(9), 1994. Bounds with communication delays that a child
+    escapes only by sharing its parent's processor: C. Hanen, A. Munier, "An approximation
+    algorithm for scheduling dependent tasks on m processors with small communication delays",
+    Discrete Applied Math. 108 (2001); J.-J. Hwang, Y.-C. Chow, F. D. Anger, C.-Y. Lee,
+    SIAM J. Computing 18(2) (1989). Heads and tails on one machine: Carlier, EJOR 11 (1982).
+    """
+    if cost.n_tasks == 0:
+        return 0.0
+    if cost.n_devices == 0:
+        return math.inf
+    head, tail = comm_paths(cost) if paths is None else paths
+    return float((head + cost.class_time + tail).min(axis=1).max())
+
+
+def comm_paths(cost: CostModel) -> tuple[np.ndarray, np.ndarray]:
+    """``(head[T, C], tail[T, C])`` of :func:`comm_path_bound`: per task and device class, the least
+    start of the task on a device of that class, and the least time from its end there to the
+    plan's end, transfers counted by the join and fork rules. Each is at least the transfer-free
+    head and tail of :func:`heads_and_tails` (for the task's time on that class)."""
+    p = cost.class_time
+    shareable = np.zeros(p.shape[1], dtype=bool)
+    shareable[cost.device_class] = cost.shareable
+    occupy = np.where(shareable[None, :], p * cost.share[:, None], p)
+    link_lat, link_inv = _class_link_floors(cost)
+    head = _comm_pass(cost, p, occupy, link_lat, link_inv, forward=True)
+    tail = _comm_pass(cost, p, occupy, link_lat, link_inv, forward=False)
+    return head, tail
+
+
+def _crossing_floors(cost: CostModel) -> tuple[tuple[float, float], tuple[float, float]]:
+    """``((lat, inv) between distinct devices, (lat, inv) between devices of different nodes)``: the
+    least latency and the least ``1 / bw`` of any such link, each taken on its own (a floor on every
+    transfer of that kind: ``lat + bytes * inv``). ``inf`` latency where there is no such pair."""
+    D = cost.n_devices
+    other_device = ~np.eye(D, dtype=bool)
+    other_node = cost.node_of[:, None] != cost.node_of[None, :]
+    floors = []
+    for mask in (other_device, other_node):
+        if mask.any():
+            floors.append((float(cost.lat[mask].min()), float(cost.inv_bw[mask].min())))
+        else:
+            floors.append((math.inf, 0.0))
+    return floors[0], floors[1]
+
+
+class _Groups:
+    """Union-find over tasks that keeps, per group, what :func:`crossing_bound` needs of it: the
+    least head and tail of its tasks and its work per device class or node, additive under union.
+
+    ``work[t, k]``: task t's time on place k (a device class: its whole time, the group running
+    on one device; a node: its least time there over the node's device count, the group's area
+    there). The bound of a group is ``min head + min over places of its work + min tail``.
+    """
+
+    def __init__(self, head: np.ndarray, tail: np.ndarray, work: np.ndarray):
+        self.parent = list(range(head.size))
+        self.head, self.tail = head.tolist(), tail.tolist()
+        self.work = [row for row in work]
+
+    def find(self, t: int) -> int:
+        root = t
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[t] != root:                      # path compression
+            self.parent[t], t = root, self.parent[t]
+        return root
+
+    def union(self, a: int, b: int) -> float:
+        """Join the groups of a and b; return the merged group's bound (0 when already one)."""
+        a, b = self.find(a), self.find(b)
+        if a == b:
+            return 0.0
+        if b < a:
+            a, b = b, a                                    # the root is the smaller position
+        self.parent[b] = a
+        self.head[a] = min(self.head[a], self.head[b])
+        self.tail[a] = min(self.tail[a], self.tail[b])
+        self.work[a] = self.work[a] + self.work[b]
+        return self.head[a] + float(self.work[a].min()) + self.tail[a]
+
+
+def crossing_bound(cost: CostModel, paths: tuple | None = None) -> float:
+    """A lower bound from the edges too dear to cross: their ends must share a device, or a node.
+
+    Suppose a plan ends by M. An edge u -> v of b bytes whose ends run on two different devices
+    makes v start no sooner than u's end plus a transfer, so::
+
+        M >= finish(u) + comm + rest(v),   finish(u) = min_c head[u, c] + time(u, c),
+                                           rest(v) = min_c time(v, c) + tail[v, c]
+
+    (``head``, ``tail``: the transfer-aware heads and tails of :func:`comm_paths`, at least the
+    longest paths into u and out of v at fastest times). The transfer costs at least ``lat + b * inv`` of the cheapest
+    latency and inverse bandwidth between any two distinct devices (between devices of two
+    different nodes, if the ends are on two nodes; :func:`_crossing_floors`). So an edge whose
+    ``need = finish(u) + floor + rest(v)`` exceeds M cannot cross: its ends share a device (a
+    node). Joined along such edges, the tasks form groups that each run on one device (one node),
+    and a group K then needs, with h and q the least head and tail over its tasks and classes::
+
+        one device:  M >= h + min over classes c of sum_{t in K} time(t, c) + q
+        one node:    M >= h + min over nodes n of sum_{t in K} min_{e in n} time(t, e) / |n| + q
+
+    (all of K runs between h and M - q, one at a time on the device; on the node, the area
+    bound with equal weights on its devices). Call the largest of these over the groups
+    ``implied(M)``: every plan of makespan M has ``implied(M) <= M``. Fewer edges are forced as
+    M grows, so ``implied`` does not increase with M, and no plan ends before
+
+        M* = min over M of max(M, implied(M)) ... precisely inf { M : implied(M) <= M },
+
+    found by one sweep over the edges in order of ``need`` descending, joining groups as M falls
+    below each ``need`` (union-find), and stopping once ``implied`` reaches the next ``need``.
+    Under sharing a task counts its share of the device (``share`` on shareable devices).
+
+    On Montage at CCR 10 on two nodes, almost every edge costs more to cross the network than any
+    plan of the fast node takes: the whole workflow is one group, which the fast node alone must
+    run, where :func:`area_bound` spread it over both.
+
+    Parameters
+    ----------
+    cost : CostModel
+    paths : tuple, optional
+        ``comm_paths(cost)`` when the caller has it.
+
+    Returns
+    -------
+    float
+        ``M*`` (0 without edges, ``inf`` when a task can run nowhere); combine it with the others
+        by ``max`` (:func:`combined_bound`).
+
+    Cost: O(T x (C + nodes)) for the work rows, a sort of the edges, and a union per edge up to
+    the stopping point (Python, a few microseconds each).
+
+    References
+    ----------
+    The same reasoning, forced co-location of the ends of an edge whose delay exceeds a deadline,
+    underlies the clustering bounds of Gerasoulis and Yang ("On the granularity and clustering of
+    directed acyclic task graphs", IEEE TPDS 4(6), 1993) and the deadline-driven fixing of
+    variables in branch-and-bound for scheduling with communication delays (Hanen, Munier,
+    Discrete Applied Math. 108, 2001); the group bounds are Carlier's head/tail bound on one
+    machine (EJOR 11, 1982) and the area bound of :func:`area_bound`.
+    """
+    T, D = cost.n_tasks, cost.n_devices
+    if T == 0 or cost.n_edges == 0:
+        return 0.0
+    if D == 0 or not np.isfinite(cost.class_time).any(axis=1).all():
+        return math.inf
+    p = cost.class_time
+    head, tail = comm_paths(cost) if paths is None else paths
+    finish, rest = (head + p).min(axis=1), (p + tail).min(axis=1)
+    shareable = np.zeros(p.shape[1], dtype=bool)
+    shareable[cost.device_class] = cost.shareable
+    occupy = np.where(shareable[None, :], p * cost.share[:, None], p)
+    nodes = np.unique(cost.node_of)
+    node_area = np.empty((T, nodes.size))
+    for k, n in enumerate(nodes.tolist()):
+        classes = np.unique(cost.device_class[cost.node_of == n])
+        node_area[:, k] = occupy[:, classes].min(axis=1) / np.count_nonzero(cost.node_of == n)
+    head, tail = head.min(axis=1), tail.min(axis=1)
+    on_device = _Groups(head, tail, occupy)
+    on_node = _Groups(head, tail, node_area)
+
+    (dev_lat, dev_inv), (node_lat, node_inv) = _crossing_floors(cost)
+    u, v, b = cost.pred_idx, cost.pred_dst, cost.pred_bytes
+    base = finish[u] + rest[v]
+    with np.errstate(invalid="ignore"):
+        need = np.concatenate([base + dev_lat + np.where(b > 0, b * dev_inv, 0.0),
+                               base + node_lat + np.where(b > 0, b * node_inv, 0.0)])
+    E = cost.n_edges
+    order = np.argsort(-need, kind="stable")              # ties: device edges first, by position
+    need_sorted = np.append(need[order], 0.0)
+    best = float(need_sorted[0])                          # no edge forced: implied = 0
+    implied = 0.0
+    for k, e in enumerate(order.tolist()):
+        groups = on_device if e < E else on_node
+        edge = e % E
+        implied = max(implied, groups.union(int(u[edge]), int(v[edge])))
+        nxt = float(need_sorted[k + 1])
+        best = min(best, max(implied, nxt))
+        if implied >= nxt:
+            break
+    return best
+
+
 def combined_bound(cost: CostModel, area: tuple | None = None) -> float:
     """The best analytic lower bound on every plan's makespan: the largest of
-    :func:`lower_bound` (critical path, area), :func:`fork_join_bound` and :func:`fan_out_bound`.
+    :func:`lower_bound` (critical path, area), :func:`fork_join_bound`, :func:`fan_out_bound`,
+    and the transfer-aware :func:`comm_path_bound` and :func:`crossing_bound` (which share one
+    :func:`comm_paths`).
 
     ``area``: ``area_bound(cost, weights=True)`` when the caller has it already.
     """
     area = area_bound(cost, weights=True) if area is None else area
-    return max(lower_bound(cost, area=area[0]), fork_join_bound(cost, area=area), fan_out_bound(cost))
+    return max(lower_bound(cost, area=area[0]), fork_join_bound(cost, area=area), fan_out_bound(cost),
+               transfer_bound(cost))
+
+
+def transfer_bound(cost: CostModel) -> float:
+    """The larger of :func:`comm_path_bound` and :func:`crossing_bound`, from one :func:`comm_paths`:
+    the bounds that see transfers no plan avoids (0 for an empty graph)."""
+    if cost.n_tasks == 0 or cost.n_devices == 0:
+        return comm_path_bound(cost)
+    paths = comm_paths(cost)
+    return max(comm_path_bound(cost, paths), crossing_bound(cost, paths))
 
 
 def lower_bound(cost: CostModel, area: float | None = None) -> float:
