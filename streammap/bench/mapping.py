@@ -13,7 +13,9 @@ For each case (:mod:`streammap.bench.cases`) the harness builds the
   be: on the BWA and SoyKB workflows, 1.3-1.6;
 * **makespan / best bound**: the largest of those two bounds, of the fan-out bound
   (:func:`streammap.cost.model.fan_out_bound`: a gating task's output must reach its children, or
-  they wait for it on its own device) and of the lower bounds the exact
+  they wait for it on its own device), of the transfer bound
+  (:func:`streammap.cost.model.transfer_bound`: joins and forks along every path pay a transfer or
+  serialise, and edges too dear to cross tie their ends to one device or node) and of the lower bounds the exact
   solver proved for the case (:mod:`streammap.mappers.exact`; ``auto`` on small graphs, ``optimal``):
   where it is near 1 the plan is proven near optimal;
 * **makespan / HEFT**: the baseline is plain, capacity-blind insertion HEFT (``heft-plain``; when
@@ -65,7 +67,7 @@ from streammap.bench.cases import (
     shared_cases,
 )
 from streammap.bench.generated import SEED_SETS, generated_cases, require_wfcommons
-from streammap.cost.model import CostModel, area_bound, fan_out_bound, fork_join_bound, lower_bound
+from streammap.cost.model import CostModel, area_bound, fan_out_bound, fork_join_bound, lower_bound, transfer_bound
 from streammap.errors import MappingError, StreamMapError
 from streammap.io.files import atomic_write_text
 from streammap.mappers import get_mapper
@@ -97,7 +99,7 @@ CSV_COLUMNS = ["case", "group", "graph", "cluster", "ccr_target", "ccr", "tasks"
                "status", "makespan", "estimated_makespan", "lower_bound", "makespan_lb", "fork_join_bound",
                "makespan_fj", "fan_out_bound", "solver_bound", "best_bound", "makespan_best", "baseline",
                "baseline_makespan", "makespan_heft", "memory_valid", "valid_plan_exists", "map_time_s", "message",
-               "baseline_valid"]
+               "baseline_valid", "transfer_bound"]
 SUMMARY_COLUMNS = ["group", "ccr", "mapper", "cases", "plans", "gm_lb", "worst_lb", "gm_fj", "gm_best", "worst_best",
                    "floor_lb", "gm_heft", "worst_heft", "above_valid_heft",
                    "valid", "valid_exists", "valid_share", "capacity_breaks", "mean_time_s", "max_time_s"]
@@ -164,8 +166,9 @@ def _case_rows(case: Case, mappers: dict, baseline: str) -> list[dict]:
     lb = lower_bound(cost, area=area[0])
     fj = fork_join_bound(cost, area=area)
     fo = fan_out_bound(cost)
+    tb = transfer_bound(cost)
     base.update(ccr=ccr(cost), tasks=cost.n_tasks, edges=cost.n_edges, devices=cost.n_devices, lower_bound=lb,
-                fork_join_bound=fj, fan_out_bound=fo)
+                fork_join_bound=fj, fan_out_bound=fo, transfer_bound=tb)
     rows = []
     for name, fn in mappers.items():
         r = dict(base, mapper=name)
@@ -195,7 +198,7 @@ def _case_rows(case: Case, mappers: dict, baseline: str) -> list[dict]:
     b = next((r for r in rows if r["mapper"] == baseline and r.get("status") == "ok"), None)
     exists = any(r.get("memory_valid") for r in rows)
     # The best proven bound of the case: the analytic ones, and every exact solver's that ran.
-    best = max([lb, fj, fo] + [r["solver_bound"] for r in rows if r.get("solver_bound") is not None])
+    best = max([lb, fj, fo, tb] + [r["solver_bound"] for r in rows if r.get("solver_bound") is not None])
     for r in rows:
         r["valid_plan_exists"] = exists
         r["best_bound"] = best
