@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from streammap.bench.cases import scale_cluster_for_ccr, shared_random_case
-from streammap.cluster.model import cluster_from_dict, load_cluster
+from streammap.cluster.model import cluster_from_dict, dump_cluster_spec, load_cluster
+from streammap.compiler import compile as compile_plan
 from streammap.cost.model import (
     CostModel,
     combined_bound,
@@ -24,10 +25,11 @@ from streammap.cost.model import (
     transfer_bound,
 )
 from streammap.io.importers import load_graph
-from streammap.ir import add_task, new_graph
+from streammap.ir import add_task, new_graph, write_graph
 from streammap.mappers.auto import auto
 from streammap.mappers.exact import solve_exact
 from streammap.mappers.heft import heft
+from streammap.views.show import plan_verdict
 from tests.helpers.optimum import exhaustive_optimum
 from tests.helpers.paths import SHARED, needs_shared
 
@@ -80,6 +82,17 @@ def test_every_join_and_fork_along_the_path_pays_a_transfer_or_waits_its_turn():
     assert old_bound(cost) < 5.0 + RTOL
     assert combined_bound(cost) == pytest.approx(6.0)
     assert exhaustive_optimum(cost, memory=False) == pytest.approx(6.0)
+
+
+def test_a_compiled_plan_records_the_bound_and_shows_it_optimal(tmp_path):
+    # The plan of join_fork_join (6 s, everything on one device) is proven optimal by the transfer
+    # bound alone, with no solver: its mapper block records 6 s, and show says so in its sentence.
+    cost = join_fork_join()
+    write_graph(cost.graph, tmp_path / "g.json")
+    (tmp_path / "c.yaml").write_text(dump_cluster_spec(cost.cluster.spec))
+    plan = compile_plan(tmp_path / "g.json", str(tmp_path / "c.yaml"), history=False)
+    assert plan.mapper.lower_bound == pytest.approx(6.0) == pytest.approx(plan.mapper.estimated_makespan)
+    assert "optimal: it reaches the lower bound" in plan_verdict(plan)
 
 
 def test_a_chain_may_stay_on_one_device_and_pays_no_transfer():
