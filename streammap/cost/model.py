@@ -120,7 +120,10 @@ dense ``time``, when the model holds one, is sliced with them).
 shares as work): with new class times, or with every device its own class when a change breaks
 the symmetry of a class.
 
-The module also gives :func:`lower_bound`, the bound every mapper is reported against.
+The module also gives :func:`lower_bound`, the bound every mapper is reported against, and the
+stronger ones :func:`combined_bound` takes the largest of: :func:`fork_join_bound`,
+:func:`fan_out_bound` and the transfer-aware :func:`comm_path_bound` and :func:`crossing_bound`
+(:func:`transfer_bound`), each a proven lower bound on the makespan of every plan.
 
 References
 ----------
