@@ -80,7 +80,12 @@ Policies
     arrival order, which is the ratio's order within a class up to the class width (the earlier
     arrival has waited longer, on an allowed wait within the width of the later one's); a pass
     merges the classes' heads by their ratio then, in the heap it merges tenants in (a few dozen
-    classes in use), so a pass costs what it costs in the deadline order, not a sort of the queue. Wrong estimates degrade it gracefully: an
+    classes in use), so a pass costs what it costs in the deadline order, not a sort of the queue.
+    They are options, not the default: HRRN equalises ratios where the deadline order equalises
+    lateness, so when waits are long against the short jobs' estimates a newcomer long job waits
+    until its ratio catches up with theirs, a multiple of its allowed wait; on the tuning grid
+    the average fell in the overloaded four-tenant settings but 8-9 met p95 targets were lost
+    (docs/measurements.md, "This round: response ratio"). Wrong estimates degrade it gracefully: an
     estimate 10x too high moves a job's
     deadline, not to never; one 10x too low gets it started early, and the jobs behind plan
     around its expected end (below), not its estimate. Estimates wrong *by tenant* are
@@ -249,7 +254,9 @@ TAIL_UNDER_OVERLOAD = ("themis", "hrrn-themis")
 #: The response-ratio orders: a queued job's place at time ``now`` is its response ratio on its
 #: *allowed wait* ``a = deadline - arrival`` (SLOWDOWN x its estimate, or less for a job holding the
 #: tail deadline), ``(now - arrival) / a``, largest first: HRRN's ``1 + wait / estimate`` up to the
-#: constant SLOWDOWN, with the tail deadline read as a shorter allowed wait.
+#: constant SLOWDOWN, with the tail deadline read as a shorter allowed wait. Options, not the default:
+#: on the tuning grid they won 3-5 average targets and lost 8-9 met p95 ones (README, "This round:
+#: response ratio").
 RATIO_ORDERS = ("hrrn", "hrrn-themis")
 #: The response-ratio orders keep each tenant's queue as *classes* of allowed wait, log-spaced by
 #: this factor (class ``floor(log a / log RATIO_CLASS)``), each in arrival order (after Tiresias'
