@@ -84,7 +84,7 @@ Policies
     They are options, not the default: HRRN equalises ratios where the deadline order equalises
     lateness, so when waits are long against the short jobs' estimates a newcomer long job waits
     until its ratio catches up with theirs, a multiple of its allowed wait; on the tuning grid
-    the average fell in the overloaded four-tenant settings but 8-9 met p95 targets were lost
+    the average fell in the overloaded four-tenant settings but 7-8 met p95 targets were lost
     (docs/measurements.md, "This round: response ratio"). Wrong estimates degrade it gracefully: an
     estimate 10x too high moves a job's
     deadline, not to never; one 10x too low gets it started early, and the jobs behind plan
@@ -255,7 +255,7 @@ TAIL_UNDER_OVERLOAD = ("themis", "hrrn-themis")
 #: *allowed wait* ``a = deadline - arrival`` (SLOWDOWN x its estimate, or less for a job holding the
 #: tail deadline), ``(now - arrival) / a``, largest first: HRRN's ``1 + wait / estimate`` up to the
 #: constant SLOWDOWN, with the tail deadline read as a shorter allowed wait. Options, not the default:
-#: on the tuning grid they won 3-5 average targets and lost 8-9 met p95 ones (README, "This round:
+#: on the tuning grid they won 3-4 average targets and lost 7-8 met p95 ones (README, "This round:
 #: response ratio").
 RATIO_ORDERS = ("hrrn", "hrrn-themis")
 #: The response-ratio orders keep each tenant's queue as *classes* of allowed wait, log-spaced by
