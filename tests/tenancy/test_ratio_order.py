@@ -6,11 +6,14 @@ import math
 
 import pytest
 
+from streammap.cli import main
 from streammap.errors import StreamMapError
 from streammap.tenancy.admission import RATIO_CLASS, SLOWDOWN, Scheduler
 from streammap.tenancy.simulate import simulate
 from streammap.tenancy.tenants import tenants_from_dict
 from tests.helpers.admission import job, one_model_cluster
+from tests.helpers.cli import refused
+from tests.helpers.paths import SHARED, needs_shared
 from tests.tenancy.test_decisions_pinned import TENANTS, decisions_digest, pinned_stream, two_model_cluster
 
 
@@ -37,9 +40,10 @@ def test_a_job_that_has_waited_long_goes_before_a_shorter_newcomer():
     # A 100-s job waiting since t=0 and a 10-s job arriving at t=350. The deadline order fixed their
     # places at submission: 0 + 4 x 100 = 400 against 350 + 4 x 10 = 390, so the newcomer goes
     # first. At t=360 the 100-s job has spent 360/400 of its allowed wait, the newcomer 10/40.
-    queue = [job("waited", 0.0, 100.0), job("newcomer", 350.0, 10.0)]
-    assert next_start(busy_gpu_with(scheduler("deadline"), queue), 360.0, "busy") == "newcomer"
-    assert next_start(busy_gpu_with(scheduler("hrrn"), queue), 360.0, "busy") == "waited"
+    def queue():
+        return [job("waited", 0.0, 100.0), job("newcomer", 350.0, 10.0)]
+    assert next_start(busy_gpu_with(scheduler("deadline"), queue()), 360.0, "busy") == "newcomer"
+    assert next_start(busy_gpu_with(scheduler("hrrn"), queue()), 360.0, "busy") == "waited"
 
 
 def test_the_shorter_job_still_goes_first_among_jobs_that_arrived_together():
@@ -52,16 +56,15 @@ def test_the_shorter_job_still_goes_first_among_jobs_that_arrived_together():
 
 
 def test_jobs_of_equal_estimates_start_in_arrival_order_across_tenants():
-    # Equal estimates: the earlier arrival has waited longer, whatever its tenant (a holds the
-    # busy GPU, above its fair share; b's job goes first, b holding nothing and below its share;
-    # then the ratio decides between a's and b's next jobs, b holding the GPU then).
-    queue = [job("b-first", 1.0, 50.0, tenant="b"), job("a-second", 2.0, 50.0, tenant="a"),
-             job("b-third", 3.0, 50.0, tenant="b")]
-    s = busy_gpu_with(scheduler(tenants=("a", "b")), queue)
+    # With the fair-share floor off (one order for every tenant), equal estimates: the earlier
+    # arrival has waited longer, whichever tenant's it is.
+    s = Scheduler(one_model_cluster(1), tenants_from_dict(["a", "b"]), order="hrrn", floor=0.0)
+    busy_gpu_with(s, [job("b-first", 1.0, 50.0, tenant="b"), job("a-second", 2.0, 50.0, tenant="a"),
+                      job("b-third", 3.0, 50.0, tenant="b"), job("a-fourth", 4.0, 50.0, tenant="a")])
     order = [next_start(s, 1000.0, "busy")]
-    order.append(next_start(s, 1050.0, order[-1]))
-    order.append(next_start(s, 1100.0, order[-1]))
-    assert order == ["b-first", "a-second", "b-third"]
+    for t in (1050.0, 1100.0, 1150.0):
+        order.append(next_start(s, t, order[-1]))
+    assert order == ["b-first", "a-second", "b-third", "a-fourth"]
 
 
 def test_estimates_within_one_class_width_start_in_arrival_order():
@@ -173,3 +176,19 @@ def test_a_high_priority_job_goes_first_within_its_tenant_whatever_the_ratios():
 def test_the_ratio_orders_need_a_finite_slowdown_deadline():
     with pytest.raises(StreamMapError, match="finite slowdown"):
         Scheduler(one_model_cluster(1), tenants_from_dict(["a"]), order="hrrn", slowdown=math.inf)
+
+
+def test_simulate_names_the_ratio_orders_when_refusing_an_unknown_one(tmp_path, capsys):
+    refused(["simulate", "--jobs", tmp_path / "jobs.yaml", "--cluster", tmp_path / "c.yaml", "--order", "sjf"],
+            capsys, "--order", "sjf", "hrrn", "hrrn-themis")
+
+
+@needs_shared
+def test_simulate_replays_a_jobs_file_in_the_ratio_order(tmp_path):
+    # The whole command line: generate a small stream, replay it under the hrrn order.
+    jobs, cluster = tmp_path / "jobs.yaml", SHARED / "clusters" / "hetero-2x4.yaml"
+    assert main(["simulate", "--generate", "poisson", "--rate", "0.01", "--jobs-count", "20", "--tenants", "a,b",
+                 "--seed", "1", "--jobs", str(jobs)]) == 0
+    assert main(["simulate", "--jobs", str(jobs), "--cluster", str(cluster), "--policy", "streammap",
+                 "--order", "hrrn", "--out", str(tmp_path / "sim")]) == 0
+    assert (tmp_path / "sim" / "simulate-jobs.csv").read_text().count("\n") == 21     # a header and 20 jobs
