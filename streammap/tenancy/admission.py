@@ -79,8 +79,9 @@ Policies
     allowed wait, log-spaced by :data:`RATIO_CLASS` (Tiresias' discretised queues [2]_), each in
     arrival order, which is the ratio's order within a class up to the class width (the earlier
     arrival has waited longer, on an allowed wait within the width of the later one's); a pass
-    merges the classes' heads by their ratio then, in the heap it merges tenants in (a few dozen
-    classes in use), so a pass costs what it costs in the deadline order, not a sort of the queue.
+    merges the classes' heads by their ratio then, in the heap it merges tenants in (about twenty
+    classes in use on the benchmark), so a pass costs what it costs in the deadline order, not a
+    sort of the queue.
     They are options, not the default: HRRN equalises ratios where the deadline order equalises
     lateness, so when waits are long against the short jobs' estimates a newcomer long job waits
     until its ratio catches up with theirs, a multiple of its allowed wait; on the tuning grid
@@ -263,8 +264,8 @@ RATIO_ORDERS = ("hrrn", "hrrn-themis")
 #: discretised queues, Gu et al. NSDI 2019): within a class the earlier arrival has waited longer on
 #: an allowed wait within this factor of the later one's, so arrival order is HRRN's up to the class
 #: width, and a pass merges only the class heads by their ratio now (a heap of one entry per class
-#: and tenant, a few dozen) instead of re-sorting the queue. 1 + 1e-9 is exact HRRN (a class per
-#: distinct allowed wait), at O(queue) a pass.
+#: and tenant in use, at most 22 on the benchmark's 256-GPU settings) instead of re-sorting the queue.
+#: 1 + 1e-9 is exact HRRN (a class per distinct allowed wait: a heap as large as their number).
 RATIO_CLASS = 2 ** 0.25
 #: The shortest allowed wait a class tells apart (seconds): a tail deadline at the arrival itself
 #: (no wait allowed) ranks as this.
