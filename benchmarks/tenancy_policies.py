@@ -109,8 +109,13 @@ def arrival_rate(load: float, graphs, shares, estimator: Estimator, seed: int) -
 
 def run_setting(gpus: int, jobs: int, mix: str, seed: int, load: float, sigmas, policies, slack, slowdown,
                 estimators: dict, floor: float = FLOOR, tail: float = TAIL,
-                tail_wait: float = TAIL_WAIT, shared: float = 0.0, order: str = ORDER) -> list[dict]:
-    """One (cluster, tenants, seed, load): every policy at every sigma, on the same arrivals."""
+                tail_wait: float = TAIL_WAIT, shared: float = 0.0, order: str | tuple = ORDER) -> list[dict]:
+    """One (cluster, tenants, seed, load): every policy at every sigma, on the same arrivals.
+
+    ``order`` is the streammap policy's order, or several (a tuple): streammap then runs once per
+    order, the other policies once, and there is one row per order (its ``order``), each scored
+    against the same FIFO run."""
+    orders = (order,) if isinstance(order, str) else tuple(order)
     shares = parse_tenant_shares(mix)
     if gpus not in estimators:
         estimators[gpus] = (cluster_from_dict(generated_cluster(gpus)), None)
@@ -120,19 +125,29 @@ def run_setting(gpus: int, jobs: int, mix: str, seed: int, load: float, sigmas, 
     rate = arrival_rate(load, graphs, shares, est, seed)
     admitted = prepare_jobs(poisson_jobs(graphs, rate, jobs, shares, seed=seed, shared=shared), est)
     tenants = tenants_from_dict(sorted(shares))
+    sizes = {m: len(devs) for m, devs in est.pools.items()}
     rows = []
     for sigma in sigmas:
-        res, whole = {}, {}
+        res = {o: {} for o in orders}
+        whole = {o: {} for o in orders}
         for p in policies:
-            for joint, into in ((True, res), (False, whole)) if shared > 0 else ((True, res),):
-                into[p] = simulate([_copy(j) for j in admitted], cluster, tenants, policy=p, estimate_error=sigma,
-                                   seed=seed, slack=slack, slowdown=slowdown, floor=floor, tail=tail,
-                                   tail_wait=tail_wait, joint=joint, order=order)
-        floor_jct = avg_jct_floor(admitted, res["fifo"]) if "fifo" in res else math.nan
-        sizes = {m: len(devs) for m, devs in est.pools.items()}
-        rows.append({"gpus": gpus, "jobs": jobs, "tenants": mix, "seed": seed, "load": load, "sigma": sigma,
-                     "shared": shared, "results": res, "whole": whole, "avg_floor": floor_jct,
-                     "room_wait": {p: room_wait(admitted, r, sizes) for p, r in res.items()}})
+            for o in orders if p == "streammap" else orders[:1]:
+                for joint, into in ((True, res[o]), (False, whole[o])) if shared > 0 else ((True, res[o]),):
+                    into[p] = simulate([_copy(j) for j in admitted], cluster, tenants, policy=p,
+                                       estimate_error=sigma, seed=seed, slack=slack, slowdown=slowdown, floor=floor,
+                                       tail=tail, tail_wait=tail_wait, joint=joint, order=o)
+        for o in orders[1:]:                      # the other policies ran once: every order's row has them
+            res[o] = {**res[orders[0]], **res[o]}
+            whole[o] = {**whole[orders[0]], **whole[o]}
+        first = res[orders[0]]
+        floor_jct = avg_jct_floor(admitted, first["fifo"]) if "fifo" in first else math.nan
+        others = {p: room_wait(admitted, r, sizes) for p, r in first.items() if p != "streammap"}
+        for o in orders:
+            waits = {p: others[p] if p in others else room_wait(admitted, r, sizes) for p, r in res[o].items()}
+            rows.append({"gpus": gpus, "jobs": jobs, "tenants": mix, "seed": seed, "load": load, "sigma": sigma,
+                         "shared": shared, "order": o, "first_order": o == orders[0], "results": res[o],
+                         "whole": whole[o], "avg_floor": floor_jct,
+                         "room_wait": waits})
     return rows
 
 
@@ -220,7 +235,7 @@ def verdicts(row: dict) -> list[tuple[str, bool | None]]:
 
 def sweep_table(rows: list[dict]) -> Table:
     t = Table(title="StreamMAP against FIFO on the same arrivals (ratios; utilisation in points)")
-    for col in ("GPUs", "jobs", "tenants", "seed", "load", "sigma", "avg JCT", "avg floor", "p95 JCT", "DRF avg/p95",
+    for col in ("GPUs", "jobs", "tenants", "seed", "load", "sigma", "order", "avg JCT", "avg floor", "p95 JCT", "DRF avg/p95",
                 "Jain", "util", "util arr.", "drain", "wait (room)", "in interval", "sim s", "targets"):
         t.add_column(col, justify="right")
     for r in rows:
@@ -234,7 +249,7 @@ def sweep_table(rows: list[dict]) -> Table:
         failed = ", ".join(text.split(" ")[0] + (" JCT" if "JCT" in text.split(" ")[1] else "")
                            for text, ok in v if ok is False)
         t.add_row(str(r["gpus"]), str(r["jobs"]), r["tenants"], str(r["seed"]), f"{r['load']:g}", f"{r['sigma']:g}",
-                  f"{sm.avg_jct / fifo.avg_jct:.2f}", f"{r['avg_floor'] / fifo.avg_jct:.2f}",
+                  r.get("order", ORDER), f"{sm.avg_jct / fifo.avg_jct:.2f}", f"{r['avg_floor'] / fifo.avg_jct:.2f}",
                   f"{sm.p95_jct / fifo.p95_jct:.2f}",
                   f"{drf.avg_jct / fifo.avg_jct:.2f}/{drf.p95_jct / fifo.p95_jct:.2f}" if drf else "-",
                   "n/a" if math.isnan(sm.jain) else f"{sm.jain:.3f}",
@@ -274,13 +289,16 @@ def joint_table(rows: list[dict]) -> Table:
 def write_rows(rows: list[dict], path: Path) -> None:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["gpus", "jobs", "tenants", "seed", "load", "sigma", "policy", "avg_jct", "p95_jct", "utilisation", "utilisation_arriving",
+    w.writerow(["gpus", "jobs", "tenants", "seed", "load", "sigma", "order", "policy", "avg_jct", "p95_jct", "utilisation", "utilisation_arriving",
                 "jain", "start_coverage", "shown_intervals", "preemptions", "sim_wall_seconds", "shared", "joint",
                 "busy_gpu_seconds", "used_gpu_seconds", "mean_wait", "room_wait", "drain"])
     for r in rows:
         for joint, results in ((True, r["results"]), (False, r.get("whole", {}))):
             for p, s in results.items():
-                w.writerow([r["gpus"], r["jobs"], r["tenants"], r["seed"], r["load"], r["sigma"], p, f"{s.avg_jct:.3f}",
+                if p != "streammap" and not r.get("first_order", True):
+                    continue                      # the same run as in the first order's row
+                w.writerow([r["gpus"], r["jobs"], r["tenants"], r["seed"], r["load"], r["sigma"],
+                            r.get("order", ORDER) if p == "streammap" else "", p, f"{s.avg_jct:.3f}",
                             f"{s.p95_jct:.3f}", f"{s.utilisation:.5f}", f"{s.utilisation_arriving:.5f}", f"{s.jain:.5f}", f"{s.start_coverage:.4f}",
                             s.shown_intervals, sum(j.preemptions for j in s.jobs), f"{s.wall_seconds:.2f}",
                             r.get("shared", 0.0), int(joint), f"{s.busy_gpu_seconds:.1f}", f"{s.used_gpu_seconds:.1f}",
@@ -313,12 +331,18 @@ def main(argv=None) -> int:
     ap.add_argument("--floor", type=float, default=FLOOR, help="the streammap policy's fair-share floor")
     ap.add_argument("--tail", type=float, default=TAIL, help="the streammap policy's tail deadline (0: off)")
     ap.add_argument("--tail-wait", type=float, default=TAIL_WAIT, help="the tail deadline's multiple of the mean wait")
-    ap.add_argument("--order", choices=ORDERS, default=ORDER,
-                    help="the streammap policy's order under overload (themis: finish-time fairness bound)")
+    ap.add_argument("--order", default=ORDER,
+                    help=f"the streammap policy's order, or several comma-separated, each run on the same arrivals "
+                         f"and scored against the same FIFO run: {', '.join(ORDERS)} (default {ORDER}; themis: "
+                         f"finish-time fairness bound under overload; hrrn: response ratio, README)")
     ap.add_argument("--shared", type=float, default=0.0,
                     help="share of the jobs that need a quarter or half GPU; every policy also runs without joint placement")
     ap.add_argument("--out", default="bench-out")
     args = ap.parse_args(argv)
+    orders = tuple(o for o in args.order.split(",") if o)
+    unknown = [o for o in orders if o not in ORDERS]
+    if unknown or not orders:
+        ap.error(f"unknown --order {','.join(unknown) or args.order!r}; orders: {', '.join(ORDERS)}")
     out = Console(highlight=False, width=220)
     mixes = args.tenants or ["a:4,b:3,c:2,d:1"]
     policies = [p for p in args.policies.split(",") if p]
@@ -331,18 +355,18 @@ def main(argv=None) -> int:
                 for load in _floats(args.loads):
                     rows += run_setting(gpus, args.jobs or 10 * gpus, mix, seed, load, _floats(args.sigmas),
                                         policies, args.slack, args.slowdown, estimators, args.floor, args.tail,
-                                        args.tail_wait, args.shared, args.order)
+                                        args.tail_wait, args.shared, orders)
                     out.print(f"... {gpus} GPUs, {mix}, seed {seed}, load {load}: done "
                               f"({time.perf_counter() - t0:.0f} s)", markup=False)
     out.print(f"slowdown deadline {args.slowdown:g}, placement slack {args.slack:g}, fair-share floor {args.floor:g}, "
-              f"tail deadline {args.tail:g} (+ {args.tail_wait:g} x mean wait), order {args.order}", markup=False)
+              f"tail deadline {args.tail:g} (+ {args.tail_wait:g} x mean wait), order {', '.join(orders)}", markup=False)
     out.print(sweep_table(rows))
     if args.shared > 0:
         out.print(joint_table(rows))
     for r in rows:
         for p, s in r["results"].items():
             if p == "streammap" and "fifo" not in r["results"]:
-                out.print(f"{r['gpus']} GPUs, {r['jobs']} jobs, sigma {r['sigma']}: streammap simulated in "
+                out.print(f"{r['gpus']} GPUs, {r['jobs']} jobs, sigma {r['sigma']}, order {r['order']}: streammap simulated in "
                           f"{s.wall_seconds:.1f} s (avg JCT {s.avg_jct:,.0f} s, utilisation {s.utilisation:.1%})",
                           markup=False)
     folder = Path(args.out)
@@ -350,7 +374,8 @@ def main(argv=None) -> int:
     write_rows(rows, folder / "tenancy.csv")
     failed = [(r, text) for r in rows for text, ok in verdicts(r) if ok is False]
     for r, text in failed:
-        out.print(f"FAIL  {r['gpus']} GPUs {r['tenants']} seed {r['seed']} load {r['load']} sigma {r['sigma']}: "
+        out.print(f"FAIL  {r['gpus']} GPUs {r['tenants']} seed {r['seed']} load {r['load']} sigma {r['sigma']} "
+                  f"order {r['order']}: "
                   f"{text}", markup=False)
     out.print(f"{len(rows)} settings in {time.perf_counter() - t0:.0f} s; wrote {folder / 'tenancy.csv'}",
               markup=False)

@@ -63,9 +63,10 @@ def configure(parser, command: str) -> None:
                         f"the others' jobs share one slowdown-deadline order (default {FLOOR:g}; 1 is strict fair "
                         f"share first, 0 one order for all)")
     parser.add_argument("--order", default=ORDER,
-                   help=f"streammap policy: the order under overload, {' or '.join(ORDERS)} (default {ORDER}; themis "
-                        f"keeps the longest jobs' tail deadline while they can still end within a bound of their run "
-                        f"on their tenant's share)")
+                   help=f"streammap policy: the order, {', '.join(ORDERS)} (default {ORDER}; themis "
+                        f"keeps the longest jobs' tail deadline under overload while they can still end within a bound "
+                        f"of their run on their tenant's share; hrrn and hrrn-themis take the jobs by the share of "
+                        f"their allowed wait already spent, largest first)")
     parser.add_argument("--out", default="simulate-out", help="folder for simulate.csv, simulate-jobs.csv, simulate.png")
     parser.set_defaults(func=run)
 

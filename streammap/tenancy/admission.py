@@ -69,7 +69,24 @@ Policies
     a heap of instants to give way: no work that grows with the queue.
     The order never changes while jobs wait (a deadline is fixed at submission; a preempted job
     keeps its own; in the ``themis`` order a job that gives way moves back once), so the queue
-    stays sorted. Wrong estimates degrade it gracefully: an
+    stays sorted. The **response-ratio** orders ``hrrn`` and ``hrrn-themis`` keep the same
+    deadlines (and the same tail and give-way rules as ``deadline`` and ``themis``) but take the
+    jobs by HRRN's ratio [6]_ on the wait the deadline allows, ``(now - arrival) / (deadline -
+    arrival)``, largest first: the deadline order fixes at submission the instant a job's ratio
+    reaches 1; HRRN asks at every pass which job's has grown most, so a job that has waited long
+    goes before a newcomer whose deadline would come sooner. A ratio moves with time, so a sorted
+    queue would be re-sorted every pass; instead each tenant's queue is split into *classes* of
+    allowed wait, log-spaced by :data:`RATIO_CLASS` (Tiresias' discretised queues [2]_), each in
+    arrival order, which is the ratio's order within a class up to the class width (the earlier
+    arrival has waited longer, on an allowed wait within the width of the later one's); a pass
+    merges the classes' heads by their ratio then, in the heap it merges tenants in (about twenty
+    classes in use on the benchmark), so a pass costs what it costs in the deadline order, not a
+    sort of the queue.
+    They are options, not the default: HRRN equalises ratios where the deadline order equalises
+    lateness, so when waits are long against the short jobs' estimates a newcomer long job waits
+    until its ratio catches up with theirs, a multiple of its allowed wait; on the tuning grid
+    the average fell in the overloaded four-tenant settings but 7-8 met p95 targets were lost
+    (docs/measurements.md, "This round: response ratio"). Wrong estimates degrade it gracefully: an
     estimate 10x too high moves a job's
     deadline, not to never; one 10x too low gets it started early, and the jobs behind plan
     around its expected end (below), not its estimate. Estimates wrong *by tenant* are
@@ -141,6 +158,8 @@ References
 .. [4] K. Mahajan et al., "Themis: fair and efficient GPU cluster scheduling", NSDI 2020.
 .. [5] A. W. Mu'alem, D. G. Feitelson, "Utilization, predictability, workloads, and user runtime
    estimates in scheduling the IBM SP2 with backfilling", IEEE TPDS 12(6), 2001.
+.. [6] P. Brinch Hansen, "Short-term scheduling in multiprogramming systems", SOSP 1971 (highest
+   response ratio next).
 """
 
 from __future__ import annotations
@@ -226,9 +245,31 @@ MEMORY = 3600.0
 OVERLOAD = 1.0
 #: The streammap policy's orders within and across tenants: ``deadline`` (the default: the tail
 #: deadline is not given under overload) and ``themis`` (under overload too, while the job can still
-#: finish within THEMIS_BOUND times its run on its tenant's share; see the module docstring).
-ORDERS = ("deadline", "themis")
+#: finish within THEMIS_BOUND times its run on its tenant's share; see the module docstring), and
+#: their response-ratio forms ``hrrn`` and ``hrrn-themis``: the same deadlines, but a pass takes the
+#: jobs by the share of their allowed wait already spent, largest first (see RATIO_CLASS).
+ORDERS = ("deadline", "themis", "hrrn", "hrrn-themis")
 ORDER = "deadline"
+#: The orders that give the tail deadline under overload too, until the job gives way.
+TAIL_UNDER_OVERLOAD = ("themis", "hrrn-themis")
+#: The response-ratio orders: a queued job's place at time ``now`` is its response ratio on its
+#: *allowed wait* ``a = deadline - arrival`` (SLOWDOWN x its estimate, or less for a job holding the
+#: tail deadline), ``(now - arrival) / a``, largest first: HRRN's ``1 + wait / estimate`` up to the
+#: constant SLOWDOWN, with the tail deadline read as a shorter allowed wait. Options, not the default:
+#: on the tuning grid they won 3-4 average targets and lost 7-8 met p95 ones (README, "This round:
+#: response ratio").
+RATIO_ORDERS = ("hrrn", "hrrn-themis")
+#: The response-ratio orders keep each tenant's queue as *classes* of allowed wait, log-spaced by
+#: this factor (class ``floor(log a / log RATIO_CLASS)``), each in arrival order (after Tiresias'
+#: discretised queues, Gu et al. NSDI 2019): within a class the earlier arrival has waited longer on
+#: an allowed wait within this factor of the later one's, so arrival order is HRRN's up to the class
+#: width, and a pass merges only the class heads by their ratio now (a heap of one entry per class
+#: and tenant in use, at most 22 on the benchmark's 256-GPU settings) instead of re-sorting the queue.
+#: 1 + 1e-9 is exact HRRN (a class per distinct allowed wait: a heap as large as their number).
+RATIO_CLASS = 2 ** 0.25
+#: The shortest allowed wait a class tells apart (seconds): a tail deadline at the arrival itself
+#: (no wait allowed) ranks as this.
+RATIO_MIN_WAIT = 1.0
 #: The ``themis`` order's bound on finish-time fairness, (wait so far + expected remaining wait +
 #: run) / run on the tenant's share: a job given the tail deadline under overload keeps it while its
 #: planned start still ends it within the bound and it has waited less than (THEMIS_BOUND - 1) times
@@ -446,8 +487,9 @@ class Scheduler:
         How many long jobs past the reservation depth may hold a promise of their fastest model at
         a time (see the module docstring); by default :func:`promise_limit` of the cluster's GPUs.
     order : str
-        The ``streammap`` policy's order under overload: ``deadline`` or ``themis`` (see
-        :data:`ORDERS` and the module docstring).
+        The ``streammap`` policy's order: ``deadline``, ``themis`` (the tail under overload),
+        or their response-ratio forms ``hrrn`` and ``hrrn-themis`` (see :data:`ORDERS` and the
+        module docstring; these need a finite ``slowdown``).
     joint : bool
         Joint placement (:mod:`.packing`): jobs with fractional demands share devices. Off, each
         such job runs on a whole device, as a job without ``share`` does. Nothing changes for
@@ -473,8 +515,9 @@ class Scheduler:
         self.running: dict[str, Running] = {}
         self.usage = {t.name: Usage() for t in tenants}
         self.jobs: dict[str, Job] = {}                 # queued jobs by id
-        self._queues: dict[str, list] = {t.name: [] for t in tenants}   # sorted (key, job id)
-        self._queue_shapes: dict[str, list] = {t.name: [] for t in tenants}   # the same jobs' shapes
+        # Per lane (a tenant, or in the ratio orders a class of one: see _lane): (key, job id), sorted.
+        self._queues: dict = {t.name: [] for t in tenants}
+        self._queue_shapes: dict = {t.name: [] for t in tenants}   # the same jobs' shapes
         self._fifo: list = []
         self._arrivals: dict[str, list] = {t.name: [] for t in tenants}   # per tenant, arrival order
         self._by_model: dict[str, dict[str, Running]] = {m: {} for m in self.pool.models}
@@ -493,6 +536,15 @@ class Scheduler:
                                  hint="1: a tenant below its fair share always goes first; 0: one order for all")
         self.floor = floor
         self.order = order
+        # The response-ratio orders keep each tenant's queue as classes of allowed wait ("lanes",
+        # keyed (tenant, -priority, class)), made on first use and dropped empty at a pass's start;
+        # the other orders and policies have one lane per tenant, its name.
+        self._ratio = policy == "streammap" and order in RATIO_ORDERS
+        if self._ratio and not math.isfinite(slowdown):
+            raise StreamMapError(f"the {order} order needs a finite slowdown deadline, not {slowdown}",
+                                 hint="its ratio is the wait over the allowed wait, SLOWDOWN x the estimate")
+        self._class_log = math.log(RATIO_CLASS)
+        self._pass_now = 0.0                            # the time of the pass under way (ratio orders)
         # The themis order: each tenant's weighted share of the cluster's GPUs (what "alone" runs on),
         # and the jobs given the tail deadline under overload, by the instant they give way to their
         # slowdown deadline: a heap of (instant, job id), popped at the start of a pass.
@@ -543,9 +595,38 @@ class Scheduler:
 
     # -- the queue ----------------------------------------------------------------------
     def _key(self, job: Job) -> tuple:
+        """A job's place in its lane (:meth:`_lane`): priority, then its deadline, or in the ratio
+        orders its arrival (the allowed wait rides along for the pass's ratio, never compared:
+        ``seq`` is unique)."""
         if self.policy == "streammap":
+            if self._ratio:
+                return (-job.priority, job.arrival, job.seq, self._allowed_wait(job))
             return (-job.priority, self._deadline[job.id], job.seq)
         return (-job.priority, job.arrival, job.seq)
+
+    def _lane(self, job: Job):
+        """The queue a job waits in: its tenant's; in the ratio orders its tenant's class of its
+        priority and allowed wait (:data:`RATIO_CLASS`), in which arrival order is the ratio's up
+        to the class width. Fixed while the job's deadline is."""
+        if not self._ratio:
+            return job.tenant
+        return (job.tenant, -job.priority, math.floor(math.log(self._allowed_wait(job)) / self._class_log))
+
+    @staticmethod
+    def _tenant_of(lane) -> str:
+        return lane if isinstance(lane, str) else lane[0]
+
+    def _allowed_wait(self, job: Job) -> float:
+        """The ratio orders' denominator: the wait the job's deadline allows, ``deadline - arrival``
+        (SLOWDOWN x its corrected estimate, less while it holds the tail deadline), at least
+        :data:`RATIO_MIN_WAIT`."""
+        return max(RATIO_MIN_WAIT, self._deadline[job.id] - job.arrival)
+
+    def _drop_empty_lanes(self) -> None:
+        """The ratio orders, at a pass's start: forget the classes no job waits in, so that a pass
+        merges only the heads of classes in use."""
+        for lane in [lane for lane, q in self._queues.items() if not q]:
+            del self._queues[lane], self._queue_shapes[lane]
 
     def _deadline_of(self, job: Job) -> float:
         """The streammap order's deadline: the earlier of the slowdown deadline and the tail deadline
@@ -556,7 +637,7 @@ class Scheduler:
         if not math.isfinite(self.slowdown):
             return d                                           # shortest first
         deadline = self._slowdown_deadline(job, d)
-        if self._tail_bound is not None and (self.order == "themis" or not self._overloaded()):
+        if self._tail_bound is not None and (self.order in TAIL_UNDER_OVERLOAD or not self._overloaded()):
             deadline = min(deadline, job.arrival + max(0.0, self._tail_bound - d)
                            + self.tail_wait * self._typical_wait())
         return deadline
@@ -581,7 +662,7 @@ class Scheduler:
         """The ``themis`` order: when a job that got the tail deadline under overload gives way to
         its slowdown deadline (the last start that keeps its finish-time fairness within
         :data:`THEMIS_BOUND`); None for any other job."""
-        if self.order != "themis" or not self._overloaded() or not math.isfinite(self.slowdown):
+        if self.order not in TAIL_UNDER_OVERLOAD or not self._overloaded() or not math.isfinite(self.slowdown):
             return None
         if deadline >= self._slowdown_deadline(job):
             return None                          # the slowdown deadline is its own: nothing to give
@@ -611,19 +692,24 @@ class Scheduler:
         self._join_queue(job, sid)
 
     def _join_queue(self, job: Job, sid: int) -> None:
-        """Put the job (of shape ``sid``) in its tenant's queue at its key's place, after equal keys."""
-        q, entry = self._queues[job.tenant], (self._key(job), job.id)
+        """Put the job (of shape ``sid``) in its lane (:meth:`_lane`) at its key's place, after equal keys."""
+        lane, entry = self._lane(job), (self._key(job), job.id)
+        q = self._queues.get(lane)
+        if q is None:
+            q = self._queues[lane] = []
+            self._queue_shapes[lane] = []
         i = bisect.bisect_right(q, entry)
         q.insert(i, entry)
-        self._queue_shapes[job.tenant].insert(i, sid)
+        self._queue_shapes[lane].insert(i, sid)
 
     def _leave_queue(self, job: Job) -> int:
-        """Take the job out of its tenant's queue (found by its key, which must be unchanged since
-        it joined); its shape id."""
-        q = self._queues[job.tenant]
+        """Take the job out of its lane (found by its key, which must be unchanged since it
+        joined); its shape id."""
+        lane = self._lane(job)
+        q = self._queues[lane]
         i = bisect.bisect_left(q, (self._key(job), job.id))
         q.pop(i)
-        return self._queue_shapes[job.tenant].pop(i)
+        return self._queue_shapes[lane].pop(i)
 
     def _overloaded(self) -> bool:
         """Whether the queue asks for more than :data:`OVERLOAD` times the cluster's GPUs (the tail
@@ -869,13 +955,19 @@ class Scheduler:
         if smart:
             if self._holding_tail:
                 self._give_way_due(now)
+            if self._ratio:
+                self._pass_now = now
+                self._drop_empty_lanes()
             self.estimated_starts, self.start_intervals = {}, {}
             if self._promises:
                 starts += self._keep_promises(now, plan)
-        last = {t: None for t, q in self._queues.items() if q}
-        at = dict.fromkeys(last, 0)              # where each tenant's last job looked at was
-        budget = {t: max(32, max_scan // max(1, len(last))) for t in last}
-        heap = [self._rank(t, fair, last, at) for t in last]
+        # A pass merges the lanes (tenants, or classes of them) by the rank of their next job;
+        # the scan budget is per tenant, whichever of its lanes spends it.
+        last = {lane: None for lane, q in self._queues.items() if q}
+        at = dict.fromkeys(last, 0)              # where each lane's last job looked at was
+        waiting = {self._tenant_of(lane) for lane in last}
+        budget = {t: max(32, max_scan // max(1, len(waiting))) for t in waiting}
+        heap = [self._rank(lane, fair, last, at) for lane in last]
         heapq.heapify(heap)
         while heap:
             if (not any(self.pool.free_count.values()) and not (smart and self.tenants.preemption)
@@ -884,17 +976,20 @@ class Scheduler:
                 break                            # nothing can start, and nothing more is planned
             if smart and plan.recheck and self._settled(plan, last, at, budget):
                 break                            # every job left is of a shape that cannot start now
-            tenant = heapq.heappop(heap)[-1]
-            q = self._queues[tenant]
-            i = self._next_at(tenant, last, at)
+            lane = heapq.heappop(heap)[-1]
+            tenant = self._tenant_of(lane)
+            if budget[tenant] <= 0:
+                continue                         # another lane of its tenant spent its budget
+            q = self._queues[lane]
+            i = self._next_at(lane, last, at)
             if i >= len(q):
                 continue
-            last[tenant], at[tenant] = q[i], i
+            last[lane], at[lane] = q[i], i
             job = self.jobs[q[i][1]]
             budget[tenant] -= 1
             if smart and self._returns_unchanged(self._shape_of[job.id], plan):
                 plan.recheck = True              # what _place_smart would have done, and all
-                self._pass_over(tenant, heap, budget, fair, last, at, plan)
+                self._pass_over(lane, heap, budget, fair, last, at, plan)
                 continue
             if smart:
                 s, p = self._place_smart(job, now, plan)
@@ -907,7 +1002,7 @@ class Scheduler:
             if s is not None:
                 starts.append(s)
             if budget[tenant] > 0:
-                heapq.heappush(heap, self._rank(tenant, fair, last, at))
+                heapq.heappush(heap, self._rank(lane, fair, last, at))
         if smart:     # what each tenant holds until the next pass
             self._last_pass = self._last_pass[:2] + ({t: u.gpus for t, u in self.usage.items()},)
         return starts, preempted
@@ -951,12 +1046,12 @@ class Scheduler:
             self._roomless = (now, known)
         return known
 
-    def _pass_over(self, tenant: str, heap: list, budget: dict, fair: dict, last: dict, at: dict,
+    def _pass_over(self, lane, heap: list, budget: dict, fair: dict, last: dict, at: dict,
                    plan: "_Plan") -> None:
-        """Look past the job at ``q[at[tenant]]`` of ``tenant``'s queue (one that returns unchanged), and
-        past every next job of the same tenant that the pass would take before any other
-        tenant's (its rank stays ahead of the heap's best) and that returns unchanged too; then
-        put the tenant back in the heap as the pass loop would have.
+        """Look past the job at ``q[at[lane]]`` of the queue of ``lane`` (a tenant, or a class of
+        one: :meth:`_lane`; one that returns unchanged), and past every next job of the same lane
+        that the pass would take before any other lane's (its rank stays ahead of the heap's best)
+        and that returns unchanged too; then put the lane back in the heap as the pass loop would have.
 
         Each such job costs the pass loop a heap pop and push and a call that decides nothing
         (past the depth, a pass is mostly such jobs: a rare shape keeps it from settling); here
@@ -965,14 +1060,15 @@ class Scheduler:
         are passed over, so the queue does not either: the next job is the next position."""
         # Called only past the depth and without quotas (the first job returned unchanged), and
         # passing over changes nothing: _returns_unchanged is its last two tests, inlined.
-        q, i = self._queues[tenant], at[tenant]
-        shapes, left = self._queue_shapes[tenant], budget[tenant]
+        tenant = self._tenant_of(lane)
+        q, i = self._queues[lane], at[lane]
+        shapes, left = self._queue_shapes[lane], budget[tenant]
         refused = () if self.tenants.preemption else plan.refused
         roomless = self._room_known()
         end = len(q) - 1
         while left > 0:
             entry = q[i + 1] if i < end else None
-            rank = self._rank_of(tenant, fair, entry)
+            rank = self._rank_of(lane, fair, entry)
             if (heap and rank > heap[0]) or entry is None:
                 break
             sid = shapes[i + 1]
@@ -982,37 +1078,54 @@ class Scheduler:
                     break
             i += 1
             left -= 1
-        if i != at[tenant]:
-            last[tenant], at[tenant], budget[tenant] = q[i], i, left
+        if i != at[lane]:
+            last[lane], at[lane], budget[tenant] = q[i], i, left
         if left > 0:
             heapq.heappush(heap, rank)
 
-    def _next_at(self, tenant: str, last: dict, at: dict) -> int:
-        """Where the next job of ``tenant``'s queue after the last one a pass looked at is: the
+    def _next_at(self, lane, last: dict, at: dict) -> int:
+        """Where the next job of ``lane``'s queue after the last one a pass looked at is: the
         position after it, unless the queue changed since (then the last one is looked for)."""
-        prev = last[tenant]
+        prev = last[lane]
         if prev is None:
             return 0
-        q, i = self._queues[tenant], at[tenant]
+        q, i = self._queues[lane], at[lane]
         return i + 1 if i < len(q) and q[i] is prev else bisect.bisect_right(q, prev)
 
-    def _rank(self, tenant: str, fair: dict | None, last: dict, at: dict) -> tuple:
-        """A tenant's place in a pass's heap: the rank of its next job (:meth:`_rank_of`)."""
-        q = self._queues[tenant]
-        i = self._next_at(tenant, last, at)
-        return self._rank_of(tenant, fair, q[i] if i < len(q) else None)
+    def _rank(self, lane, fair: dict | None, last: dict, at: dict) -> tuple:
+        """A lane's place in a pass's heap: the rank of its next job (:meth:`_rank_of`)."""
+        q = self._queues[lane]
+        i = self._next_at(lane, last, at)
+        return self._rank_of(lane, fair, q[i] if i < len(q) else None)
 
-    def _rank_of(self, tenant: str, fair: dict | None, entry: tuple | None) -> tuple:
-        """The rank of ``tenant`` whose next job is the queue entry ``entry`` (None: none left):
-        the least weighted dominant share first (``drf``); for ``streammap``, tenants held below
-        :data:`FLOOR` of their fair share first, then the earliest slowdown deadline of each
-        tenant's next job, whichever tenant it belongs to."""
+    def _rank_of(self, lane, fair: dict | None, entry: tuple | None) -> tuple:
+        """The rank of ``lane`` (a tenant, or a class of one) whose next job is the queue entry
+        ``entry`` (None: none left): the least weighted dominant share first (``drf``); for
+        ``streammap``, tenants held below :data:`FLOOR` of their fair share first, then the
+        earliest slowdown deadline of each lane's next job, whichever tenant it belongs to; in
+        the ratio orders, priority, then the largest ratio now of the wait to the allowed wait."""
         if fair is None:
-            return (self.share(tenant), tenant)
-        deadline = entry[0][1] if entry is not None else math.inf
+            return (self.share(lane), lane)
+        if self._ratio:
+            return self._ratio_rank(lane, fair, entry)
+        deadline = entry[0][1] if entry is not None else math.inf       # (a lane is a tenant here)
+        if self.usage[lane].gpus < self.floor * fair[lane]:
+            return (0, self.attained(lane), deadline, lane)
+        return (1, 0.0, deadline, lane)
+
+    def _ratio_rank(self, lane: tuple, fair: dict, entry: tuple | None) -> tuple:
+        """:meth:`_rank_of` in the ratio orders: the fair-share floor first, as in every order;
+        then priority, then the largest ratio of the head's wait to its allowed wait at the pass's
+        time (negated: the heap pops the least)."""
+        tenant = lane[0]
+        if entry is None:
+            priority, ratio = math.inf, math.inf
+        else:
+            key = entry[0]                       # (-priority, arrival, seq, allowed wait)
+            priority, ratio = key[0], (key[1] - self._pass_now) / key[3]
         if self.usage[tenant].gpus < self.floor * fair[tenant]:
-            return (0, self.attained(tenant), deadline, tenant)
-        return (1, 0.0, deadline, tenant)
+            return (0, self.attained(tenant), priority, ratio, lane)
+        return (1, 0.0, priority, ratio, lane)
 
     def attained(self, tenant: str) -> float:
         """GPU-seconds ``tenant`` held under contention over those its fair share would have given
@@ -1193,14 +1306,15 @@ class Scheduler:
         return self._roomy[1]
 
     def _windows(self, last: dict, at: dict, budget: dict) -> set:
-        """The shapes of the jobs the tenants can still be looked at in this pass: for each, from
-        the job after its last one looked at, as many as its budget. While the plan does not change
-        the queues do not either, and each job looked at moves a window's start by one and spends
-        one of its budget: its end stays, and the shapes remembered are a superset of the window's."""
+        """The shapes of the jobs the lanes can still be looked at in this pass: for each, from
+        the job after its last one looked at, as many as its tenant's budget. While the plan does
+        not change the queues do not either, and each job looked at moves a window's start by one
+        and spends one of its budget: its end stays or comes nearer (a tenant's other lanes spend
+        the same budget), and the shapes remembered are a superset of the window's."""
         out: set = set()
-        for tenant in last:
-            i = self._next_at(tenant, last, at)
-            out.update(self._queue_shapes[tenant][i:i + max(0, budget[tenant])])
+        for lane in last:
+            i = self._next_at(lane, last, at)
+            out.update(self._queue_shapes[lane][i:i + max(0, budget[self._tenant_of(lane)])])
         return out
 
     def _place_fraction(self, job: Job, now: float, plan: "_Plan", allowed: list[Option]) -> Start | None:

@@ -219,8 +219,9 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
     backfill, depth, slack, slowdown, floor, tail, tail_wait, order : bool, int, float, float, float, float, float, str
         Conservative backfill, its reservation depth (default: the cluster's, see
         :func:`~.admission.reservation_depth`), the placement slack, the slowdown deadline,
-        the fair-share floor, the tail deadline, the order under overload (``deadline`` or
-        ``themis``) (``streammap`` policy; see :class:`~.admission.Scheduler`).
+        the fair-share floor, the tail deadline, the order (one of :data:`~.admission.ORDERS`:
+        ``deadline``, ``themis``, or their response-ratio forms ``hrrn`` and ``hrrn-themis``)
+        (``streammap`` policy; see :class:`~.admission.Scheduler`).
     joint : bool
         Joint placement of fractional jobs (:mod:`.packing`); off, each runs on a whole device.
     """
