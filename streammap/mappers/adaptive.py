@@ -1,0 +1,148 @@
+"""More search where the gap to the lower bound is large: ``auto``'s adaptive rounds (issue 17).
+
+``auto`` gives every graph of a size the same first search (its steps 5-7: local search from the
+best candidates, the heavy-neighbourhood search, then the exact model or a large-neighbourhood
+search). Most plans are then within a few percent of a lower bound and more search cannot pay; a
+few (Montage and Epigenomics at CCR 10) are far above it and still shortening. A uniformly longer
+search spent the time everywhere and, since it changed which plan the later steps started from,
+lost as often as it gained. :func:`extend_search` instead *continues* from ``auto``'s final plan,
+only while the plan is far from the bound and the search still pays, so a plan is never longer
+than the first search's.
+
+Policy
+------
+State: the best plan so far, the lower bound it is compared with (the largest of ``auto``'s
+analytic bound and the exact model's proven bound), and what the rounds have spent, in re-timings
+and CP-SAT windows.
+
+* A round runs only while the best plan is more than :data:`ADAPT_GAP` above the lower bound.
+* A round is one iterated local search from the best plan (:func:`~streammap.mappers.local_search.improve`,
+  with the heavy-neighbour moves where some edge is heavy), of the first search's length, seeded by
+  the round's number; then, on graphs that ``auto`` gives a large-neighbourhood search, windows of
+  the result (:func:`~streammap.mappers.lns.improve_plan`, the first search's window budget, every
+  kind of window including those that target communication: a dear edge's two ends with their
+  neighbourhoods, a node's tasks re-placed among its devices), CP-SAT seeded by the round.
+* The first round, when the gap is above :data:`DIVERSE_GAP`, also searches from the next
+  distinct candidates ``auto`` did not search (*restarts*, at most :data:`DIVERSE_STARTS`): a
+  plain and a heavy-neighbour search from each, and the shortest of everything is kept.
+* The rounds stop when a round shortens nothing (the search has converged; a graph whose first
+  search found its optimum gets no round at all, or one, where the bound is loose), when the gap
+  falls to :data:`ADAPT_GAP`, after :data:`ADAPT_ROUNDS` rounds, or when the re-timings spent reach
+  :data:`ADAPT_RUNS` times one search's length (the cap: re-timings cost ``O(T + E)`` each, and one
+  search's length is ``auto``'s budget in tasks x re-timings divided by T, so the cap too is an
+  operation count that scales with the graph).
+
+Deterministic: the seeds are the rounds' numbers, CP-SAT's budget is deterministic time, no step
+reads the clock; ties keep the earlier plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from streammap.cost.model import CostModel
+from streammap.mappers.lns import ALL_KINDS, improve_plan
+from streammap.mappers.local_search import heavy_neighbours, improve
+from streammap.mappers.schedule import Schedule
+
+__all__ = ["extend_search", "Round", "ADAPT_GAP", "ADAPT_ROUNDS", "DIVERSE_GAP", "DIVERSE_STARTS", "ROUND_RUNS",
+           "ROUND_WINDOWS"]
+
+#: Rounds run only while the best plan is more than this fraction above the lower bound.
+ADAPT_GAP = 0.05
+#: Restarts from other candidates only when the gap is above this fraction.
+DIVERSE_GAP = 0.10
+#: Most distinct candidates the first round restarts from.
+DIVERSE_STARTS = 2
+#: Most rounds (the cap: each round's effort is bounded by the two counts below).
+ADAPT_ROUNDS = 4
+#: Re-timings of a round's local search, in lengths of ``auto``'s first search (``runs``): a
+#: re-timing costs ``O(T + E)``, a small share of a window's CPU, so the rounds search longer.
+ROUND_RUNS = 4
+#: Windows of a round's large-neighbourhood search, as a share of ``auto``'s first one (``windows``).
+ROUND_WINDOWS = 0.5
+#: Seeds of the rounds' searches start here (``auto``'s first searches use the number of candidates).
+SEED_BASE = 1_000
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one round did: its makespan before and after, and the re-timings and windows it spent."""
+
+    before: float
+    after: float
+    runs: int
+    windows: int
+
+
+def gap(makespan: float, lower: float) -> float:
+    """How far ``makespan`` is above ``lower``, as a fraction of ``lower`` (infinite when the bound is 0)."""
+    return makespan / lower - 1.0 if lower > 0 else float("inf")
+
+
+def extend_search(cost: CostModel, plan: Schedule, *, lower: float, runs: int, windows: int = 0,
+                  restarts: list[Schedule] | tuple = ()) -> tuple[Schedule, list[Round]]:
+    """Rounds of search from ``plan`` while it is far from ``lower`` and the rounds pay (module docstring).
+
+    Parameters
+    ----------
+    cost : CostModel
+    plan : Schedule
+        ``auto``'s best plan, memory-valid.
+    lower : float
+        A lower bound on every plan's makespan.
+    runs : int
+        Re-timings of one local search (``auto``'s first search's length); fewer than 8: no round.
+    windows : int
+        CP-SAT windows of one round's large-neighbourhood search (0: none).
+    restarts : sequence of Schedule
+        Distinct candidates the first round also searches from, best first (memory-valid).
+
+    Returns
+    -------
+    (Schedule, list of Round)
+        The shortest plan found (``plan`` itself if no round shortened it; else its ``mapper`` is
+        ``plan.mapper + "+adapt"``), and the rounds run.
+    """
+    done: list[Round] = []
+    if runs < 8 or cost.n_devices < 2 or cost.n_tasks < 2:
+        return plan, done
+    groups = any(heavy_neighbours(cost))
+    best = plan
+    n_runs = ROUND_RUNS * runs
+    n_windows = int(ROUND_WINDOWS * windows)
+    while len(done) < ADAPT_ROUNDS and gap(best.makespan, lower) > ADAPT_GAP:
+        seed = SEED_BASE + len(done)
+        got = _search(cost, best, n_runs, seed, groups)
+        used = n_runs
+        if not done and gap(best.makespan, lower) > DIVERSE_GAP:
+            for other in list(restarts)[:DIVERSE_STARTS]:
+                s = _search(cost, other, runs, seed, False)
+                s = _search(cost, s, runs, seed, groups) if groups else s
+                used += 2 * runs if groups else runs
+                if s.makespan < got.makespan:
+                    got = s
+        used_windows = 0
+        if n_windows > 0:
+            got = improve_plan(cost, got, max_windows=n_windows, seed=len(done) + 1, kinds=ALL_KINDS)
+            used_windows = n_windows
+        done.append(Round(best.makespan, min(best.makespan, got.makespan), used, used_windows))
+        if not got.makespan < best.makespan:
+            break
+        best = got
+    if best is plan:
+        return plan, done
+    return Schedule(plan.mapper + "+adapt", best.device, best.start, best.finish, best.makespan,
+                    n_devices=cost.n_devices, seq=best.seq), done
+
+
+def _search(cost: CostModel, s: Schedule, runs: int, seed: int, groups: bool) -> Schedule:
+    """One iterated local search of ``runs`` re-timings from ``s``, re-timed in the order of its starts.
+
+    The order of starts (then finishes, then topological place) is topological for any plan, a
+    list scheduler's or a re-timed solver's (whose ``seq`` is a place on its device only), and
+    re-timing ``s``'s assignment in it by insertion starts no task later than ``s`` does."""
+    order = np.lexsort((cost.topo_index, s.finish, s.start))
+    return improve(cost, s, order, max_runs=runs, seed=seed, groups=groups)
