@@ -94,14 +94,15 @@ Candidates, in order:
    graph of a size the same effort; where the final plan is still more than
    :data:`~streammap.mappers.adaptive.ADAPT_GAP` (5%) above its lower bound (the largest of
    :func:`cheap_bound` and the exact model's proven bound), the search *continues from it* in
-   rounds: a longer iterated local search with the heavy-neighbour moves of 5b, on the first round
-   also searches from the next two distinct candidates that 5 did not search (diversity, when the
-   gap is above 10%), and, on the graphs step 7 covers, more CP-SAT windows including those that
-   target communication (a dear crossing edge's two ends with their neighbourhoods; a node's tasks
-   re-placed among its devices). The rounds stop at the first one that shortens nothing, when the
-   gap closes, or at the cap (:data:`~streammap.mappers.adaptive.ADAPT_ROUNDS` rounds of bounded
-   re-timings and windows each): a plan the bound proves near-optimal costs nothing more, and a
-   plan is never longer than steps 5-7 made it (winner ``"<name>+adapt"``). A uniformly longer
+   rounds: each a local search eight times as long as 5's, with the heavy-neighbour moves of 5b,
+   its own seed; where that finds nothing, on the graphs step 7 covers, a quarter of 7's CP-SAT
+   windows, including those that target communication (a dear crossing edge's two ends with their
+   neighbourhoods; a node's tasks re-placed among its devices). The rounds stop at the first one
+   that shortens nothing, when the gap closes, or at the cap
+   (:data:`~streammap.mappers.adaptive.ADAPT_ROUNDS` rounds of bounded re-timings and windows
+   each): a plan the bound proves near-optimal costs nothing more, and a plan is never longer than
+   steps 5-7 made it (winner ``"<name>+adapt"``). Restarts from the next distinct candidates
+   (:data:`~streammap.mappers.adaptive.DIVERSE_STARTS`) never won on the tune seeds and are off. A uniformly longer
    search did not pay (README, "Measuring mappers"): it changed which plan the later steps started
    from and lost as often as it gained.
 

@@ -158,6 +158,7 @@ def test_restarts_from_other_candidates_are_searched_when_the_gap_is_large(monke
     cost = CostModel(montage_like(), processors(4, 10.0))
     start = all_on(cost)
     others = [heft(cost), all_on(cost, 1)]
+    monkeypatch.setattr(adaptive, "DIVERSE_STARTS", 2)         # off by default (measured: never won)
     budgets = counted_searches(monkeypatch)
 
     extend_search(cost, start, lower=start.makespan / 2, runs=200, restarts=others)
@@ -165,6 +166,24 @@ def test_restarts_from_other_candidates_are_searched_when_the_gap_is_large(monke
     # The first round: the search from the plan, then a plain and a heavy-neighbour search from
     # each restart (the montage's images are heavy edges).
     assert budgets[:5] == [adaptive.ROUND_RUNS * 200] + [200] * 4
+
+
+def test_windows_are_tried_only_when_the_local_search_of_a_round_found_nothing(monkeypatch):
+    cost = CostModel(independent(), processors())
+    best = auto_module.auto(cost)
+    calls = []
+    real = adaptive.improve_plan
+
+    def record(cost, plan, **kw):
+        calls.append(kw["max_windows"])
+        return real(cost, plan, **kw)
+
+    monkeypatch.setattr(adaptive, "improve_plan", record)
+
+    got, rounds = extend_search(cost, best, lower=1.0, runs=100, windows=8)
+
+    assert got is best and len(rounds) == 1
+    assert calls == [int(adaptive.ROUND_WINDOWS * 8)] and rounds[0].windows == calls[0]
 
 
 @pytest.mark.parametrize("seed", [0, 1])
