@@ -15,7 +15,11 @@ State: the best plan so far, the lower bound it is compared with (the largest of
 analytic bound and the exact model's proven bound), and what the rounds have spent, in re-timings
 and CP-SAT windows.
 
-* A round runs only while the best plan is more than :data:`ADAPT_GAP` above the lower bound.
+* A round runs only while the best plan is more than :data:`ADAPT_GAP` above the lower bound, and
+  only on a plan long enough to be worth it: one round's local search, at
+  :data:`RETIME_TASK_SECONDS` a task re-timed, may cost at most
+  :data:`~streammap.mappers.lns.PLAN_SHARE` (1%) of the makespan (the large-neighbourhood search's
+  product rule), so a program whose plan takes milliseconds compiles as before.
 * A round is first one iterated local search from the best plan
   (:func:`~streammap.mappers.local_search.improve`, with the heavy-neighbour moves where some edge
   is heavy) of :data:`ROUND_RUNS` times the first search's length, seeded by the round's number:
@@ -50,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streammap.cost.model import CostModel
-from streammap.mappers.lns import ALL_KINDS, improve_plan
+from streammap.mappers.lns import ALL_KINDS, PLAN_SHARE, improve_plan
 from streammap.mappers.local_search import heavy_neighbours, improve
 from streammap.mappers.schedule import Schedule
 
@@ -71,6 +75,11 @@ ROUND_RUNS = 8
 #: Windows of a round's large-neighbourhood search, as a share of ``auto``'s first one (``windows``),
 #: run only when the round's local search shortened nothing.
 ROUND_WINDOWS = 0.25
+#: Mapping time of one task's re-timing, in seconds of one core (fitted on the tune seeds' rounds:
+#: 9,000 re-timings of 138-276 tasks in 0.7-1.6 s; a constant, never measured at run time). A round
+#: whose local search would cost more than :data:`~streammap.mappers.lns.PLAN_SHARE` of the plan's
+#: makespan is not run: a plan of milliseconds (a small program's) gets no round.
+RETIME_TASK_SECONDS = 6e-7
 #: Seeds of the rounds' searches start here (``auto``'s first searches use the number of candidates).
 SEED_BASE = 1_000
 
@@ -117,9 +126,11 @@ def extend_search(cost: CostModel, plan: Schedule, *, lower: float, runs: int, w
     done: list[Round] = []
     if runs < 8 or cost.n_devices < 2 or cost.n_tasks < 2:
         return plan, done
+    n_runs = ROUND_RUNS * runs
+    if n_runs * cost.n_tasks * RETIME_TASK_SECONDS > PLAN_SHARE * plan.makespan:
+        return plan, done
     groups = any(heavy_neighbours(cost))
     best = plan
-    n_runs = ROUND_RUNS * runs
     n_windows = int(ROUND_WINDOWS * windows)
     while len(done) < ADAPT_ROUNDS and gap(best.makespan, lower) > ADAPT_GAP:
         seed = SEED_BASE + len(done)

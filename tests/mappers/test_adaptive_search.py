@@ -57,11 +57,12 @@ def montage_like(n=8, nbytes=400.0, seed=0):
     return g
 
 
-def independent(n=8):
-    """``n`` independent tasks of 1 s: on four processors the optimum, 2 s, is the area bound."""
+def independent(n=8, seconds=10.0):
+    """``n`` independent tasks of ``seconds``: on four processors the optimum, two tasks in turn,
+    is the area bound."""
     g = new_graph("flat", kind="workflow")
     for i in range(n):
-        add_task(g, f"t{i}", "k", times={"P": 1.0})
+        add_task(g, f"t{i}", "k", times={"P": seconds})
     return g
 
 
@@ -87,10 +88,10 @@ def counted_searches(monkeypatch):
 def test_a_plan_the_bound_proves_near_optimal_gets_no_round(monkeypatch):
     cost = CostModel(independent(), processors())
     best = auto_module.auto(cost)
-    assert best.makespan == pytest.approx(2.0)
+    assert best.makespan == pytest.approx(20.0)
     budgets = counted_searches(monkeypatch)
 
-    got, rounds = extend_search(cost, best, lower=2.0, runs=100)
+    got, rounds = extend_search(cost, best, lower=20.0, runs=100)
 
     assert got is best and rounds == [] and budgets == []
 
@@ -102,7 +103,7 @@ def test_the_rounds_stop_after_the_first_round_that_finds_nothing(monkeypatch):
     best = auto_module.auto(cost)
     budgets = counted_searches(monkeypatch)
 
-    got, rounds = extend_search(cost, best, lower=1.0, runs=100)
+    got, rounds = extend_search(cost, best, lower=10.0, runs=100)
 
     assert got is best
     assert len(rounds) == 1 and rounds[0].after == rounds[0].before
@@ -121,9 +122,20 @@ def test_auto_spends_no_round_on_a_graph_its_first_search_solves(monkeypatch):
 
     monkeypatch.setattr(auto_module, "extend_search", record)
     s = auto_module.auto(cost)
-    assert s.makespan == pytest.approx(2.0)
+    assert s.makespan == pytest.approx(20.0)
     assert seen == [[]]
     assert "+adapt" not in s.mapper
+
+
+def test_a_plan_of_milliseconds_gets_no_round_however_far_from_its_bound(monkeypatch):
+    # One round's search would cost more than 1% of the plan (the LNS's product rule).
+    cost = CostModel(independent(seconds=1e-3), processors())
+    start = all_on(cost)                                       # 8 ms, four times the optimum
+    budgets = counted_searches(monkeypatch)
+
+    got, rounds = extend_search(cost, start, lower=2e-3, runs=100)
+
+    assert got is start and rounds == [] and budgets == []
 
 
 def test_a_plan_far_from_its_bound_gets_rounds_and_ends_shorter(monkeypatch):
@@ -180,7 +192,7 @@ def test_windows_are_tried_only_when_the_local_search_of_a_round_found_nothing(m
 
     monkeypatch.setattr(adaptive, "improve_plan", record)
 
-    got, rounds = extend_search(cost, best, lower=1.0, runs=100, windows=8)
+    got, rounds = extend_search(cost, best, lower=10.0, runs=100, windows=8)
 
     assert got is best and len(rounds) == 1
     assert calls == [int(adaptive.ROUND_WINDOWS * 8)] and rounds[0].windows == calls[0]
