@@ -344,7 +344,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         Run the exact model (:mod:`streammap.mappers.exact`) on small graphs (see
         :func:`exact_fits`) when the best heuristic plan is more than :data:`EXACT_GAP` above
         :func:`cheap_bound`, and the large-neighbourhood search on larger graphs (candidate 7;
-        the default); ``False`` gives the heuristic candidates alone.
+        the default); ``False`` gives the heuristic candidates alone (with their local search,
+        and step 8's rounds without CP-SAT windows).
 
     Returns
     -------
