@@ -26,11 +26,12 @@ and CP-SAT windows.
   re-timings are cheap (a millisecond on a few hundred tasks), and on the tune seeds the gains
   came mostly from these long searches (a kick that pays is rare; a longer search meets more).
 * Only when that search shortened nothing, and on graphs that ``auto`` gives a large-neighbourhood
-  search, CP-SAT windows of the plan decide whether the rounds go on
+  search, CP-SAT windows of the plan may decide whether the rounds go on
   (:func:`~streammap.mappers.lns.improve_plan`, :data:`ROUND_WINDOWS` of the first search's window
   budget, every kind of window including those that target communication: a dear crossing edge's
   two ends with their neighbourhoods, a node's tasks re-placed among its devices; CP-SAT seeded by
-  the round). A window costs about a hundred re-timings, so windows are the fallback, not the rule.
+  the round). Off by default: a window costs about a hundred re-timings, and on the tune seeds a
+  quarter of the first search's windows in each round gave 0.9994x the makespans for 19% more CPU.
 * The rounds stop when a round shortens nothing (the search has converged; a graph whose first
   search found its optimum gets no round at all, or one, where the bound is loose), when the gap
   falls to :data:`ADAPT_GAP`, or after :data:`ADAPT_ROUNDS` rounds (the cap: each round's effort is
@@ -67,14 +68,16 @@ ADAPT_GAP = 0.05
 DIVERSE_GAP = 0.10
 #: Most distinct candidates the first round restarts from.
 DIVERSE_STARTS = 0
-#: Most rounds (the cap: each round's effort is bounded by the two counts below).
-ADAPT_ROUNDS = 4
+#: Most rounds (the cap: each round's effort is bounded by the two counts below). On the tune seeds
+#: the first round gave 80% of four rounds' gain for 42% of their CPU, the second most of the rest.
+ADAPT_ROUNDS = 2
 #: Re-timings of a round's local search, in lengths of ``auto``'s first search (``runs``): a
 #: re-timing costs ``O(T + E)``, a small share of a window's CPU, so the rounds search longer.
 ROUND_RUNS = 8
 #: Windows of a round's large-neighbourhood search, as a share of ``auto``'s first one (``windows``),
-#: run only when the round's local search shortened nothing.
-ROUND_WINDOWS = 0.25
+#: run only when the round's local search shortened nothing. Off (0): measured at 0.25 on the tune
+#: seeds (91 cases, four rounds), 0.9994x the makespans for 19% more CPU.
+ROUND_WINDOWS = 0.0
 #: Mapping time of one task's re-timing, in seconds of one core (fitted on the tune seeds' rounds:
 #: 9,000 re-timings of 138-276 tasks in 0.7-1.6 s; a constant, never measured at run time). A round
 #: whose local search would cost more than :data:`~streammap.mappers.lns.PLAN_SHARE` of the plan's

@@ -191,6 +191,7 @@ def test_windows_are_tried_only_when_the_local_search_of_a_round_found_nothing(m
         return real(cost, plan, **kw)
 
     monkeypatch.setattr(adaptive, "improve_plan", record)
+    monkeypatch.setattr(adaptive, "ROUND_WINDOWS", 0.25)        # off by default (measured)
 
     got, rounds = extend_search(cost, best, lower=10.0, runs=100, windows=8)
 
@@ -210,8 +211,9 @@ def test_auto_on_a_montage_shaped_graph_at_ccr_10_is_never_worse_than_heft(seed)
     assert valid and makespan == pytest.approx(s.makespan)
 
 
-def test_the_rounds_never_return_a_longer_or_memory_invalid_plan():
+def test_the_rounds_never_return_a_longer_or_memory_invalid_plan(monkeypatch):
     # 6 GiB devices: memory binds, so some moves and window solutions break a capacity.
+    monkeypatch.setattr(adaptive, "ROUND_WINDOWS", 0.5)
     cost = CostModel(random_graph(n=80, seed=2), mixed_cluster(memory="6GiB"))
     start = heft(cost)
 
