@@ -103,7 +103,8 @@ Candidates, in order:
    next distinct candidates (:data:`~streammap.mappers.adaptive.DIVERSE_STARTS`; never won) and
    CP-SAT windows when a round's search finds nothing, including windows that target
    communication (a dear crossing edge's neighbourhood, a node's tasks among its devices;
-   :data:`~streammap.mappers.adaptive.ROUND_WINDOWS`; 0.9994x for 19% more CPU). A uniformly longer
+   :data:`~streammap.mappers.adaptive.ROUND_WINDOWS`; 0.9994x for 19% more CPU). ``exact=False``
+   leaves the rounds out, as it does steps 6 and 7. A uniformly longer
    search did not pay (README, "Measuring mappers"): it changed which plan the later steps started
    from and lost as often as it gained.
 
@@ -345,8 +346,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         Run the exact model (:mod:`streammap.mappers.exact`) on small graphs (see
         :func:`exact_fits`) when the best heuristic plan is more than :data:`EXACT_GAP` above
         :func:`cheap_bound`, and the large-neighbourhood search on larger graphs (candidate 7;
-        the default); ``False`` gives the heuristic candidates alone (with their local search,
-        and step 8's rounds without CP-SAT windows).
+        the default), then step 8's adaptive rounds; ``False`` gives the heuristic candidates
+        alone (with their local search): never shorter than ``True``'s plan.
 
     Returns
     -------
@@ -585,9 +586,9 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                 name, best = f"{name}+lns", better
     # Adaptive rounds (step 8): more search, only while the plan is far from its lower bound and
     # the rounds still shorten it.
-    if share >= 8:
+    if exact and share >= 8:
         lower = max(analytic if analytic is not None else cheap_bound(cost), bound or 0.0)
-        rounds_windows = lns_windows if lns_windows > 0 and exact_available() else 0
+        rounds_windows = lns_windows if exact_available() else 0
         better, _ = extend_search(cost, best, lower=lower, runs=share, windows=rounds_windows, restarts=restarts)
         if better is not best:
             name, best = f"{name}+adapt", better
