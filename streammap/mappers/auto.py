@@ -90,6 +90,23 @@ Candidates, in order:
    deterministic time each, shrinks as the graph grows and as the plan gets shorter (at most 1% of the
    makespan at the measured cost of a window, :func:`~streammap.mappers.lns.window_seconds`: a plan
    of milliseconds gets none). ``exact=False`` leaves it out too.
+8. **Adaptive rounds** (:func:`streammap.mappers.adaptive.extend_search`): steps 5-7 give every
+   graph of a size the same effort; where the final plan is still more than
+   :data:`~streammap.mappers.adaptive.ADAPT_GAP` (5%) above its lower bound (the largest of
+   :func:`cheap_bound` and the exact model's proven bound), the search *continues from it* in
+   rounds: each a local search eight times as long as 5's, with the heavy-neighbour moves of 5b,
+   its own seed. The rounds stop at the first one that shortens nothing, when the gap closes, at
+   the cap (:data:`~streammap.mappers.adaptive.ADAPT_ROUNDS`, two rounds of bounded re-timings),
+   and none runs where one would cost more than 1% of the makespan: a plan the bound proves
+   near-optimal costs nothing more, and a plan is never longer than steps 5-7 made it (winner
+   ``"<name>+adapt"``). Two options measured on the tune seeds and left off: restarts from the
+   next distinct candidates (:data:`~streammap.mappers.adaptive.DIVERSE_STARTS`; never won) and
+   CP-SAT windows when a round's search finds nothing, including windows that target
+   communication (a dear crossing edge's neighbourhood, a node's tasks among its devices;
+   :data:`~streammap.mappers.adaptive.ROUND_WINDOWS`; 0.9994x for 19% more CPU). ``exact=False``
+   leaves the rounds out, as it does steps 6 and 7. A uniformly longer
+   search did not pay (README, "Measuring mappers"): it changed which plan the later steps started
+   from and lost as often as it gained.
 
 Effort is bounded by operation counts that scale with the graph (no wall-clock budget, which
 would make plans depend on the machine's load): the number of candidates shrinks as ``T × D``
@@ -115,6 +132,7 @@ import numpy as np
 
 from streammap.cost.model import CostModel, combined_bound, concat_ranges, segment_max
 from streammap.errors import MappingError
+from streammap.mappers.adaptive import DIVERSE_STARTS, extend_search
 from streammap.mappers.clustering import chain_schedule
 from streammap.mappers.dsc import dsc_schedule
 from streammap.mappers.exact import available as exact_available
@@ -328,7 +346,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         Run the exact model (:mod:`streammap.mappers.exact`) on small graphs (see
         :func:`exact_fits`) when the best heuristic plan is more than :data:`EXACT_GAP` above
         :func:`cheap_bound`, and the large-neighbourhood search on larger graphs (candidate 7;
-        the default); ``False`` gives the heuristic candidates alone.
+        the default), then step 8's adaptive rounds; ``False`` gives the heuristic candidates
+        alone (with their local search): never shorter than ``True``'s plan.
 
     Returns
     -------
@@ -514,6 +533,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
 
     # Local search from the best distinct candidates.
     runs = min(SEARCH_MAX_RUNS, (SEARCH_BUDGET if tier == 0 else SEARCH_BUDGET_LARGE) // max(1, T))
+    share, restarts = 0, []
     if runs >= 8 and D > 1:
         starts, seen = [], set()
         for ms, i, name, s in results:
@@ -522,8 +542,10 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                 continue
             seen.add(key)
             starts.append((name, s))
-            if len(starts) == SEARCH_STARTS:
+            if len(starts) == SEARCH_STARTS + DIVERSE_STARTS:
                 break
+        # The next distinct candidates are the adaptive rounds' restarts (step 8).
+        starts, restarts = starts[:SEARCH_STARTS], [s for _, s in starts[SEARCH_STARTS:]]
         share = runs // len(starts)
         for name, s in starts:
             better = improve(cost, s, _placement_order(s), max_runs=share, seed=len(results))
@@ -562,6 +584,14 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
             better = improve_plan(cost, best, max_windows=lns_windows)
             if better is not best:
                 name, best = f"{name}+lns", better
+    # Adaptive rounds (step 8): more search, only while the plan is far from its lower bound and
+    # the rounds still shorten it.
+    if exact and share >= 8:
+        lower = max(analytic if analytic is not None else cheap_bound(cost), bound or 0.0)
+        rounds_windows = lns_windows if exact_available() else 0
+        better, _ = extend_search(cost, best, lower=lower, runs=share, windows=rounds_windows, restarts=restarts)
+        if better is not best:
+            name, best = f"{name}+adapt", better
     return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
                     n_devices=D, seq=best.seq, bound=bound, heft_makespan=heft_ms, analytic_bound=analytic)
 

@@ -204,3 +204,51 @@ def test_the_search_spends_at_most_one_percent_of_the_plan_it_shortens(makespan)
     assert n * window_seconds(100) <= PLAN_SHARE * makespan
     assert window_budget(100, 10 * makespan) >= n             # a longer plan is worth more windows
     assert window_budget(1_000, makespan) <= n                # a larger graph's windows cost more
+
+
+def test_edge_windows_hold_both_ends_of_the_dearest_crossing_edge_first():
+    cost = CostModel(random_graph(n=120, seed=6), mixed_cluster())
+    plan = heft(cost)
+    dev = plan.device
+    src, dst = cost.pred_idx, cost.pred_dst
+    cross = np.flatnonzero(dev[src] != dev[dst])
+    assert cross.size                                          # the plan transfers something
+
+    ws = windows(cost, plan, kinds=("edge",))
+
+    assert ws and {kind for kind, _ in ws} == {"edge"}
+    assert len(ws) <= lns.EDGE_WINDOWS
+    for _, w in ws:                                            # every window is around a crossing edge
+        assert any(src[k] in w and dst[k] in w for k in cross.tolist())
+    assert all(2 <= w.size <= lns.WINDOW_TASKS for _, w in ws)
+
+
+def test_node_windows_hold_the_tasks_of_one_node_and_keep_them_there():
+    cost = CostModel(random_graph(n=120, seed=7), mixed_cluster())
+    plan = heft(cost)
+    node_of_task = cost.node_of[plan.device]
+
+    ws = windows(cost, plan, kinds=("node",))
+
+    assert ws and {kind for kind, _ in ws} == {"node"}
+    assert all(np.unique(node_of_task[w]).size == 1 for _, w in ws)
+    _, w = ws[0]
+    node = node_of_task[w[0]]
+    devices = np.flatnonzero(cost.node_of == node)
+    got = solve_window(cost, plan, w, devices=devices)
+    if got is not None:                                        # re-placed among the node's devices only
+        assert (cost.node_of[got.device[w]] == node).all()
+        assert got.makespan < plan.makespan
+
+
+def test_the_search_over_every_kind_of_window_is_never_worse_and_deterministic():
+    cost = CostModel(random_graph(n=90, seed=8), mixed_cluster(memory="6GiB"))
+    start = heft(cost)
+
+    a = improve_plan(cost, start, max_windows=8, kinds=lns.ALL_KINDS, seed=2)
+    b = improve_plan(cost, start, max_windows=8, kinds=lns.ALL_KINDS, seed=2)
+
+    makespan, valid, _ = evaluate(cost, a)
+    assert valid and makespan == pytest.approx(a.makespan) and a.makespan <= start.makespan
+    for field in ("device", "start", "finish"):
+        assert getattr(a, field).tobytes() == getattr(b, field).tobytes()

@@ -1,0 +1,236 @@
+"""``auto``'s adaptive rounds (``streammap.mappers.adaptive``): more search only where the plan is
+far from its lower bound, and only while the rounds still shorten it.
+
+A plan the bound proves near-optimal gets no round; a plan whose search has converged gets one,
+which finds nothing, and no more; a plan far from the bound that the rounds can shorten gets
+them, and ends shorter. The rounds never return a longer or memory-invalid plan, never make
+``auto`` worse than HEFT, and the same inputs give the same plan, byte for byte.
+"""
+
+import importlib
+
+import numpy as np
+import pytest
+
+from streammap.cluster.model import cluster_from_dict
+from streammap.cost.model import CostModel
+from streammap.ir import add_task, new_graph
+from streammap.mappers import adaptive
+from streammap.mappers.adaptive import ADAPT_GAP, ADAPT_ROUNDS, extend_search
+from streammap.mappers.heft import heft
+from streammap.mappers.schedule import evaluate, simulate
+from tests.helpers.graphs import mixed_cluster, random_graph
+
+auto_module = importlib.import_module("streammap.mappers.auto")
+
+
+def processors(n=4, bandwidth=10.0):
+    """``n`` equal processors on one node, joined by ``bandwidth`` bytes/s, no latency."""
+    return cluster_from_dict({
+        "name": "procs", "network": {"bandwidth": bandwidth, "latency": 0},
+        "nodes": [{"name": "n0", "link": {"bandwidth": bandwidth, "latency": 0},
+                   "devices": [{"name": f"p{i}", "kind": "cpu", "model": "P"} for i in range(n)]}]})
+
+
+def montage_like(n=8, nbytes=400.0, seed=0):
+    """A small Montage: ``n`` projections (8-12 s), a difference fit (1 s) of each neighbouring
+    pair, a concatenating fit and a background model (0.5 s each, small outputs), a background
+    correction (2 s) per projection and a co-add (1 s); images are ``nbytes`` each, so at 10 bytes/s
+    a crossing image costs 40 s, four times a projection (CCR 10)."""
+    rng = np.random.default_rng(seed)
+    g = new_graph("montage", kind="workflow")
+    add_task(g, "concat", "concat", times={"P": 0.5})
+    add_task(g, "model", "model", times={"P": 0.5})
+    add_task(g, "add", "add", times={"P": 1.0})
+    g.add_edge("concat", "model", bytes=1.0)
+    for i in range(n):
+        add_task(g, f"proj{i}", "project", times={"P": float(rng.uniform(8.0, 12.0))})
+        add_task(g, f"bg{i}", "background", times={"P": 2.0})
+        g.add_edge(f"proj{i}", f"bg{i}", bytes=nbytes)
+        g.add_edge("model", f"bg{i}", bytes=1.0)
+        g.add_edge(f"bg{i}", "add", bytes=nbytes)
+    for i in range(n - 1):
+        add_task(g, f"diff{i}", "diff", times={"P": 1.0})
+        g.add_edge(f"proj{i}", f"diff{i}", bytes=nbytes)
+        g.add_edge(f"proj{i + 1}", f"diff{i}", bytes=nbytes)
+        g.add_edge(f"diff{i}", "concat", bytes=1.0)
+    return g
+
+
+def independent(n=8, seconds=10.0):
+    """``n`` independent tasks of ``seconds``: on four processors the optimum, two tasks in turn,
+    is the area bound."""
+    g = new_graph("flat", kind="workflow")
+    for i in range(n):
+        add_task(g, f"t{i}", "k", times={"P": seconds})
+    return g
+
+
+def all_on(cost, d=0):
+    """Every task on device ``d``, in topological order."""
+    dev = np.full(cost.n_tasks, d, dtype=np.int64)
+    return simulate(cost, dev, [cost.topo if k == d else [] for k in range(cost.n_devices)])
+
+
+def counted_searches(monkeypatch):
+    """Record the re-timing budget of every local search the rounds run."""
+    budgets = []
+    real = adaptive.improve
+
+    def count(cost, schedule, order, *, max_runs, **kw):
+        budgets.append(max_runs)
+        return real(cost, schedule, order, max_runs=max_runs, **kw)
+
+    monkeypatch.setattr(adaptive, "improve", count)
+    return budgets
+
+
+def test_a_plan_the_bound_proves_near_optimal_gets_no_round(monkeypatch):
+    cost = CostModel(independent(), processors())
+    best = auto_module.auto(cost)
+    assert best.makespan == pytest.approx(20.0)
+    budgets = counted_searches(monkeypatch)
+
+    got, rounds = extend_search(cost, best, lower=20.0, runs=100)
+
+    assert got is best and rounds == [] and budgets == []
+
+
+def test_the_rounds_stop_after_the_first_round_that_finds_nothing(monkeypatch):
+    # The optimum already, but a loose bound (half of it): one round is spent, finds nothing, and
+    # no second follows.
+    cost = CostModel(independent(), processors())
+    best = auto_module.auto(cost)
+    budgets = counted_searches(monkeypatch)
+
+    got, rounds = extend_search(cost, best, lower=10.0, runs=100)
+
+    assert got is best
+    assert len(rounds) == 1 and rounds[0].after == rounds[0].before
+    assert budgets == [adaptive.ROUND_RUNS * 100]
+
+
+def test_auto_spends_no_round_on_a_graph_its_first_search_solves(monkeypatch):
+    cost = CostModel(independent(), processors())
+    seen = []
+    real = auto_module.extend_search
+
+    def record(*args, **kw):
+        got, rounds = real(*args, **kw)
+        seen.append(rounds)
+        return got, rounds
+
+    monkeypatch.setattr(auto_module, "extend_search", record)
+    s = auto_module.auto(cost)
+    assert s.makespan == pytest.approx(20.0)
+    assert seen == [[]]
+    assert "+adapt" not in s.mapper
+
+
+def test_a_plan_of_milliseconds_gets_no_round_however_far_from_its_bound(monkeypatch):
+    # One round's search would cost more than 1% of the plan (the LNS's product rule).
+    cost = CostModel(independent(seconds=1e-3), processors())
+    start = all_on(cost)                                       # 8 ms, four times the optimum
+    budgets = counted_searches(monkeypatch)
+
+    got, rounds = extend_search(cost, start, lower=2e-3, runs=100)
+
+    assert got is start and rounds == [] and budgets == []
+
+
+def test_a_plan_far_from_its_bound_gets_rounds_and_ends_shorter(monkeypatch):
+    cost = CostModel(montage_like(), processors(4, 10.0))
+    start = all_on(cost)                                     # everything on one processor
+    lower = auto_module.cheap_bound(cost)
+    assert start.makespan > lower * (1 + ADAPT_GAP)
+    budgets = counted_searches(monkeypatch)
+
+    got, rounds = extend_search(cost, start, lower=lower, runs=200)
+
+    assert 1 <= len(rounds) <= ADAPT_ROUNDS
+    assert budgets and sum(budgets) == sum(r.runs for r in rounds)
+    assert got.makespan < start.makespan and got.mapper.endswith("+adapt")
+    assert rounds[0].after < rounds[0].before
+    makespan, valid, _ = evaluate(cost, got)
+    assert valid and makespan == pytest.approx(got.makespan)
+
+
+def test_bigger_budget_only_where_the_gap_is_large(monkeypatch):
+    cost = CostModel(montage_like(), processors(4, 10.0))
+    start = all_on(cost)
+    budgets = counted_searches(monkeypatch)
+
+    extend_search(cost, start, lower=start.makespan / (1 + ADAPT_GAP / 2), runs=200)   # within the gap
+    near = list(budgets)
+    extend_search(cost, start, lower=start.makespan / 2, runs=200)                 # twice the bound
+    assert near == [] and len(budgets) > 0
+
+
+def test_restarts_from_other_candidates_are_searched_when_the_gap_is_large(monkeypatch):
+    cost = CostModel(montage_like(), processors(4, 10.0))
+    start = all_on(cost)
+    others = [heft(cost), all_on(cost, 1)]
+    monkeypatch.setattr(adaptive, "DIVERSE_STARTS", 2)         # off by default (measured: never won)
+    budgets = counted_searches(monkeypatch)
+
+    extend_search(cost, start, lower=start.makespan / 2, runs=200, restarts=others)
+
+    # The first round: the search from the plan, then a plain and a heavy-neighbour search from
+    # each restart (the montage's images are heavy edges).
+    assert budgets[:5] == [adaptive.ROUND_RUNS * 200] + [200] * 4
+
+
+def test_windows_are_tried_only_when_the_local_search_of_a_round_found_nothing(monkeypatch):
+    cost = CostModel(independent(), processors())
+    best = auto_module.auto(cost)
+    calls = []
+    real = adaptive.improve_plan
+
+    def record(cost, plan, **kw):
+        calls.append(kw["max_windows"])
+        return real(cost, plan, **kw)
+
+    monkeypatch.setattr(adaptive, "improve_plan", record)
+    monkeypatch.setattr(adaptive, "ROUND_WINDOWS", 0.25)        # off by default (measured)
+
+    got, rounds = extend_search(cost, best, lower=10.0, runs=100, windows=8)
+
+    assert got is best and len(rounds) == 1
+    assert calls == [int(adaptive.ROUND_WINDOWS * 8)] and rounds[0].windows == calls[0]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_auto_on_a_montage_shaped_graph_at_ccr_10_is_never_worse_than_heft(seed):
+    cost = CostModel(montage_like(10, seed=seed), processors(4, 10.0))
+
+    s = auto_module.auto(cost)
+
+    assert s.makespan <= heft(cost).makespan * (1 + 1e-12)
+    assert s.makespan <= heft(cost, memory_aware=False).makespan * (1 + 1e-12)
+    makespan, valid, _ = evaluate(cost, s)
+    assert valid and makespan == pytest.approx(s.makespan)
+
+
+def test_the_rounds_never_return_a_longer_or_memory_invalid_plan(monkeypatch):
+    # 6 GiB devices: memory binds, so some moves and window solutions break a capacity.
+    monkeypatch.setattr(adaptive, "ROUND_WINDOWS", 0.5)
+    cost = CostModel(random_graph(n=80, seed=2), mixed_cluster(memory="6GiB"))
+    start = heft(cost)
+
+    got, rounds = extend_search(cost, start, lower=start.makespan / 3, runs=100, windows=6,
+                                restarts=[heft(cost, memory_aware=True)])
+
+    makespan, valid, _ = evaluate(cost, got)
+    assert valid and makespan == pytest.approx(got.makespan)
+    assert got.makespan <= start.makespan
+    assert rounds and all(r.after <= r.before for r in rounds)
+
+
+def test_the_same_inputs_give_the_same_plan_byte_for_byte():
+    cost = CostModel(montage_like(10, seed=1), processors(4, 10.0))
+
+    a, b = auto_module.auto(cost), auto_module.auto(cost)
+
+    assert a.mapper == b.mapper
+    for field in ("device", "start", "finish", "seq"):
+        assert getattr(a, field).tobytes() == getattr(b, field).tobytes()
