@@ -121,6 +121,48 @@ def item(value, index):
     return value if index is None else value[index]
 
 
+def spec_problem(spec) -> str | None:
+    """What makes ``spec`` not an arg spec (a plan from someone else may hold anything), or ``None``.
+
+    Walks nested specs (their depth is bounded by the plan reader's nesting limit). A ``value``'s
+    content is not constrained: it is handed to the kernel as it is.
+
+    Examples
+    --------
+    >>> spec_problem({"list": [{"ref": "a", "index": 1}, {"value": [1, 2]}]}) is None
+    True
+    >>> spec_problem({"ref": ["a"]})
+    "'ref' must name a task (a string), not list"
+    >>> spec_problem(5)
+    'an argument spec is a mapping such as {ref: TASK} or {value: 3}, not int'
+    """
+    if type(spec) is not dict:
+        return f"an argument spec is a mapping such as {{ref: TASK}} or {{value: 3}}, not {type(spec).__name__}"
+    keys = set(spec)
+    if "ref" in keys:
+        if not keys <= {"ref", "index"}:
+            return f"a ref spec has only 'ref' and 'index', not {sorted(map(str, keys - {'ref', 'index'}))}"
+        if type(spec["ref"]) is not str:
+            return f"'ref' must name a task (a string), not {type(spec['ref']).__name__}"
+        index = spec.get("index")
+        if index is not None and type(index) is not int:
+            return f"'index' must be an integer, not {type(index).__name__}"
+        return None
+    if len(keys) != 1 or not keys <= {"value", "list", "tuple", "dict"}:
+        return f"unknown argument spec with keys {sorted(map(str, keys))}"
+    if "value" in keys:
+        return None
+    kind = next(iter(keys))
+    items = spec[kind]
+    if kind == "dict":
+        if type(items) is not dict or not all(type(k) is str for k in items):
+            return "'dict' must map names to argument specs"
+        items = items.values()
+    elif type(items) is not list:
+        return f"'{kind}' must be a list of argument specs, not {type(items).__name__}"
+    return next(filter(None, map(spec_problem, items)), None)
+
+
 def spec_refs(spec) -> list[str]:
     """Task ids an arg spec refers to, in order of appearance."""
     out: list[str] = []

@@ -73,7 +73,7 @@ from streammap.io.bulk import gc_paused
 from streammap.io.columnar import decode_strings, encode_strings, read_columns, write_columns
 from streammap.io.files import atomic_write_text, check_output_path
 from streammap.io.yamlfile import dump_mapping_yaml, dump_yaml, load_yaml, validation_error
-from streammap.ir import MAX_RETRIES, spec_refs
+from streammap.ir import MAX_RETRIES, spec_problem, spec_refs
 
 PLAN_VERSION = 1
 
@@ -865,6 +865,11 @@ def check_plan_names(plan: Plan, path=None, lines: dict | None = None) -> None:
                                      "(they name the .npz members)")
 
 
+#: What a plan's arguments and outputs may be (:mod:`streammap.ir`'s arg specs).
+SPEC_HINT = ("an argument (and the outputs) is {ref: TASK} (with index: I), {value: V}, {list: [...]}, "
+             "{tuple: [...]} or {dict: {NAME: ...}}; compile the program again to get a valid plan")
+
+
 def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
     """Check what pydantic cannot: known devices, unique ids, deps before use, args within deps."""
     lines = lines or {}
@@ -872,6 +877,10 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
     if len(device_ids) != len(plan.devices):
         raise PlanError("a device id appears twice in 'devices'", path=path, line=lines.get(("devices",)))
     seen = _check_tasks(plan, device_ids, path, lines)
+    problem = spec_problem(plan.outputs) if plan.outputs is not None else None
+    if problem:
+        raise PlanError(f"the plan's outputs: {problem}", path=path, line=lines.get(("outputs",)),
+                        hint=SPEC_HINT)
     for r in spec_refs(plan.outputs):
         if r not in seen:
             raise PlanError(f"the plan's outputs name unknown task {r!r}", path=path, line=lines.get(("outputs",)))
@@ -906,6 +915,10 @@ def _check_tasks(plan: Plan, device_ids: set, path, lines: dict) -> set[str]:
         if len(deps) > 8:
             deps = set(deps)               # a fan-in of 100,000 deps: not a list scan per ref
         for spec in (t.args if not t.kwargs else (*t.args, *t.kwargs.values())):
+            problem = spec_problem(spec)
+            if problem:
+                raise PlanError(f"task {t.id!r}: an argument is malformed: {problem}", path=path,
+                                line=lines.get(("tasks", i)), hint=SPEC_HINT)
             if "ref" in spec:              # a plain ref: one look-up, no walk
                 missing = spec["ref"]
                 if missing in deps:

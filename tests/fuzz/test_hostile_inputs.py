@@ -231,6 +231,23 @@ def test_hostile_plans_are_refused_before_anything_runs(workdir, capsys, compile
 
 
 
+@pytest.mark.parametrize("edit, needle", [
+    (lambda d: d.update(outputs=5), "the plan's outputs: an argument spec is a mapping"),
+    (lambda d: d.update(outputs={"ref": []}), "'ref' must name a task"),
+    (lambda d: d.update(outputs={"list": 3}), "'list' must be a list"),
+    (lambda d: d["tasks"][1].update(args=[None]), "an argument spec is a mapping"),
+    (lambda d: d["tasks"][1].update(args=[{"ref": d["tasks"][0]["id"], "index": "x"}]), "'index' must be an integer"),
+    (lambda d: d["tasks"][1].update(args=[{"tuple": [{"dict": {"a": 7}}]}]), "not int"),
+    (lambda d: d["tasks"][1].update(args=[{"value": 1, "list": []}]), "unknown argument spec"),
+])
+def test_a_plan_whose_arguments_are_not_arg_specs_is_refused_by_every_reader(workdir, capsys, compiled, edit, needle):
+    edit(compiled)
+    bad = write_plan_data(workdir, compiled)
+    refused(["show", bad], capsys, needle, "bad.yaml:", "hint: an argument")
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, needle)
+    assert not (workdir / "o.npz").exists()
+
+
 def test_a_plan_task_retried_a_billion_times_is_refused_before_anything_runs(workdir, capsys, compiled):
     compiled["tasks"][0]["retries"] = 10**9
     bad = write_plan_data(workdir, compiled)
