@@ -108,7 +108,7 @@ class ModuleInfo(_Strict):
 
 
 class SourceInfo(_Strict):
-    path: str
+    path: str = Field(min_length=1, max_length=4096)
     sha256: str
     # The digest of the plan's params (params_digest), written with them: params edited by hand
     # are refused on read, as a changed program is refused at run.
@@ -117,6 +117,17 @@ class SourceInfo(_Strict):
     kind: Literal["program", "workflow"] = "program"
     # The local modules the program imports (files of its folder), checked like the program itself.
     modules: list[ModuleInfo] = Field(default=[], max_length=1000)
+
+    @pydantic.field_validator("path")
+    @classmethod
+    def _openable_path(cls, value: str) -> str:
+        # A NUL byte or a part longer than a file name can be made the OS calls fail with a
+        # ValueError or ENAMETOOLONG deep inside the checks of the source, as a traceback.
+        if "\0" in value:
+            raise ValueError("a path has no NUL character")
+        if any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in value.split("/")):
+            raise ValueError("a part of the path is longer than a file name may be (255 bytes)")
+        return value
 
 
 class ClusterInfo(_Strict):

@@ -218,6 +218,9 @@ def write_plan_data(workdir, data, name="bad.yaml") -> Path:
 @pytest.mark.parametrize("edit, needle", [
     (lambda d: d["params"].update(N=[1, 2]), "params.N"),
     (lambda d: d["source"].update(path="."), "not a file"),
+    (lambda d: d["source"].update(path="fm\0.py"), "source.path: a path has no NUL"),
+    (lambda d: d["source"].update(path="x" * 300 + ".py"), "longer than a file name"),
+    (lambda d: d["source"].update(path="x/" * 3000), "source.path"),
     (lambda d: d["devices"][0].update(index=-1), "devices[0].index"),
     (lambda d: d["devices"][0].update(memory=-1.0), "devices[0].memory"),       # the spill logic's capacity
     (lambda d: d["devices"][0].update(memory=float("nan")), "devices[0].memory"),
