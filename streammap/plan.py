@@ -68,11 +68,12 @@ import numpy as np
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from streammap.cluster.model import ClusterSpec
 from streammap.errors import PlanError
 from streammap.io.bulk import gc_paused
 from streammap.io.columnar import decode_strings, encode_strings, read_columns, write_columns
 from streammap.io.files import atomic_write_text, check_output_path
-from streammap.io.yamlfile import dump_mapping_yaml, dump_yaml, load_yaml, validation_error
+from streammap.io.yamlfile import dump_mapping_yaml, dump_yaml, field_name, load_yaml, validation_error
 from streammap.ir import MAX_RETRIES, spec_problem, spec_refs
 
 PLAN_VERSION = 1
@@ -136,6 +137,19 @@ class ClusterInfo(_Strict):
     # The whole cluster in the cluster-file format, so that a runtime can re-map the rest of a
     # plan (a lost or slow device) without the original file.
     spec: Optional[dict] = None
+
+    @pydantic.field_validator("spec")
+    @classmethod
+    def _a_cluster(cls, value: dict | None) -> dict | None:
+        # Read as plain data by the runtime (spilling), re-mapping and the k8s export: a spec from
+        # someone else is checked as a cluster file is, or a wrong type there is a traceback later.
+        if value is not None:
+            try:
+                ClusterSpec.model_validate(value)
+            except pydantic.ValidationError as exc:
+                err = exc.errors()[0]
+                raise ValueError(f"{field_name(err['loc'])}: {err['msg'].removeprefix('Value error, ')}") from None
+        return value
 
 
 class MapperInfo(_Strict):

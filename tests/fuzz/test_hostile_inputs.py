@@ -251,6 +251,25 @@ def test_a_plan_whose_arguments_are_not_arg_specs_is_refused_by_every_reader(wor
     assert not (workdir / "o.npz").exists()
 
 
+@pytest.mark.parametrize("edit, needle", [
+    (lambda s: s.update(nodes=5), "cluster.spec: nodes:"),
+    (lambda s: s["nodes"].__setitem__(0, "node"), "cluster.spec: nodes[0]:"),
+    (lambda s: s.update(memory_oversubscription=10**400), "cluster.spec: memory_oversubscription:"),
+    (lambda s: s.update(memory_oversubscription="lots"), "cluster.spec: memory_oversubscription:"),
+    (lambda s: s.update(max_tasks_per_device=[1]), "cluster.spec: max_tasks_per_device:"),
+    (lambda s: s["nodes"][0]["devices"][0].update(memory=-1), "cluster.spec: nodes[0].devices[0].memory:"),
+])
+def test_a_plan_whose_cluster_spec_is_not_a_cluster_is_refused_by_every_reader(workdir, capsys, compiled, edit, needle):
+    """The cluster a plan carries (re-mapping, k8s export and the runtime's spilling read it) is
+    checked as a cluster file is."""
+    edit(compiled["cluster"]["spec"])
+    bad = write_plan_data(workdir, compiled)
+    refused(["show", bad], capsys, needle, "bad.yaml:")
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, needle)
+    refused(["export", "k8s", bad, "-o", "k8s", "--image", "streammap:1"], capsys, needle)
+    assert not (workdir / "o.npz").exists() and not (workdir / "k8s").exists()
+
+
 def test_a_plan_task_retried_a_billion_times_is_refused_before_anything_runs(workdir, capsys, compiled):
     compiled["tasks"][0]["retries"] = 10**9
     bad = write_plan_data(workdir, compiled)
