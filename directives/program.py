@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, Evaluator, Locator, Unavailable
 from streammap.directives.scan import Clause, Directive, Source, basename, scan
 from streammap.errors import DirectiveError
-from streammap.ir import MAX_RETRIES
+from streammap.ir import MAX_RETRIES, MAX_TIMEOUT
 
 PARAM_TYPES = (int, float, str, bool, type(None))
 SIZE_CLAUSES = ("flops", "bytes", "mem", "out")
@@ -707,7 +707,7 @@ def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed, what: st
 CLAUSE_HINT = ("flops, bytes, mem and out are non-negative numbers; device is a string (\"gpu\", "
                 "\"cpu\", \"any\", or a model/vendor); split is an int axis; share is a number in "
                 f"(0, 1]; stateful is a bool; retries is an int in 0..{MAX_RETRIES}; timeout is a number of seconds > 0 "
-                "(or None)")
+                f"and at most {MAX_TIMEOUT:.0f} (a year), or None")
 
 
 def clause_problem(name: str, value) -> str | None:
@@ -735,8 +735,8 @@ def clause_problem(name: str, value) -> str | None:
         return None if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RETRIES \
             else f"retries must be an int in 0..{MAX_RETRIES}, got {_short(value)}"
     if name == "timeout":
-        return None if value is None or (number(value) and math.isfinite(value) and value > 0) \
-            else f"timeout must be a number of seconds > 0, got {value!r}"
+        return None if value is None or (number(value) and 0 < value <= MAX_TIMEOUT) \
+            else f"timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT:.0f}, got {_short(value)}"
     if name == "items":
         return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
             else f"items must be an int >= 0, got {value!r}"

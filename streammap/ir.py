@@ -68,6 +68,9 @@ from streammap.io.files import atomic_write_text
 #: The most times a failed call is retried (a kernel's ``retries``, in a program, a workflow or a plan):
 #: a kernel that always fails, retried a billion times, would hold a run (or a tenant's devices) for days.
 MAX_RETRIES = 1000
+#: The longest a call's ``timeout`` may be, in seconds (a year): the runtime waits on a call with it,
+#: and a longer wait (``1e300``) overflows the clock the wait is measured on.
+MAX_TIMEOUT = 365 * 86400.0
 
 #: Node attributes with their defaults; importers and the front end fill every one of them.
 NODE_DEFAULTS = {

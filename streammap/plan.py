@@ -74,7 +74,7 @@ from streammap.io.bulk import gc_paused
 from streammap.io.columnar import decode_strings, encode_strings, read_columns, write_columns
 from streammap.io.files import atomic_write_text, check_output_path
 from streammap.io.yamlfile import dump_mapping_yaml, dump_yaml, field_name, load_yaml, validation_error
-from streammap.ir import MAX_RETRIES, spec_problem, spec_refs
+from streammap.ir import MAX_RETRIES, MAX_TIMEOUT, spec_problem, spec_refs
 
 PLAN_VERSION = 1
 
@@ -184,7 +184,7 @@ class PlanTask(_Strict):
     estimate: Optional[str] = None
     retries: int = Field(default=0, ge=0, le=MAX_RETRIES)
     # Seconds a call may run before it is abandoned and counts as a failure (the kernel's timeout clause).
-    timeout: Optional[float] = Field(default=None, gt=0)
+    timeout: Optional[float] = Field(default=None, gt=0, le=MAX_TIMEOUT)
     # GPU sharing (streammap.placement.sharing): the fraction of its device the task needs, and, under
     # memory oversubscription, the bytes its output is expected to take (spilling reserves them).
     share: float = Field(default=1.0, gt=0, le=1)
@@ -675,7 +675,7 @@ def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], pa
                                    f"{key}_names") if f"{key}_names_utf8" in columns else []
             table = names + [None]           # code -1 picks None
             optional[key] = [table[c] for c in codes(key, len(names), none_ok=True).tolist()]
-    checks = {"retries": lambda c: (c >= 0) & (c <= MAX_RETRIES), "timeout": lambda c: np.isnan(c) | (c > 0),
+    checks = {"retries": lambda c: (c >= 0) & (c <= MAX_RETRIES), "timeout": lambda c: np.isnan(c) | ((c > 0) & (c <= MAX_TIMEOUT)),
               "share": lambda c: (c > 0) & (c <= 1), "out": lambda c: np.isnan(c) | (c >= 0),
               "stateful": lambda c: np.ones(c.size, dtype=bool)}
     for key, ok in checks.items():
@@ -800,7 +800,7 @@ def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
                 if type(timeout) is not int_:
                     return None
                 timeout = float(timeout)
-            if not timeout > 0:
+            if not 0 < timeout <= MAX_TIMEOUT:
                 return None
         if type(share) is not float_:
             if type(share) is not int_:

@@ -125,6 +125,15 @@ def test_a_kernel_retried_a_billion_times_is_refused_at_its_clause(workdir, caps
     refused(compile_args(path), capsys, "p.py:2:", "retries must be an int in 0..1000, got 1000000000")
     assert main([str(a) for a in compile_args(program(workdir, clause="flops=1, retries=1000"))]) == 0
 
+@pytest.mark.parametrize("timeout", ["1e300", "10**400"])
+def test_a_timeout_longer_than_a_year_is_refused_at_its_clause(workdir, capsys, timeout):
+    """The runtime waits on a call for its timeout: 1e300 seconds overflowed the clock of the wait,
+    failing every call of the kernel after compile had accepted it."""
+    path = program(workdir, clause=f"flops=1, timeout={timeout}")
+    refused(compile_args(path), capsys, "p.py:2:", "timeout must be a number of seconds > 0 and at most 31536000")
+    assert main([str(a) for a in compile_args(program(workdir, clause="flops=1, timeout=31536000"))]) == 0
+
+
 def test_output_names_must_be_identifiers(workdir, capsys):
     path = program(workdir, body='    return {"../../x": k()}')
     refused(compile_args(path), capsys, "p.py:8:", "output name '../../x' is not an identifier")
@@ -270,6 +279,13 @@ def test_a_plan_whose_cluster_spec_is_not_a_cluster_is_refused_by_every_reader(w
     assert not (workdir / "o.npz").exists() and not (workdir / "k8s").exists()
 
 
+def test_a_plan_task_with_a_timeout_past_a_year_is_refused_before_anything_runs(workdir, capsys, compiled):
+    compiled["tasks"][0]["timeout"] = 1e300
+    bad = write_plan_data(workdir, compiled)
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, "bad.yaml:", "tasks[0].timeout")
+    assert not (workdir / "o.npz").exists()
+
+
 def test_a_plan_task_retried_a_billion_times_is_refused_before_anything_runs(workdir, capsys, compiled):
     compiled["tasks"][0]["retries"] = 10**9
     bad = write_plan_data(workdir, compiled)
@@ -339,6 +355,9 @@ def wfcommons(task):
 @pytest.mark.parametrize("data, needle", [
     (node_link(device=5), "device of task a must be a non-empty string"),
     (node_link(retries=-1), "retries of task a"),
+    (node_link(timeout="abc"), "timeout of task a must be a number of seconds > 0"),
+    (node_link(timeout=-5), "timeout of task a must be a number of seconds > 0"),
+    (node_link(timeout=1e300), "timeout of task a must be a number of seconds > 0 and at most 31536000"),
     (node_link(id=["a"]), "a node id must be a string or an integer"),
     (node_link(id={"a": 1}), "a node id must be a string or an integer"),
     (wfcommons({"id": "t", "children": 5}), "children of task t must be a list"),
