@@ -153,6 +153,8 @@ class ClusterInfo(_Strict):
 
 
 class MapperInfo(_Strict):
+    # Finite times (a run record copies them, and refuses an infinity: the run would fail at its end).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str
     estimated_makespan: float = Field(ge=0)
     lower_bound: float = Field(ge=0)
@@ -178,8 +180,8 @@ class PlanTask(_Strict):
     kernel: str
     device: str
     deps: list[str] = []
-    start: float = Field(ge=0)
-    finish: float = Field(ge=0)
+    start: float = Field(ge=0, allow_inf_nan=False)
+    finish: float = Field(ge=0, allow_inf_nan=False)
     site: Optional[str] = None
     estimate: Optional[str] = None
     retries: int = Field(default=0, ge=0, le=MAX_RETRIES)
@@ -188,7 +190,7 @@ class PlanTask(_Strict):
     # GPU sharing (streammap.placement.sharing): the fraction of its device the task needs, and, under
     # memory oversubscription, the bytes its output is expected to take (spilling reserves them).
     share: float = Field(default=1.0, gt=0, le=1)
-    out: Optional[float] = Field(default=None, ge=0)
+    out: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
     # A call of a stateful kernel: all calls of one kernel must run on one device (streammap.placement.colocate).
     stateful: bool = False
     args: list[Any] = Field(default_factory=list)     # a factory: pydantic deep-copies a literal default per task
@@ -655,8 +657,8 @@ def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], pa
     kernel, device = codes("kernel", len(kernels)), codes("device", len(device_ids))
     start, finish = columns["start"].astype(np.float64), columns["finish"].astype(np.float64)
     for key, col in (("start", start), ("finish", finish)):
-        if not (col >= 0).all():
-            raise bad(f"{key} must be >= 0", ~(col >= 0))
+        if not ((col >= 0) & (col < np.inf)).all():
+            raise bad(f"{key} must be >= 0 and finite", ~((col >= 0) & (col < np.inf)))
     ptr, idx = columns["dep_ptr"], columns["dep_idx"]
     if ptr.dtype.kind not in "iu" or idx.dtype.kind not in "iu":
         raise bad("dep_ptr and dep_idx must be integer")
@@ -676,7 +678,7 @@ def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], pa
             table = names + [None]           # code -1 picks None
             optional[key] = [table[c] for c in codes(key, len(names), none_ok=True).tolist()]
     checks = {"retries": lambda c: (c >= 0) & (c <= MAX_RETRIES), "timeout": lambda c: np.isnan(c) | ((c > 0) & (c <= MAX_TIMEOUT)),
-              "share": lambda c: (c > 0) & (c <= 1), "out": lambda c: np.isnan(c) | (c >= 0),
+              "share": lambda c: (c > 0) & (c <= 1), "out": lambda c: np.isnan(c) | ((c >= 0) & (c < np.inf)),
               "stateful": lambda c: np.ones(c.size, dtype=bool)}
     for key, ok in checks.items():
         if key in columns:
@@ -762,7 +764,7 @@ def _tasks_of_plain_rows(rows: list) -> list[PlanTask] | None:
 
 def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
     """:func:`_tasks_of_plain_rows`'s loop (``float()`` of a huge int raises ``OverflowError``)."""
-    str_, float_, int_, list_, dict_ = str, float, int, list, dict
+    str_, float_, int_, list_, dict_, inf = str, float, int, list, dict, math.inf
     tasks = []
     for row in rows:
         if type(row) is not dict_ or not known.issuperset(row):
@@ -780,7 +782,7 @@ def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
             if type(finish) is not int_:
                 return None
             finish = float(finish)
-        if not (start >= 0 and finish >= 0):         # also refuses NaN, as ge=0 does
+        if not (0 <= start < inf and 0 <= finish < inf):     # also refuses NaN, as ge=0 does
             return None
         deps = get("deps", ())
         if type(deps) is not list_ and deps != ():
@@ -813,7 +815,7 @@ def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
                 if type(out) is not int_:
                     return None
                 out = float(out)
-            if not out >= 0:
+            if not 0 <= out < inf:
                 return None
         stateful = get("stateful", False)
         if type(stateful) is not bool:

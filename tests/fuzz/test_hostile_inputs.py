@@ -279,6 +279,23 @@ def test_a_plan_whose_cluster_spec_is_not_a_cluster_is_refused_by_every_reader(w
     assert not (workdir / "o.npz").exists() and not (workdir / "k8s").exists()
 
 
+@pytest.mark.parametrize("edit, needle", [
+    (lambda d: d["tasks"][0].update(finish=float("inf")), "tasks[0].finish"),
+    (lambda d: d["tasks"][0].update(start=1e400), "tasks[0].start"),
+    (lambda d: d["tasks"][0].update(out=float("inf")), "tasks[0].out"),
+    (lambda d: d["mapper"].update(estimated_makespan=float("inf")), "mapper.estimated_makespan"),
+    (lambda d: d["mapper"].update(lower_bound=float("inf")), "mapper.lower_bound"),
+])
+def test_a_plan_with_infinite_times_is_refused_before_anything_runs(workdir, capsys, compiled, edit, needle):
+    """An infinite time ran, then left a run record no view could read (or failed writing it,
+    with a traceback): a plan's times are finite."""
+    edit(compiled)
+    bad = write_plan_data(workdir, compiled)
+    refused(["show", bad], capsys, "bad.yaml:", needle)
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, needle)
+    assert not (workdir / "o.npz").exists() and not (workdir / "o.run.json").exists()
+
+
 def test_a_plan_task_with_a_timeout_past_a_year_is_refused_before_anything_runs(workdir, capsys, compiled):
     compiled["tasks"][0]["timeout"] = 1e300
     bad = write_plan_data(workdir, compiled)
