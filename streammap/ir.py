@@ -71,6 +71,8 @@ MAX_RETRIES = 1000
 #: The longest a call's ``timeout`` may be, in seconds (a year): the runtime waits on a call with it,
 #: and a longer wait (``1e300``) overflows the clock the wait is measured on.
 MAX_TIMEOUT = 365 * 86400.0
+#: The deepest an arg spec nests (as deep as a plan's YAML may nest: ``MAX_YAML_DEPTH``).
+MAX_SPEC_DEPTH = 100
 
 #: Node attributes with their defaults; importers and the front end fill every one of them.
 NODE_DEFAULTS = {
@@ -124,11 +126,11 @@ def item(value, index):
     return value if index is None else value[index]
 
 
-def spec_problem(spec) -> str | None:
+def spec_problem(spec, depth: int = 0) -> str | None:
     """What makes ``spec`` not an arg spec (a plan from someone else may hold anything), or ``None``.
 
-    Walks nested specs (their depth is bounded by the plan reader's nesting limit). A ``value``'s
-    content is not constrained: it is handed to the kernel as it is.
+    Walks nested specs, at most :data:`MAX_SPEC_DEPTH` levels (the walks that use a spec recurse
+    once per level). A ``value``'s content is not constrained: it is handed to the kernel as it is.
 
     Examples
     --------
@@ -139,6 +141,8 @@ def spec_problem(spec) -> str | None:
     >>> spec_problem(5)
     'an argument spec is a mapping such as {ref: TASK} or {value: 3}, not int'
     """
+    if depth > MAX_SPEC_DEPTH:
+        return f"an argument is nested more than {MAX_SPEC_DEPTH} levels"
     if type(spec) is not dict:
         return f"an argument spec is a mapping such as {{ref: TASK}} or {{value: 3}}, not {type(spec).__name__}"
     keys = set(spec)
@@ -163,7 +167,7 @@ def spec_problem(spec) -> str | None:
         items = items.values()
     elif type(items) is not list:
         return f"'{kind}' must be a list of argument specs, not {type(items).__name__}"
-    return next(filter(None, map(spec_problem, items)), None)
+    return next(filter(None, (spec_problem(item, depth + 1) for item in items)), None)
 
 
 def spec_refs(spec) -> list[str]:

@@ -74,7 +74,7 @@ from streammap.io.bulk import gc_paused
 from streammap.io.columnar import decode_strings, encode_strings, read_columns, write_columns
 from streammap.io.files import atomic_write_text, check_output_path
 from streammap.io.yamlfile import dump_mapping_yaml, dump_yaml, field_name, load_yaml, validation_error
-from streammap.ir import MAX_RETRIES, MAX_TIMEOUT, spec_problem, spec_refs
+from streammap.ir import MAX_RETRIES, MAX_SPEC_DEPTH, MAX_TIMEOUT, spec_problem, spec_refs
 
 PLAN_VERSION = 1
 
@@ -728,7 +728,7 @@ def _json_values(texts: list[str], kind: type, key: str, bad) -> list:
     empty = "[]" if kind is list else "{}"
     try:
         values = json.loads("[" + ",".join([t or empty for t in texts]) + "]")
-    except ValueError:
+    except (ValueError, RecursionError):            # RecursionError: nested too deep for the parser
         values = None
     if values is None or len(values) != len(texts) or not all(type(v) is kind for v in values):
         values = []
@@ -737,6 +737,8 @@ def _json_values(texts: list[str], kind: type, key: str, bad) -> list:
                 v = json.loads(text) if text else kind()
             except ValueError:
                 raise bad(f"task #{i}: {key} is not JSON") from None
+            except RecursionError:
+                raise bad(f"task #{i}: {key} is nested more than {MAX_SPEC_DEPTH} levels") from None
             if not isinstance(v, kind):
                 raise bad(f"task #{i}: {key} is not a {kind.__name__}")
             values.append(v)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from streammap.errors import PlanError
-from streammap.io.columnar import read_columns, write_columns
+from streammap.io.columnar import decode_strings, encode_strings, read_columns, write_columns
 from streammap.plan import COLUMNAR_TASKS, read_plan, sha256_file, tasks_file_name, write_plan
 from tests.helpers.plans import big_plan, make_plan, ref, task, value
 
@@ -173,4 +173,22 @@ def test_a_sidecar_member_that_is_not_a_column_is_refused(tmp_path):
             z.writestr("notes.txt", "hello")
     _replace_sidecar(path, sidecar, add_note)
     with pytest.raises(PlanError, match="member 'notes.txt' .* is not a .npy column"):
+        read_plan(path)
+
+
+@pytest.mark.parametrize("depth, message", [
+    (100_000, "task #0: args is nested more than 100 levels"),
+    (400, "an argument is nested more than 100 levels"),
+])
+def test_sidecar_arguments_nested_past_the_limit_are_refused(tmp_path, depth, message):
+    """A plan's YAML is nested at most 100 levels; its sidecar's argument JSON is held to the same
+    bound (100,000 brackets were a RecursionError in the JSON reader)."""
+    path, sidecar = _sidecar_plan(tmp_path)
+
+    def nest(cols):
+        texts = decode_strings(cols["args_utf8"], cols["args_off"]) if "args_utf8" in cols else [""] * len(cols["start"])
+        texts[0] = "[" + '{"list":[' * (depth // 2) + "]}" * (depth // 2) + "]"
+        cols["args_utf8"], cols["args_off"] = encode_strings(texts)
+    _rewrite(path, sidecar, nest)
+    with pytest.raises(PlanError, match=message):
         read_plan(path)
