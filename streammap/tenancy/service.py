@@ -71,6 +71,7 @@ import logging
 import os
 import re
 import resource
+import shutil
 import signal
 import stat
 import subprocess
@@ -438,7 +439,7 @@ class JobService:
         limits = self.tenants.limits(row["tenant"], self.limits).as_dict()
         policy = sandbox.policy(self.isolation, state_dir=self.store.dir, tenants_file=self.tenants_file,
                                 limits=limits)
-        with open(folder / "log.txt", "ab") as logf:
+        with _open_log(folder / "log.txt") as logf:
             proc = subprocess.Popen(sandbox.command(folder, policy), stdout=logf, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder)
         self._procs[start.job_id] = proc
@@ -679,6 +680,30 @@ def _read_note(note: Path) -> dict | None:
         return None
     error = status.get("error")
     return {"status": status["status"], "error": error if isinstance(error, str) or error is None else str(error)}
+
+
+def _open_log(path: Path):
+    """A job's log, opened to append, never through what the job left at its name.
+
+    The job writes its folder: an earlier attempt of it (preempted, or run again after a restart)
+    may have left ``log.txt`` as a link to a file of the service's user, which the service would
+    append to, or a FIFO, whose ``open`` never returns. Anything but a regular file there is
+    removed, and the open neither follows a link nor waits for a reader.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        if stat.S_ISDIR(mode):
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    return os.fdopen(fd, "ab")
 
 
 def _plain_file(path: Path) -> bool:

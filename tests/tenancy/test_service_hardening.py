@@ -350,3 +350,39 @@ def test_the_service_accepts_a_hashed_token(tmp_path):
             Client(svc.url, token_digest(VISION).hex()).queue()
     finally:
         svc.stop()
+
+
+@pytest.mark.parametrize("planted", ["link", "fifo", "folder"])
+def test_what_a_job_left_at_its_log_s_name_is_never_opened_when_the_job_runs_again(tmp_path, planted):
+    """A job writes its own folder: one that left ``log.txt`` as a link to a file of the service's
+    user (another tenant's result, a shell's start-up file) had the service append its next
+    attempt's output there when it ran again (preempted, or after a restart); a FIFO there held the
+    scheduling loop in ``open`` for good. The service opens a fresh log instead."""
+    write_setup(tmp_path)
+    svc = JobService(tmp_path / "cluster.yaml", tmp_path / "tenants.yaml", tmp_path / "state", emulate=True,
+                     mapper="heft", isolation="none")
+    try:
+        job = svc.submit("vision", "sleepy.py", SLEEPY, {"SECONDS": "0"})
+        victim = tmp_path / "victim.txt"
+        victim.write_text("the service user's own file\n")
+        log_file = svc.store.job_dir(job) / "log.txt"
+        if planted == "link":
+            log_file.symlink_to(victim)
+        elif planted == "fifo":
+            os.mkfifo(log_file)
+        else:
+            (log_file / "inside").mkdir(parents=True)
+        launched = threading.Thread(target=svc.step, daemon=True)
+        launched.start()
+        launched.join(timeout=30)
+        assert not launched.is_alive(), "the scheduling step is stuck opening the job's log"
+        deadline = time.time() + 60
+        while svc.store.get(job)["state"] in ("queued", "running"):
+            assert time.time() < deadline, svc.store.get(job)
+            time.sleep(0.2)
+            svc.step()
+        assert svc.store.get(job)["state"] == "done", svc.store.get(job)
+        assert victim.read_text() == "the service user's own file\n"
+        assert stat.S_ISREG(os.lstat(log_file).st_mode)
+    finally:
+        svc.stop()
