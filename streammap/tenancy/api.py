@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -210,16 +210,14 @@ def make_app(service, limits: HttpLimits | None = None):
     @_answers
     async def logs(request: Request):
         tenant, job_id = _tenant(service, request), _job_id(service, request)
-        path = await blocking(service.log_path, tenant, job_id)
-        if path is None:
-            return Response(b"", media_type="text/plain; charset=utf-8")
-        return FileResponse(path, media_type="text/plain; charset=utf-8")
+        f = await blocking(service.open_log, tenant, job_id)
+        return StreamingResponse(_chunks(f, blocking), media_type="text/plain; charset=utf-8")
 
     @_answers
     async def result(request: Request):
         tenant, job_id = _tenant(service, request), _job_id(service, request)
-        path = await blocking(service.result_path, tenant, job_id)
-        return FileResponse(path, media_type="application/octet-stream")
+        f = await blocking(service.open_result, tenant, job_id)
+        return StreamingResponse(_chunks(f, blocking), media_type="application/octet-stream")
 
     routes = [Route("/jobs", list_jobs, methods=["GET"]), Route("/jobs", submit, methods=["POST"]),
               Route("/jobs/{job_id}", one_job, methods=["GET"]),
@@ -228,6 +226,14 @@ def make_app(service, limits: HttpLimits | None = None):
               Route("/jobs/{job_id}/result", result, methods=["GET"])]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _internal_error})
     return RequestLimit(app, limits.max_requests)
+
+
+async def _chunks(f, blocking, size: int = 1 << 20):
+    """The bytes of the open file ``f`` (the service opened it, see ``service._open_plain``), read
+    a chunk at a time by ``blocking`` (the app's worker threads); ``f`` is closed at the end."""
+    with f:
+        while chunk := await blocking(f.read, size):
+            yield chunk
 
 
 def _answers(handler):

@@ -386,3 +386,24 @@ def test_what_a_job_left_at_its_log_s_name_is_never_opened_when_the_job_runs_aga
         assert stat.S_ISREG(os.lstat(log_file).st_mode)
     finally:
         svc.stop()
+
+
+def test_a_log_swapped_for_a_link_after_it_was_checked_is_not_followed(tmp_path, monkeypatch):
+    """A running job may replace its ``log.txt`` at any moment, also between the service's look
+    at it and its opening it: the log is served from what one open without following links
+    gives, never from a second look-up of its name."""
+    write_setup(tmp_path)
+    svc = JobService(tmp_path / "cluster.yaml", tmp_path / "tenants.yaml", tmp_path / "state", emulate=True,
+                     mapper="heft", isolation="none")
+    try:
+        job = svc.submit("vision", "sleepy.py", SLEEPY, {"SECONDS": "0"})
+        secret = tmp_path / "secret.txt"
+        secret.write_text("another tenant's secret")
+        (svc.store.job_dir(job) / "log.txt").symlink_to(secret)
+        # The job swaps the link in right after the service found a plain file there.
+        monkeypatch.setattr("streammap.tenancy.service._plain_file", lambda path: True)
+        assert "secret" not in svc.logs("vision", job)
+        with svc.open_log("vision", job) as served:         # what GET /jobs/ID/logs sends
+            assert b"secret" not in served.read()
+    finally:
+        svc.stop()
