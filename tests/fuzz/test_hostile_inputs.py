@@ -134,6 +134,15 @@ def test_a_timeout_longer_than_a_year_is_refused_at_its_clause(workdir, capsys, 
     assert main([str(a) for a in compile_args(program(workdir, clause="flops=1, timeout=31536000"))]) == 0
 
 
+@pytest.mark.parametrize("cookie", ["utf-16", "utf-32"])
+def test_a_coding_cookie_the_file_cannot_be_read_in_is_refused(workdir, capsys, cookie):
+    """A cookie naming a codec that needs a byte-order mark the file lacks raised a UnicodeError
+    that is not a UnicodeDecodeError: a traceback."""
+    for pad in ("", "\n", "\n\n", "\n\n\n"):      # every length modulo 4: each codec fails its own way
+        path = program(workdir, head=f"# -*- coding: {cookie} -*-\n{pad}")
+        refused(compile_args(path), capsys, "p.py: error: cannot read program")
+
+
 def test_output_names_must_be_identifiers(workdir, capsys):
     path = program(workdir, body='    return {"../../x": k()}')
     refused(compile_args(path), capsys, "p.py:8:", "output name '../../x' is not an identifier")
