@@ -221,7 +221,7 @@ class Program:
                 if isinstance(value, float) and not math.isfinite(value):
                     # NaN compares false with everything: it would pass every check of the
                     # program's and reach the plan, the estimates and a job's stored params.
-                    raise DirectiveError(f"invalid value {str(overrides[name])!r} for param '{name}': it is "
+                    raise DirectiveError(f"invalid value {_short(str(overrides[name]))} for param '{name}': it is "
                                          f"{value}, not a finite number", path=self.path,
                                          hint="a param's value is a finite number, a string, a bool or None")
             else:
@@ -307,11 +307,11 @@ class Program:
             msg = exc.message
         except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
             msg = str(exc) or type(exc).__name__
-        if self._declared_as_string(name, env):
+        if self._declared_as_string(name, env) and len(value) <= MAX_EXPR_CHARS:
             # `-D MODE=slow` for a string param: the shell already ate any quotes, so a value that
-            # is not an expression is the string itself.
+            # is not an expression is the string itself (within the limit of an expression).
             return value.strip()
-        raise DirectiveError(f"invalid value {value!r} for param '{name}': {msg}",
+        raise DirectiveError(f"invalid value {_short(value)} for param '{name}': {msg}",
                              path=self.path, hint="an override is a constant expression over "
                              "params defined above it, e.g. 4096, 1<<12, 2*N or '\"gpu\"'")
 

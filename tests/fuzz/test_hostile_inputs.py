@@ -100,6 +100,19 @@ def test_a_huge_override_is_refused(workdir, capsys):
     refused(compile_args(path, "-D", "N=10**10000"), capsys, "p.py", "N")
 
 
+def test_an_override_past_the_expression_limit_is_refused_in_a_few_lines_even_as_a_bare_word(workdir, capsys):
+    """10,000 characters is the limit of an override, also of a bare word taken as a string
+    param's value (100,000 went into the plan); the error quotes the start of the value only."""
+    head = "# @stream param\nMODE = 'fast'\n# @stream param\nN = 4\n"
+    path = program(workdir, head=head)
+    err = refused(compile_args(path, "-D", "MODE=" + "y" * 100_000), capsys, "for param 'MODE'",
+                  "longer than 10000 characters", "... (100002 characters)")
+    assert len(err) < 1000
+    err = refused(compile_args(path, "-D", "N=" + "1+" * 50_000 + "1"), capsys, "for param 'N'")
+    assert len(err) < 1000
+    assert main([str(a) for a in compile_args(path, "-D", "MODE=" + "y" * 10_000)]) == 0
+
+
 @pytest.mark.parametrize("expr", ["-" * 500 + "1", "+".join(["1"] * 1000)])
 def test_deeply_nested_code_anywhere_in_a_file_with_a_directive_is_refused(workdir, capsys, expr):
     path = program(workdir, head=f"X = {expr}\n")
