@@ -50,7 +50,7 @@ import uvicorn
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -295,11 +295,16 @@ async def _read_body(request: Request, limits: HttpLimits) -> bytes:
                       too_large if declared.isdigit() else "bad Content-Length", {"Connection": "close"})
     chunks, size = [], 0
     with anyio.move_on_after(limits.body_seconds) as waited:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limits.max_body:
-                raise Refused(413, too_large, {"Connection": "close"})
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limits.max_body:
+                    raise Refused(413, too_large, {"Connection": "close"})
+                chunks.append(chunk)
+        except ClientDisconnect:
+            # The client hung up mid-body (anyone may, at any time): no one to answer, and
+            # nothing the service did wrong, so no traceback in its log either.
+            raise Refused(400, "the client hung up before its request body ended", {"Connection": "close"}) from None
     if waited.cancelled_caught:
         raise Refused(408, f"the request body did not arrive within {limits.body_seconds:g} s",
                       {"Connection": "close"})

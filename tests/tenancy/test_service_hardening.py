@@ -407,3 +407,18 @@ def test_a_log_swapped_for_a_link_after_it_was_checked_is_not_followed(tmp_path,
             assert b"secret" not in served.read()
     finally:
         svc.stop()
+
+
+def test_a_client_that_hangs_up_in_the_middle_of_its_body_costs_no_traceback_in_the_log(strict):
+    """Hanging up mid-body is what a client may do at any time (or an attacker, a thousand times
+    a minute): the request ends quietly, not as the service's internal error with a traceback."""
+    head = b"POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + VISION.encode() + b"\r\n"
+    host, port = strict.url.removeprefix("http://").split(":")
+    for _ in range(3):
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(head + b"Content-Length: 1000\r\n\r\n{\"source_name\": ")
+            time.sleep(0.3)
+    assert strict.client(VISION).queue() == []                  # still answering
+    strict.stop()
+    log = strict.proc.stdout.read()
+    assert "Traceback" not in log and "failed" not in log, log
