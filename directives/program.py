@@ -42,7 +42,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, Evaluator, Locator, Unavailable
+from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, MAX_INT_BITS, Evaluator, Locator, Unavailable
 from streammap.directives.scan import Clause, Directive, Source, basename, scan
 from streammap.errors import DirectiveError
 from streammap.ir import MAX_RETRIES, MAX_TIMEOUT
@@ -291,6 +291,11 @@ class Program:
         if hasattr(value, "item") and not isinstance(value, PARAM_TYPES):
             value = value.item()            # numpy scalars
         if not isinstance(value, str):
+            if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+                # as the text of the same number would be (the evaluator's limit)
+                raise DirectiveError(f"invalid value for param '{name}': integer too large in the override of "
+                                     f"param '{name}' (limit: {MAX_INT_BITS} bits)", path=self.path,
+                                     hint="a param's value is a number of at most 4096 bits, a string, a bool or None")
             return value
         loc = Locator(self.path, [value], None)
         try:

@@ -100,6 +100,17 @@ def test_a_huge_override_is_refused(workdir, capsys):
     refused(compile_args(path, "-D", "N=10**10000"), capsys, "p.py", "N")
 
 
+def test_an_int_override_given_as_a_number_is_held_to_the_int_limit_as_its_text_is(workdir, capsys):
+    """``-D N=10**2000`` is refused at 4,096 bits; the same number handed over as an int (the Python
+    API, a jobs file, the job service's JSON) went through unchecked."""
+    path = program(workdir, head="# @stream param\nN = 4\n")
+    with pytest.raises(DirectiveError, match="integer too large .* param 'N' .*4096 bits"):
+        streammap.compile(path, "cluster.yaml", params={"N": 10**2000})
+    (workdir / "jobs.yaml").write_text(f"- {{program: p.py, tenant: a, arrival: 0, defines: {{N: {10**2000}}}}}\n")
+    refused(["simulate", "--jobs", "jobs.yaml", "--cluster", "cluster.yaml", "--policy", "fifo", "--out", "o"],
+            capsys, "param 'N'", "4096 bits")
+
+
 def test_an_override_past_the_expression_limit_is_refused_in_a_few_lines_even_as_a_bare_word(workdir, capsys):
     """10,000 characters is the limit of an override, also of a bare word taken as a string
     param's value (100,000 went into the plan); the error quotes the start of the value only."""
