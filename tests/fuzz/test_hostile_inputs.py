@@ -217,6 +217,16 @@ def test_a_cluster_file_past_the_file_limit_is_refused_at_load():
         cluster_from_dict(spec)
 
 
+@pytest.mark.parametrize("field", ["latency", "bandwidth"])
+def test_a_quantity_of_a_hundred_thousand_digits_and_a_typo_is_refused_at_once(workdir, capsys, field):
+    """The number pattern read digits two ways (``\\d+\\.?\\d*``): refusing 100,000 digits and
+    a typo backtracked for minutes (past this suite's 300 s timeout)."""
+    text = (workdir / "cluster.yaml").read_text().replace(
+        "latency: 5us" if field == "latency" else "bandwidth: 50 GB/s", f"{field}: {'1' * 100_000}q", 1)
+    (workdir / "bad.yaml").write_text(text)
+    refused(["compile", program(workdir), "--cluster", "bad.yaml", "-o", "plan.yaml"], capsys, "bad.yaml:", field)
+
+
 def test_a_cluster_file_that_is_not_utf8_is_refused(workdir, capsys):
     (workdir / "cluster.yaml").write_bytes(b"name: lab\xff\n")
     refused(compile_args(FM), capsys, "cluster.yaml", "not UTF-8")
