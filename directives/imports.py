@@ -105,7 +105,7 @@ def _program_imports(program: Path, folder: Path) -> list[ast.stmt]:
         raw = program.read_bytes()
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
         text = io.TextIOWrapper(io.BytesIO(raw), encoding).read()    # as the front end read it
-    except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
+    except (OSError, SyntaxError, UnicodeError, LookupError):
         text = None                  # _tree gives the error
     found = last_scanned_imports(text) if text is not None else None
     return found if found is not None else import_statements(_tree(program, folder, is_program=True))

@@ -42,10 +42,10 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, Evaluator, Locator, Unavailable
+from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, MAX_INT_BITS, Evaluator, Locator, Unavailable
 from streammap.directives.scan import Clause, Directive, Source, basename, scan
 from streammap.errors import DirectiveError
-from streammap.ir import MAX_RETRIES
+from streammap.ir import MAX_RETRIES, MAX_TIMEOUT
 
 PARAM_TYPES = (int, float, str, bool, type(None))
 SIZE_CLAUSES = ("flops", "bytes", "mem", "out")
@@ -221,7 +221,7 @@ class Program:
                 if isinstance(value, float) and not math.isfinite(value):
                     # NaN compares false with everything: it would pass every check of the
                     # program's and reach the plan, the estimates and a job's stored params.
-                    raise DirectiveError(f"invalid value {str(overrides[name])!r} for param '{name}': it is "
+                    raise DirectiveError(f"invalid value {_short(str(overrides[name]))} for param '{name}': it is "
                                          f"{value}, not a finite number", path=self.path,
                                          hint="a param's value is a finite number, a string, a bool or None")
             else:
@@ -291,6 +291,11 @@ class Program:
         if hasattr(value, "item") and not isinstance(value, PARAM_TYPES):
             value = value.item()            # numpy scalars
         if not isinstance(value, str):
+            if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+                # as the text of the same number would be (the evaluator's limit)
+                raise DirectiveError(f"invalid value for param '{name}': integer too large in the override of "
+                                     f"param '{name}' (limit: {MAX_INT_BITS} bits)", path=self.path,
+                                     hint="a param's value is a number of at most 4096 bits, a string, a bool or None")
             return value
         loc = Locator(self.path, [value], None)
         try:
@@ -307,11 +312,11 @@ class Program:
             msg = exc.message
         except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
             msg = str(exc) or type(exc).__name__
-        if self._declared_as_string(name, env):
+        if self._declared_as_string(name, env) and len(value) <= MAX_EXPR_CHARS:
             # `-D MODE=slow` for a string param: the shell already ate any quotes, so a value that
-            # is not an expression is the string itself.
+            # is not an expression is the string itself (within the limit of an expression).
             return value.strip()
-        raise DirectiveError(f"invalid value {value!r} for param '{name}': {msg}",
+        raise DirectiveError(f"invalid value {_short(value)} for param '{name}': {msg}",
                              path=self.path, hint="an override is a constant expression over "
                              "params defined above it, e.g. 4096, 1<<12, 2*N or '\"gpu\"'")
 
@@ -707,7 +712,7 @@ def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed, what: st
 CLAUSE_HINT = ("flops, bytes, mem and out are non-negative numbers; device is a string (\"gpu\", "
                 "\"cpu\", \"any\", or a model/vendor); split is an int axis; share is a number in "
                 f"(0, 1]; stateful is a bool; retries is an int in 0..{MAX_RETRIES}; timeout is a number of seconds > 0 "
-                "(or None)")
+                f"and at most {MAX_TIMEOUT:.0f} (a year), or None")
 
 
 def clause_problem(name: str, value) -> str | None:
@@ -735,8 +740,8 @@ def clause_problem(name: str, value) -> str | None:
         return None if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RETRIES \
             else f"retries must be an int in 0..{MAX_RETRIES}, got {_short(value)}"
     if name == "timeout":
-        return None if value is None or (number(value) and math.isfinite(value) and value > 0) \
-            else f"timeout must be a number of seconds > 0, got {value!r}"
+        return None if value is None or (number(value) and 0 < value <= MAX_TIMEOUT) \
+            else f"timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT:.0f}, got {_short(value)}"
     if name == "items":
         return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
             else f"items must be an int >= 0, got {value!r}"

@@ -211,7 +211,7 @@ def _read(path: str) -> str:
                                  path=path, hint="is this the right file?")
         with tokenize.open(path) as fh:      # honours a coding cookie; universal newlines
             return fh.read()
-    except (OSError, SyntaxError, UnicodeDecodeError, LookupError) as exc:
+    except (OSError, SyntaxError, UnicodeError, LookupError) as exc:   # UnicodeError: utf-16 without a BOM
         raise DirectiveError(f"cannot read program: {exc}", path=path) from None
 
 

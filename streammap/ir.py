@@ -68,6 +68,11 @@ from streammap.io.files import atomic_write_text
 #: The most times a failed call is retried (a kernel's ``retries``, in a program, a workflow or a plan):
 #: a kernel that always fails, retried a billion times, would hold a run (or a tenant's devices) for days.
 MAX_RETRIES = 1000
+#: The longest a call's ``timeout`` may be, in seconds (a year): the runtime waits on a call with it,
+#: and a longer wait (``1e300``) overflows the clock the wait is measured on.
+MAX_TIMEOUT = 365 * 86400.0
+#: The deepest an arg spec nests (as deep as a plan's YAML may nest: ``MAX_YAML_DEPTH``).
+MAX_SPEC_DEPTH = 100
 
 #: Node attributes with their defaults; importers and the front end fill every one of them.
 NODE_DEFAULTS = {
@@ -119,6 +124,50 @@ def resolve_spec(spec, ref):
 def item(value, index):
     """``value[index]``, or ``value`` itself when ``index`` is ``None`` (a ref spec's index)."""
     return value if index is None else value[index]
+
+
+def spec_problem(spec, depth: int = 0) -> str | None:
+    """What makes ``spec`` not an arg spec (a plan from someone else may hold anything), or ``None``.
+
+    Walks nested specs, at most :data:`MAX_SPEC_DEPTH` levels (the walks that use a spec recurse
+    once per level). A ``value``'s content is not constrained: it is handed to the kernel as it is.
+
+    Examples
+    --------
+    >>> spec_problem({"list": [{"ref": "a", "index": 1}, {"value": [1, 2]}]}) is None
+    True
+    >>> spec_problem({"ref": ["a"]})
+    "'ref' must name a task (a string), not list"
+    >>> spec_problem(5)
+    'an argument spec is a mapping such as {ref: TASK} or {value: 3}, not int'
+    """
+    if depth > MAX_SPEC_DEPTH:
+        return f"an argument is nested more than {MAX_SPEC_DEPTH} levels"
+    if type(spec) is not dict:
+        return f"an argument spec is a mapping such as {{ref: TASK}} or {{value: 3}}, not {type(spec).__name__}"
+    keys = set(spec)
+    if "ref" in keys:
+        if not keys <= {"ref", "index"}:
+            return f"a ref spec has only 'ref' and 'index', not {sorted(map(str, keys - {'ref', 'index'}))}"
+        if type(spec["ref"]) is not str:
+            return f"'ref' must name a task (a string), not {type(spec['ref']).__name__}"
+        index = spec.get("index")
+        if index is not None and type(index) is not int:
+            return f"'index' must be an integer, not {type(index).__name__}"
+        return None
+    if len(keys) != 1 or not keys <= {"value", "list", "tuple", "dict"}:
+        return f"unknown argument spec with keys {sorted(map(str, keys))}"
+    if "value" in keys:
+        return None
+    kind = next(iter(keys))
+    items = spec[kind]
+    if kind == "dict":
+        if type(items) is not dict or not all(type(k) is str for k in items):
+            return "'dict' must map names to argument specs"
+        items = items.values()
+    elif type(items) is not list:
+        return f"'{kind}' must be a list of argument specs, not {type(items).__name__}"
+    return next(filter(None, (spec_problem(item, depth + 1) for item in items)), None)
 
 
 def spec_refs(spec) -> list[str]:

@@ -68,12 +68,13 @@ import numpy as np
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from streammap.cluster.model import ClusterSpec
 from streammap.errors import PlanError
 from streammap.io.bulk import gc_paused
 from streammap.io.columnar import decode_strings, encode_strings, read_columns, write_columns
 from streammap.io.files import atomic_write_text, check_output_path
-from streammap.io.yamlfile import dump_mapping_yaml, dump_yaml, load_yaml, validation_error
-from streammap.ir import MAX_RETRIES, spec_refs
+from streammap.io.yamlfile import dump_mapping_yaml, dump_yaml, field_name, load_yaml, validation_error
+from streammap.ir import MAX_RETRIES, MAX_SPEC_DEPTH, MAX_TIMEOUT, spec_problem, spec_refs
 
 PLAN_VERSION = 1
 
@@ -108,7 +109,7 @@ class ModuleInfo(_Strict):
 
 
 class SourceInfo(_Strict):
-    path: str
+    path: str = Field(min_length=1, max_length=4096)
     sha256: str
     # The digest of the plan's params (params_digest), written with them: params edited by hand
     # are refused on read, as a changed program is refused at run.
@@ -118,6 +119,17 @@ class SourceInfo(_Strict):
     # The local modules the program imports (files of its folder), checked like the program itself.
     modules: list[ModuleInfo] = Field(default=[], max_length=1000)
 
+    @pydantic.field_validator("path")
+    @classmethod
+    def _openable_path(cls, value: str) -> str:
+        # A NUL byte or a part longer than a file name can be made the OS calls fail with a
+        # ValueError or ENAMETOOLONG deep inside the checks of the source, as a traceback.
+        if "\0" in value:
+            raise ValueError("a path has no NUL character")
+        if any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in value.split("/")):
+            raise ValueError("a part of the path is longer than a file name may be (255 bytes)")
+        return value
+
 
 class ClusterInfo(_Strict):
     name: str
@@ -126,8 +138,23 @@ class ClusterInfo(_Strict):
     # plan (a lost or slow device) without the original file.
     spec: Optional[dict] = None
 
+    @pydantic.field_validator("spec")
+    @classmethod
+    def _a_cluster(cls, value: dict | None) -> dict | None:
+        # Read as plain data by the runtime (spilling), re-mapping and the k8s export: a spec from
+        # someone else is checked as a cluster file is, or a wrong type there is a traceback later.
+        if value is not None:
+            try:
+                ClusterSpec.model_validate(value)
+            except pydantic.ValidationError as exc:
+                err = exc.errors()[0]
+                raise ValueError(f"{field_name(err['loc'])}: {err['msg'].removeprefix('Value error, ')}") from None
+        return value
+
 
 class MapperInfo(_Strict):
+    # Finite times (a run record copies them, and refuses an infinity: the run would fail at its end).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str
     estimated_makespan: float = Field(ge=0)
     lower_bound: float = Field(ge=0)
@@ -153,17 +180,17 @@ class PlanTask(_Strict):
     kernel: str
     device: str
     deps: list[str] = []
-    start: float = Field(ge=0)
-    finish: float = Field(ge=0)
+    start: float = Field(ge=0, allow_inf_nan=False)
+    finish: float = Field(ge=0, allow_inf_nan=False)
     site: Optional[str] = None
     estimate: Optional[str] = None
     retries: int = Field(default=0, ge=0, le=MAX_RETRIES)
     # Seconds a call may run before it is abandoned and counts as a failure (the kernel's timeout clause).
-    timeout: Optional[float] = Field(default=None, gt=0)
+    timeout: Optional[float] = Field(default=None, gt=0, le=MAX_TIMEOUT)
     # GPU sharing (streammap.placement.sharing): the fraction of its device the task needs, and, under
     # memory oversubscription, the bytes its output is expected to take (spilling reserves them).
     share: float = Field(default=1.0, gt=0, le=1)
-    out: Optional[float] = Field(default=None, ge=0)
+    out: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
     # A call of a stateful kernel: all calls of one kernel must run on one device (streammap.placement.colocate).
     stateful: bool = False
     args: list[Any] = Field(default_factory=list)     # a factory: pydantic deep-copies a literal default per task
@@ -630,8 +657,8 @@ def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], pa
     kernel, device = codes("kernel", len(kernels)), codes("device", len(device_ids))
     start, finish = columns["start"].astype(np.float64), columns["finish"].astype(np.float64)
     for key, col in (("start", start), ("finish", finish)):
-        if not (col >= 0).all():
-            raise bad(f"{key} must be >= 0", ~(col >= 0))
+        if not ((col >= 0) & (col < np.inf)).all():
+            raise bad(f"{key} must be >= 0 and finite", ~((col >= 0) & (col < np.inf)))
     ptr, idx = columns["dep_ptr"], columns["dep_idx"]
     if ptr.dtype.kind not in "iu" or idx.dtype.kind not in "iu":
         raise bad("dep_ptr and dep_idx must be integer")
@@ -650,8 +677,8 @@ def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], pa
                                    f"{key}_names") if f"{key}_names_utf8" in columns else []
             table = names + [None]           # code -1 picks None
             optional[key] = [table[c] for c in codes(key, len(names), none_ok=True).tolist()]
-    checks = {"retries": lambda c: (c >= 0) & (c <= MAX_RETRIES), "timeout": lambda c: np.isnan(c) | (c > 0),
-              "share": lambda c: (c > 0) & (c <= 1), "out": lambda c: np.isnan(c) | (c >= 0),
+    checks = {"retries": lambda c: (c >= 0) & (c <= MAX_RETRIES), "timeout": lambda c: np.isnan(c) | ((c > 0) & (c <= MAX_TIMEOUT)),
+              "share": lambda c: (c > 0) & (c <= 1), "out": lambda c: np.isnan(c) | ((c >= 0) & (c < np.inf)),
               "stateful": lambda c: np.ones(c.size, dtype=bool)}
     for key, ok in checks.items():
         if key in columns:
@@ -701,7 +728,7 @@ def _json_values(texts: list[str], kind: type, key: str, bad) -> list:
     empty = "[]" if kind is list else "{}"
     try:
         values = json.loads("[" + ",".join([t or empty for t in texts]) + "]")
-    except ValueError:
+    except (ValueError, RecursionError):            # RecursionError: nested too deep for the parser
         values = None
     if values is None or len(values) != len(texts) or not all(type(v) is kind for v in values):
         values = []
@@ -710,6 +737,8 @@ def _json_values(texts: list[str], kind: type, key: str, bad) -> list:
                 v = json.loads(text) if text else kind()
             except ValueError:
                 raise bad(f"task #{i}: {key} is not JSON") from None
+            except RecursionError:
+                raise bad(f"task #{i}: {key} is nested more than {MAX_SPEC_DEPTH} levels") from None
             if not isinstance(v, kind):
                 raise bad(f"task #{i}: {key} is not a {kind.__name__}")
             values.append(v)
@@ -737,7 +766,7 @@ def _tasks_of_plain_rows(rows: list) -> list[PlanTask] | None:
 
 def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
     """:func:`_tasks_of_plain_rows`'s loop (``float()`` of a huge int raises ``OverflowError``)."""
-    str_, float_, int_, list_, dict_ = str, float, int, list, dict
+    str_, float_, int_, list_, dict_, inf = str, float, int, list, dict, math.inf
     tasks = []
     for row in rows:
         if type(row) is not dict_ or not known.issuperset(row):
@@ -755,7 +784,7 @@ def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
             if type(finish) is not int_:
                 return None
             finish = float(finish)
-        if not (start >= 0 and finish >= 0):         # also refuses NaN, as ge=0 does
+        if not (0 <= start < inf and 0 <= finish < inf):     # also refuses NaN, as ge=0 does
             return None
         deps = get("deps", ())
         if type(deps) is not list_ and deps != ():
@@ -775,7 +804,7 @@ def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
                 if type(timeout) is not int_:
                     return None
                 timeout = float(timeout)
-            if not timeout > 0:
+            if not 0 < timeout <= MAX_TIMEOUT:
                 return None
         if type(share) is not float_:
             if type(share) is not int_:
@@ -788,7 +817,7 @@ def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
                 if type(out) is not int_:
                     return None
                 out = float(out)
-            if not out >= 0:
+            if not 0 <= out < inf:
                 return None
         stateful = get("stateful", False)
         if type(stateful) is not bool:
@@ -865,6 +894,11 @@ def check_plan_names(plan: Plan, path=None, lines: dict | None = None) -> None:
                                      "(they name the .npz members)")
 
 
+#: What a plan's arguments and outputs may be (:mod:`streammap.ir`'s arg specs).
+SPEC_HINT = ("an argument (and the outputs) is {ref: TASK} (with index: I), {value: V}, {list: [...]}, "
+             "{tuple: [...]} or {dict: {NAME: ...}}; compile the program again to get a valid plan")
+
+
 def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
     """Check what pydantic cannot: known devices, unique ids, deps before use, args within deps."""
     lines = lines or {}
@@ -872,6 +906,10 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
     if len(device_ids) != len(plan.devices):
         raise PlanError("a device id appears twice in 'devices'", path=path, line=lines.get(("devices",)))
     seen = _check_tasks(plan, device_ids, path, lines)
+    problem = spec_problem(plan.outputs) if plan.outputs is not None else None
+    if problem:
+        raise PlanError(f"the plan's outputs: {problem}", path=path, line=lines.get(("outputs",)),
+                        hint=SPEC_HINT)
     for r in spec_refs(plan.outputs):
         if r not in seen:
             raise PlanError(f"the plan's outputs name unknown task {r!r}", path=path, line=lines.get(("outputs",)))
@@ -906,6 +944,10 @@ def _check_tasks(plan: Plan, device_ids: set, path, lines: dict) -> set[str]:
         if len(deps) > 8:
             deps = set(deps)               # a fan-in of 100,000 deps: not a list scan per ref
         for spec in (t.args if not t.kwargs else (*t.args, *t.kwargs.values())):
+            problem = spec_problem(spec)
+            if problem:
+                raise PlanError(f"task {t.id!r}: an argument is malformed: {problem}", path=path,
+                                line=lines.get(("tasks", i)), hint=SPEC_HINT)
             if "ref" in spec:              # a plain ref: one look-up, no walk
                 missing = spec["ref"]
                 if missing in deps:

@@ -14,7 +14,9 @@ _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e1
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
 _TIME = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
 
-_NUMBER = r"(?P<num>\+?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*"
+# Digits, then optionally a point and more digits: one way to read each number (the earlier
+# \d+\.?\d* read "111" as 1+11, 11+1, ... and took minutes to refuse 100,000 digits and a typo).
+_NUMBER = r"(?P<num>\+?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*"
 _PREFIX = r"(?P<prefix>Ki|Mi|Gi|Ti|Pi|Ei|[kKMGTPE]?)"
 
 

@@ -84,7 +84,7 @@ BACKENDS = ("auto", "local", "ray")
 NAMES_IN_HINT = 24
 
 _SYNTAX = "write lose NAME[@TIME], e.g. 'lose node2@1.2ms, lose gpu3@50%' (no TIME: lost at the start)"
-_SECONDS = re.compile(r"\+?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")       # a bare number: seconds
+_SECONDS = re.compile(r"\+?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")       # a bare number: seconds
 _EVENT = re.compile(r"\s*(?P<verb>\w+)\s+(?P<target>[^@\s]+)\s*(?:@\s*(?P<time>.+?))?\s*")
 
 
@@ -187,9 +187,9 @@ def _resolve(plan: Plan, target: str, text: str) -> tuple[str, ...]:
     if len(by_name) == 1:
         return (by_name[0],)
     if by_name:
-        raise StreamMapError(f"--what-if {text!r}: {target!r} names a device on several nodes",
+        raise StreamMapError(f"--what-if {_quoted(text)}: {_quoted(target)} names a device on several nodes",
                              hint="write it as NODE/DEVICE: " + ", ".join(by_name))
-    raise StreamMapError(f"--what-if {text!r}: the cluster has no node or device {target!r}",
+    raise StreamMapError(f"--what-if {_quoted(text)}: the cluster has no node or device {_quoted(target)}",
                          hint=_names_hint(plan))
 
 
@@ -200,13 +200,19 @@ def _time(value: str, text: str, makespan: float) -> float:
         except ValueError:
             share = -1.0
         if not 0 <= share < float("inf"):
-            raise StreamMapError(f"--what-if {text!r}: cannot read {value!r} as a share of the makespan",
+            raise StreamMapError(f"--what-if {_quoted(text)}: cannot read {_quoted(value)} as a share of the makespan",
                                  hint="write e.g. 50% (of the plan's makespan)")
         return share / 100.0 * makespan
     try:
         return parse_time(float(value) if _SECONDS.fullmatch(value) else value)
     except ValueError as exc:
-        raise StreamMapError(f"--what-if {text!r}: {exc}", hint=_SYNTAX) from None
+        why = str(exc) if len(value) <= 100 else f"cannot read {_quoted(value)} as a time"
+        raise StreamMapError(f"--what-if {_quoted(text)}: {why}", hint=_SYNTAX) from None
+
+
+def _quoted(text: str) -> str:
+    """``text`` quoted for an error, its start only when it is long (an error is a few lines)."""
+    return repr(text) if len(text) <= 100 else f"{text[:80]!r}... ({len(text)} characters)"
 
 
 def parse_losses(plan: Plan, text: str | Iterable[str]) -> list[Loss]:
@@ -226,10 +232,10 @@ def parse_losses(plan: Plan, text: str | Iterable[str]) -> list[Loss]:
     losses = []
     for part in parts:
         if not part:
-            raise StreamMapError(f"--what-if {', '.join(texts)!r}: an empty event between commas", hint=_SYNTAX)
+            raise StreamMapError(f"--what-if {_quoted(', '.join(texts))}: an empty event between commas", hint=_SYNTAX)
         m = _EVENT.fullmatch(part)
         if m is None or m["verb"].lower() != "lose":
-            raise StreamMapError(f"--what-if {part!r}: cannot read this event", hint=_SYNTAX)
+            raise StreamMapError(f"--what-if {_quoted(part)}: cannot read this event", hint=_SYNTAX)
         at = 0.0 if m["time"] is None else _time(m["time"].strip(), part, makespan)
         losses.append(Loss(text=part, target=m["target"], at=at, devices=_resolve(plan, m["target"], part)))
     return sorted(losses, key=lambda loss: loss.at)        # stable: ties keep the order written
@@ -288,7 +294,7 @@ def _recover(plan: Plan, loss: Loss, lost: set, backend: str) -> tuple[Plan, Rec
     try:
         result = remap_plan(plan, done, resumed, lost=lost, available=_held(plan, set(done), lost))
     except RemapError as exc:
-        raise StreamMapError(f"--what-if {loss.text!r}: the plan cannot finish: {exc.message}",
+        raise StreamMapError(f"--what-if {_quoted(loss.text)}: the plan cannot finish: {exc.message}",
                              hint=exc.hint or "lose fewer devices, or none of the kind the tasks need") from None
     new = {t.id: t for t in result.plan.tasks}
     lost_work = sum(at - by_id[k].start for k in interrupted)
@@ -339,7 +345,7 @@ def what_if(plan: Plan, losses: str | Sequence[Loss] | Iterable[str], *, backend
             continue
         lost |= fresh
         if lost >= every:
-            raise StreamMapError(f"--what-if {loss.text!r}: no device left: the plan cannot finish",
+            raise StreamMapError(f"--what-if {_quoted(loss.text)}: no device left: the plan cannot finish",
                                  hint="lost by then: " + ", ".join(sorted(lost)))
         effect = "already lost" if not fresh else "" if fresh & {t.device for t in current.tasks} else "unused"
         if effect:

@@ -5,11 +5,14 @@
 into the same plan. A sidecar is input like any plan file: it is checked before it is used.
 """
 
+import io
+import zipfile
+
 import numpy as np
 import pytest
 
 from streammap.errors import PlanError
-from streammap.io.columnar import read_columns, write_columns
+from streammap.io.columnar import decode_strings, encode_strings, read_columns, write_columns
 from streammap.plan import COLUMNAR_TASKS, read_plan, sha256_file, tasks_file_name, write_plan
 from tests.helpers.plans import big_plan, make_plan, ref, task, value
 
@@ -120,4 +123,72 @@ def test_a_plan_with_both_tasks_and_a_sidecar_is_refused(tmp_path):
     path, _ = _sidecar_plan(tmp_path)
     path.write_text(path.read_text() + "tasks: []\n")
     with pytest.raises(PlanError, match="both 'tasks' and 'tasks_file'"):
+        read_plan(path)
+
+
+def _replace_sidecar(path, sidecar, write):
+    """Write the sidecar with ``write(sidecar)`` (a hostile file) and give the plan its sha256."""
+    old = sha256_file(sidecar)
+    write(sidecar)
+    path.write_text(path.read_text().replace(old, sha256_file(sidecar)))
+
+
+def _npz_with_member(sidecar, name, header_shape, data, compress=zipfile.ZIP_STORED):
+    """The sidecar's columns, but ``name`` replaced by a member whose header declares
+    ``header_shape`` bytes and whose data is ``data``."""
+    cols = read_columns(sidecar)
+    with zipfile.ZipFile(sidecar, "w") as z:
+        for key, col in cols.items():
+            if key != name:
+                buf = io.BytesIO()
+                np.save(buf, col)
+                z.writestr(key + ".npy", buf.getvalue())
+        head = io.BytesIO()
+        np.lib.format.write_array_header_1_0(head, {"descr": "|u1", "fortran_order": False, "shape": header_shape})
+        z.writestr(name + ".npy", head.getvalue() + data, compress_type=compress)
+
+
+def test_a_sidecar_column_whose_header_claims_a_terabyte_is_refused_before_allocating_it(tmp_path):
+    path, sidecar = _sidecar_plan(tmp_path)
+    _replace_sidecar(path, sidecar, lambda s: _npz_with_member(s, "id_utf8", (1 << 40,), b"abc"))
+    with pytest.raises(PlanError, match="column 'id_utf8' .* declares 1099511627776 bytes but holds 3"):
+        read_plan(path)
+
+
+def test_a_compressed_sidecar_column_is_refused_before_it_is_inflated(tmp_path):
+    """A few megabytes of deflated zeros inflate to gigabytes: the sidecar is written uncompressed,
+    so a compressed column is not one StreamMAP wrote."""
+    path, sidecar = _sidecar_plan(tmp_path)
+    _replace_sidecar(path, sidecar, lambda s: _npz_with_member(s, "id_utf8", (1 << 20,), bytes(1 << 20),
+                                                               compress=zipfile.ZIP_DEFLATED))
+    with pytest.raises(PlanError, match="column 'id_utf8' .* is compressed"):
+        read_plan(path)
+
+
+def test_a_sidecar_member_that_is_not_a_column_is_refused(tmp_path):
+    path, sidecar = _sidecar_plan(tmp_path)
+
+    def add_note(s):
+        with zipfile.ZipFile(s, "a") as z:
+            z.writestr("notes.txt", "hello")
+    _replace_sidecar(path, sidecar, add_note)
+    with pytest.raises(PlanError, match="member 'notes.txt' .* is not a .npy column"):
+        read_plan(path)
+
+
+@pytest.mark.parametrize("depth, message", [
+    (100_000, "task #0: args is nested more than 100 levels"),
+    (400, "an argument is nested more than 100 levels"),
+])
+def test_sidecar_arguments_nested_past_the_limit_are_refused(tmp_path, depth, message):
+    """A plan's YAML is nested at most 100 levels; its sidecar's argument JSON is held to the same
+    bound (100,000 brackets were a RecursionError in the JSON reader)."""
+    path, sidecar = _sidecar_plan(tmp_path)
+
+    def nest(cols):
+        texts = decode_strings(cols["args_utf8"], cols["args_off"]) if "args_utf8" in cols else [""] * len(cols["start"])
+        texts[0] = "[" + '{"list":[' * (depth // 2) + "]}" * (depth // 2) + "]"
+        cols["args_utf8"], cols["args_off"] = encode_strings(texts)
+    _rewrite(path, sidecar, nest)
+    with pytest.raises(PlanError, match=message):
         read_plan(path)

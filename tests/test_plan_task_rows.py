@@ -79,7 +79,8 @@ def test_a_row_of_strings_for_numbers_reads_as_pydantic_reads_it(tmp_path):
     ("retries: 2", "retries: -1", "tasks[1].retries: Input should be greater than or equal to 0"),
     ("stateful: true", "stateful: maybe", "tasks[1].stateful: Input should be a valid boolean"),
     ("estimate: fit", "colour: red", "tasks[1].colour: unknown field 'colour'"),
-    ("start: 1\n", "start: .nan\n", "tasks[1].start: Input should be greater than or equal to 0"),
+    ("start: 1\n", "start: .nan\n", "tasks[1].start: Input should be a finite number"),
+    ("start: 1\n", "start: .inf\n", "tasks[1].start: Input should be a finite number"),
 ])
 def test_a_row_pydantic_refuses_is_refused_at_its_line(tmp_path, change, bad, message):
     rows = ROWS.replace(change, bad)

@@ -97,6 +97,7 @@ import math
 import os
 import re
 import socket
+import stat
 import statistics
 from collections import Counter
 from contextlib import contextmanager
@@ -123,6 +124,10 @@ EXTRAPOLATION = 8.0
 MIN_REGRESSION_SIZES = 3
 #: A history file larger than this is compacted (in place, under its lock) after an append.
 COMPACT_BYTES = 1 << 20
+#: The longest measured time a history line may give (a year): one call of a kernel.
+MAX_MEASURED_SECONDS = 365 * 86400.0
+#: The largest history file read (compaction keeps files near :data:`COMPACT_BYTES`).
+MAX_HISTORY_BYTES = 256 << 20
 #: Clause attributes that are part of a task's size, in the order regression prefers them.
 CLAUSE_SIZES = ("flops", "bytes", "out", "mem")
 #: Order of keys in a record line.
@@ -292,7 +297,8 @@ def _compact_locked(path: Path, keep: int = WINDOW) -> None:
             try:
                 rec = json.loads(ln)
                 key = (rec["device_model"], rec.get("code"), rec["size_key"])
-            except (ValueError, KeyError, TypeError):
+                hash(key)
+            except (ValueError, KeyError, TypeError, RecursionError):
                 continue
             seen[key] += 1
             if seen[key] <= keep:
@@ -312,26 +318,41 @@ def compact(history=None, keep: int = WINDOW) -> None:
 
 
 def read_records(path) -> list[dict]:
-    """The records of one history file, under a shared lock; unreadable lines are skipped."""
+    """The records of one history file, under a shared lock; lines that are not measurements
+    (:func:`_measurement`) are skipped, and so is a file that is not a regular file of at most
+    :data:`MAX_HISTORY_BYTES` (a FIFO would block the open, ``/dev/zero`` never end)."""
     try:
-        f = open(path, "rb")
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
         return []
-    with f:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_HISTORY_BYTES:
+        os.close(fd)
+        return []
+    with os.fdopen(fd, "rb") as f:
         with _locked(f, exclusive=False):
-            data = f.read()
+            data = f.read(MAX_HISTORY_BYTES)
     out = []
     for ln in data.decode("utf-8", errors="replace").splitlines():
         if not ln.strip():
             continue
         try:
             rec = json.loads(ln)
-        except ValueError:
+        except (ValueError, RecursionError):         # RecursionError: brackets nested too deep
             continue
-        if isinstance(rec, dict) and isinstance(rec.get("seconds"), (int, float)) and rec["seconds"] > 0 \
-                and "device_model" in rec and "size_key" in rec:
+        if _measurement(rec):
             out.append(rec)
     return out
+
+
+def _measurement(rec) -> bool:
+    """Whether a parsed line is a measurement the lookup can use: a time > 0 of at most
+    :data:`MAX_MEASURED_SECONDS` (estimates are summed into a plan's times, which must stay
+    finite), string keys (they index the lookup's tables), ``sizes`` a mapping when present."""
+    seconds = rec.get("seconds") if isinstance(rec, dict) else None
+    return (type(seconds) in (int, float) and 0 < seconds <= MAX_MEASURED_SECONDS
+            and isinstance(rec.get("device_model"), str) and isinstance(rec.get("size_key"), str)
+            and isinstance(rec.get("code"), (str, type(None))) and isinstance(rec.get("sizes"), (dict, type(None))))
 
 
 # ---------------------------------------------------------------------- summaries and lookup

@@ -11,7 +11,9 @@ State: none. Policy:
   exists), uncompressed (``np.savez``: reading is a copy, not a decompression).
 * **Reading** is of input that may come from someone else: at most :data:`MAX_COLUMNS_BYTES`,
   no pickled objects (``allow_pickle=False``, so no code runs on load), only one-dimensional
-  arrays of numeric or boolean type; anything else is a :class:`~streammap.errors.StreamMapError`
+  arrays of numeric or boolean type, each stored uncompressed with a header that declares no more
+  bytes than the member holds (:func:`_check_member`: NumPy allocates what a header declares
+  before reading, and a deflated member inflates; either is gigabytes from a small file); anything else is a :class:`~streammap.errors.StreamMapError`
   (or the caller's subclass) naming the file, never a traceback.
 * **Strings** travel as one UTF-8 byte array and an offsets array (:func:`encode_strings`,
   :func:`decode_strings`): no fixed-width Unicode columns (one long id would widen every row)
@@ -20,6 +22,7 @@ State: none. Policy:
 
 from __future__ import annotations
 
+import math
 import zipfile
 from pathlib import Path
 
@@ -68,6 +71,7 @@ def read_columns(path, error_cls=StreamMapError, what: str = "file") -> dict[str
     try:
         with np.load(path, allow_pickle=False) as npz:
             for name in npz.files:
+                _check_member(npz.zip, name, path, error_cls, what)
                 col = npz[name]
                 if col.ndim != 1 or col.dtype.kind not in _KINDS:
                     raise error_cls(f"column {name!r} of the {what} is not a 1-D numeric array "
@@ -79,6 +83,32 @@ def read_columns(path, error_cls=StreamMapError, what: str = "file") -> dict[str
         raise error_cls(f"not a readable {what} ({type(exc).__name__}: {exc})", path=path,
                         hint="compile the plan again") from None
     return columns
+
+
+def _check_member(archive: zipfile.ZipFile, name: str, path, error_cls, what: str) -> None:
+    """Refuse column ``name`` of an ``.npz`` unless it is stored uncompressed and its ``.npy``
+    header declares at most the bytes the member holds (read before the array is allocated)."""
+    try:
+        info = archive.getinfo(f"{name}.npy")
+    except KeyError:
+        raise error_cls(f"member {name!r} of the {what} is not a .npy column", path=path,
+                        hint="compile the plan again") from None
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise error_cls(f"column {name!r} of the {what} is compressed (StreamMAP writes it uncompressed)",
+                        path=path, hint="compile the plan again")
+    with archive.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+        else:
+            raise ValueError(f"unsupported .npy format version {version}")
+        declared = math.prod(shape) * dtype.itemsize
+        held = info.file_size - member.tell()
+    if declared > held:
+        raise error_cls(f"column {name!r} of the {what} declares {declared} bytes but holds {held}",
+                        path=path, hint="compile the plan again")
 
 
 def encode_strings(values) -> tuple[np.ndarray, np.ndarray]:

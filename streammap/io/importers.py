@@ -53,7 +53,7 @@ from streammap.errors import StreamMapError
 from streammap.io.bulk import gc_paused
 from streammap.io.files import read_text_bounded
 from streammap.io.jsonfile import DuplicateKeyError, duplicate_key_error, loads_strict
-from streammap.ir import MAX_RETRIES, NODE_DEFAULTS, add_task, new_graph
+from streammap.ir import MAX_RETRIES, MAX_TIMEOUT, NODE_DEFAULTS, add_task, new_graph
 
 __all__ = ["load_graph", "graph_from_wfcommons", "graph_from_node_link"]
 
@@ -197,6 +197,8 @@ _ATTR_CHECKS = {
     "stateful": (lambda v: isinstance(v, bool), "true or false"),
     "retries": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_RETRIES,
                 f"an int in 0..{MAX_RETRIES}"),
+    "timeout": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= MAX_TIMEOUT,
+                f"a number of seconds > 0 and at most {MAX_TIMEOUT:.0f}"),
     "site": (lambda v: isinstance(v, str), "a string"),
     "code": (lambda v: isinstance(v, str), "a string"),
     # the rate a task's flops run at (streammap.directives.kernel_class); a name the cost model does

@@ -50,8 +50,8 @@ import uvicorn
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -210,16 +210,14 @@ def make_app(service, limits: HttpLimits | None = None):
     @_answers
     async def logs(request: Request):
         tenant, job_id = _tenant(service, request), _job_id(service, request)
-        path = await blocking(service.log_path, tenant, job_id)
-        if path is None:
-            return Response(b"", media_type="text/plain; charset=utf-8")
-        return FileResponse(path, media_type="text/plain; charset=utf-8")
+        f = await blocking(service.open_log, tenant, job_id)
+        return StreamingResponse(_chunks(f, blocking), media_type="text/plain; charset=utf-8")
 
     @_answers
     async def result(request: Request):
         tenant, job_id = _tenant(service, request), _job_id(service, request)
-        path = await blocking(service.result_path, tenant, job_id)
-        return FileResponse(path, media_type="application/octet-stream")
+        f = await blocking(service.open_result, tenant, job_id)
+        return StreamingResponse(_chunks(f, blocking), media_type="application/octet-stream")
 
     routes = [Route("/jobs", list_jobs, methods=["GET"]), Route("/jobs", submit, methods=["POST"]),
               Route("/jobs/{job_id}", one_job, methods=["GET"]),
@@ -228,6 +226,14 @@ def make_app(service, limits: HttpLimits | None = None):
               Route("/jobs/{job_id}/result", result, methods=["GET"])]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _internal_error})
     return RequestLimit(app, limits.max_requests)
+
+
+async def _chunks(f, blocking, size: int = 1 << 20):
+    """The bytes of the open file ``f`` (the service opened it, see ``service._open_plain``), read
+    a chunk at a time by ``blocking`` (the app's worker threads); ``f`` is closed at the end."""
+    with f:
+        while chunk := await blocking(f.read, size):
+            yield chunk
 
 
 def _answers(handler):
@@ -289,11 +295,16 @@ async def _read_body(request: Request, limits: HttpLimits) -> bytes:
                       too_large if declared.isdigit() else "bad Content-Length", {"Connection": "close"})
     chunks, size = [], 0
     with anyio.move_on_after(limits.body_seconds) as waited:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limits.max_body:
-                raise Refused(413, too_large, {"Connection": "close"})
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limits.max_body:
+                    raise Refused(413, too_large, {"Connection": "close"})
+                chunks.append(chunk)
+        except ClientDisconnect:
+            # The client hung up mid-body (anyone may, at any time): no one to answer, and
+            # nothing the service did wrong, so no traceback in its log either.
+            raise Refused(400, "the client hung up before its request body ended", {"Connection": "close"}) from None
     if waited.cancelled_caught:
         raise Refused(408, f"the request body did not arrive within {limits.body_seconds:g} s",
                       {"Connection": "close"})

@@ -66,17 +66,20 @@ A tenant sees, cancels and fetches only its own jobs: another tenant's job is "n
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
 import re
 import resource
+import shutil
 import signal
 import stat
 import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from streammap.compiler import resolve_cluster
 from streammap.directives.imports import MAX_LOCAL_MODULES
@@ -349,28 +352,28 @@ class JobService:
         return self.public(self.store.get(job_id))
 
     def logs(self, tenant: str, job_id: str) -> str:
-        path = self.log_path(tenant, job_id)
-        return path.read_text(errors="replace") if path is not None else ""
+        with self.open_log(tenant, job_id) as f:
+            return f.read().decode(errors="replace")
 
-    def log_path(self, tenant: str, job_id: str) -> Path | None:
-        """The job's log file, or ``None`` before it has one."""
+    def open_log(self, tenant: str, job_id: str) -> BinaryIO:
+        """The job's log, open for reading (empty before it has one): see :func:`_open_plain`."""
         self.job(tenant, job_id)
-        path = self.store.job_dir(job_id) / "log.txt"
-        return path if _plain_file(path) else None
+        return _open_plain(self.store.job_dir(job_id) / "log.txt") or io.BytesIO()
 
     def result(self, tenant: str, job_id: str) -> bytes:
-        return self.result_path(tenant, job_id).read_bytes()
+        with self.open_result(tenant, job_id) as f:
+            return f.read()
 
-    def result_path(self, tenant: str, job_id: str) -> Path:
-        """The job's outputs (``.npz``); refused until it is done."""
+    def open_result(self, tenant: str, job_id: str) -> BinaryIO:
+        """The job's outputs (``.npz``), open for reading; refused until it is done."""
         row = self.job(tenant, job_id)
         if row["state"] != "done":
             raise Refused(409, f"job {job_id} is {row['state']}: results exist once it is done"
                           + (f"\n{row['error']}" if row.get("error") else ""))
-        path = self.store.job_dir(job_id) / "result.npz"
-        if not _plain_file(path):
+        f = _open_plain(self.store.job_dir(job_id) / "result.npz")
+        if f is None:
             raise Refused(410, f"job {job_id} is done but its outputs are gone from the service")
-        return path
+        return f
 
     # -- the scheduling loop ----------------------------------------------------------------
     def start(self) -> None:
@@ -438,7 +441,7 @@ class JobService:
         limits = self.tenants.limits(row["tenant"], self.limits).as_dict()
         policy = sandbox.policy(self.isolation, state_dir=self.store.dir, tenants_file=self.tenants_file,
                                 limits=limits)
-        with open(folder / "log.txt", "ab") as logf:
+        with _open_log(folder / "log.txt") as logf:
             proc = subprocess.Popen(sandbox.command(folder, policy), stdout=logf, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder)
         self._procs[start.job_id] = proc
@@ -669,16 +672,62 @@ def _alive(proc, folder: Path) -> bool:
 
 def _read_note(note: Path) -> dict | None:
     """A worker's exit note, or ``None`` when the file is not one (see ``_finish_from_note``)."""
+    f = _open_plain(note)
+    if f is None:
+        return None
     try:
-        if not _plain_file(note) or note.stat().st_size > MAX_NOTE:
+        with f:
+            text = f.read(MAX_NOTE + 1)
+        if len(text) > MAX_NOTE:
             return None
-        status = json.loads(note.read_bytes())
+        status = json.loads(text)
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(status, dict) or status.get("status") not in ("done", "failed"):
         return None
     error = status.get("error")
     return {"status": status["status"], "error": error if isinstance(error, str) or error is None else str(error)}
+
+
+def _open_log(path: Path):
+    """A job's log, opened to append, never through what the job left at its name.
+
+    The job writes its folder: an earlier attempt of it (preempted, or run again after a restart)
+    may have left ``log.txt`` as a link to a file of the service's user, which the service would
+    append to, or a FIFO, whose ``open`` never returns. Anything but a regular file there is
+    removed, and the open neither follows a link nor waits for a reader.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        if stat.S_ISDIR(mode):
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    return os.fdopen(fd, "ab")
+
+
+def _open_plain(path: Path) -> BinaryIO | None:
+    """``path`` open for reading if it is a regular file itself, else ``None``.
+
+    One open, that neither follows a link nor waits on a FIFO, then a look at what was opened: a
+    running job may swap a file of its folder for a link to another tenant's file between a look
+    at its name and an open of it.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
 
 
 def _plain_file(path: Path) -> bool:

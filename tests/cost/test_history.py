@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 
 import pytest
 
@@ -421,3 +422,42 @@ def test_resolve_history_hook(tmp_path, monkeypatch):
     fn = lambda *a: 7.0  # noqa: E731
     assert H.resolve_history_hook(fn) is fn
     assert H.resolve_history_hook(History.load(tmp_path / "h"))("k", CPU, attrs()) == pytest.approx(1e-3)
+
+
+# -- a history folder holds whatever was put there -----------------------------------------------------
+
+GOOD_LINE = {"kernel": "k", "source": "p", "device_model": "H200", "device_kind": "gpu", "size_key": "flops=1",
+             "sizes": {"flops": 1.0}, "seconds": 0.001}
+
+
+@pytest.mark.parametrize("line", [
+    "[" * 100_000 + "]" * 100_000,                                  # a RecursionError in the JSON reader
+    json.dumps({**GOOD_LINE, "seconds": float("inf")}),
+    json.dumps({**GOOD_LINE, "seconds": float("nan")}),
+    json.dumps({**GOOD_LINE, "seconds": True}),
+    json.dumps({**GOOD_LINE, "seconds": 1e308}),                    # three in a row are an infinite plan
+    json.dumps({**GOOD_LINE, "size_key": [1]}),                    # unhashable: a TypeError in the lookup
+    json.dumps({**GOOD_LINE, "device_model": {"a": 1}}),
+    json.dumps({**GOOD_LINE, "code": [1]}),
+    json.dumps({**GOOD_LINE, "sizes": 5}),
+    json.dumps({**GOOD_LINE, "sizes": [1, 2]}),
+])
+def test_a_history_line_that_is_not_a_measurement_is_skipped(tmp_path, line):
+    path = tmp_path / "p" / "k.jsonl"
+    path.parent.mkdir()
+    path.write_text(line + "\n" + json.dumps(GOOD_LINE) + "\n")
+    assert [r["seconds"] for r in H.read_records(path)] == [0.001]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "/dev/zero"])
+def test_a_history_file_that_is_not_a_regular_file_is_read_as_empty_at_once(tmp_path, kind):
+    """A FIFO there held compile in open() for good, /dev/zero filled its memory."""
+    path = tmp_path / "p" / "k.jsonl"
+    path.parent.mkdir()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to(kind)
+    assert H.read_records(path) == []

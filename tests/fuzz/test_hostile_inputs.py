@@ -100,6 +100,30 @@ def test_a_huge_override_is_refused(workdir, capsys):
     refused(compile_args(path, "-D", "N=10**10000"), capsys, "p.py", "N")
 
 
+def test_an_int_override_given_as_a_number_is_held_to_the_int_limit_as_its_text_is(workdir, capsys):
+    """``-D N=10**2000`` is refused at 4,096 bits; the same number handed over as an int (the Python
+    API, a jobs file, the job service's JSON) went through unchecked."""
+    path = program(workdir, head="# @stream param\nN = 4\n")
+    with pytest.raises(DirectiveError, match="integer too large .* param 'N' .*4096 bits"):
+        streammap.compile(path, "cluster.yaml", params={"N": 10**2000})
+    (workdir / "jobs.yaml").write_text(f"- {{program: p.py, tenant: a, arrival: 0, defines: {{N: {10**2000}}}}}\n")
+    refused(["simulate", "--jobs", "jobs.yaml", "--cluster", "cluster.yaml", "--policy", "fifo", "--out", "o"],
+            capsys, "param 'N'", "4096 bits")
+
+
+def test_an_override_past_the_expression_limit_is_refused_in_a_few_lines_even_as_a_bare_word(workdir, capsys):
+    """10,000 characters is the limit of an override, also of a bare word taken as a string
+    param's value (100,000 went into the plan); the error quotes the start of the value only."""
+    head = "# @stream param\nMODE = 'fast'\n# @stream param\nN = 4\n"
+    path = program(workdir, head=head)
+    err = refused(compile_args(path, "-D", "MODE=" + "y" * 100_000), capsys, "for param 'MODE'",
+                  "longer than 10000 characters", "... (100002 characters)")
+    assert len(err) < 1000
+    err = refused(compile_args(path, "-D", "N=" + "1+" * 50_000 + "1"), capsys, "for param 'N'")
+    assert len(err) < 1000
+    assert main([str(a) for a in compile_args(path, "-D", "MODE=" + "y" * 10_000)]) == 0
+
+
 @pytest.mark.parametrize("expr", ["-" * 500 + "1", "+".join(["1"] * 1000)])
 def test_deeply_nested_code_anywhere_in_a_file_with_a_directive_is_refused(workdir, capsys, expr):
     path = program(workdir, head=f"X = {expr}\n")
@@ -124,6 +148,24 @@ def test_a_kernel_retried_a_billion_times_is_refused_at_its_clause(workdir, caps
     path = program(workdir, clause="flops=1, retries=10**9")
     refused(compile_args(path), capsys, "p.py:2:", "retries must be an int in 0..1000, got 1000000000")
     assert main([str(a) for a in compile_args(program(workdir, clause="flops=1, retries=1000"))]) == 0
+
+@pytest.mark.parametrize("timeout", ["1e300", "10**400"])
+def test_a_timeout_longer_than_a_year_is_refused_at_its_clause(workdir, capsys, timeout):
+    """The runtime waits on a call for its timeout: 1e300 seconds overflowed the clock of the wait,
+    failing every call of the kernel after compile had accepted it."""
+    path = program(workdir, clause=f"flops=1, timeout={timeout}")
+    refused(compile_args(path), capsys, "p.py:2:", "timeout must be a number of seconds > 0 and at most 31536000")
+    assert main([str(a) for a in compile_args(program(workdir, clause="flops=1, timeout=31536000"))]) == 0
+
+
+@pytest.mark.parametrize("cookie", ["utf-16", "utf-32"])
+def test_a_coding_cookie_the_file_cannot_be_read_in_is_refused(workdir, capsys, cookie):
+    """A cookie naming a codec that needs a byte-order mark the file lacks raised a UnicodeError
+    that is not a UnicodeDecodeError: a traceback."""
+    for pad in ("", "\n", "\n\n", "\n\n\n"):      # every length modulo 4: each codec fails its own way
+        path = program(workdir, head=f"# -*- coding: {cookie} -*-\n{pad}")
+        refused(compile_args(path), capsys, "p.py: error: cannot read program")
+
 
 def test_output_names_must_be_identifiers(workdir, capsys):
     path = program(workdir, body='    return {"../../x": k()}')
@@ -175,6 +217,16 @@ def test_a_cluster_file_past_the_file_limit_is_refused_at_load():
         cluster_from_dict(spec)
 
 
+@pytest.mark.parametrize("field", ["latency", "bandwidth"])
+def test_a_quantity_of_a_hundred_thousand_digits_and_a_typo_is_refused_at_once(workdir, capsys, field):
+    """The number pattern read digits two ways (``\\d+\\.?\\d*``): refusing 100,000 digits and
+    a typo backtracked for minutes (past this suite's 300 s timeout)."""
+    text = (workdir / "cluster.yaml").read_text().replace(
+        "latency: 5us" if field == "latency" else "bandwidth: 50 GB/s", f"{field}: {'1' * 100_000}q", 1)
+    (workdir / "bad.yaml").write_text(text)
+    refused(["compile", program(workdir), "--cluster", "bad.yaml", "-o", "plan.yaml"], capsys, "bad.yaml:", field)
+
+
 def test_a_cluster_file_that_is_not_utf8_is_refused(workdir, capsys):
     (workdir / "cluster.yaml").write_bytes(b"name: lab\xff\n")
     refused(compile_args(FM), capsys, "cluster.yaml", "not UTF-8")
@@ -218,6 +270,9 @@ def write_plan_data(workdir, data, name="bad.yaml") -> Path:
 @pytest.mark.parametrize("edit, needle", [
     (lambda d: d["params"].update(N=[1, 2]), "params.N"),
     (lambda d: d["source"].update(path="."), "not a file"),
+    (lambda d: d["source"].update(path="fm\0.py"), "source.path: a path has no NUL"),
+    (lambda d: d["source"].update(path="x" * 300 + ".py"), "longer than a file name"),
+    (lambda d: d["source"].update(path="x/" * 3000), "source.path"),
     (lambda d: d["devices"][0].update(index=-1), "devices[0].index"),
     (lambda d: d["devices"][0].update(memory=-1.0), "devices[0].memory"),       # the spill logic's capacity
     (lambda d: d["devices"][0].update(memory=float("nan")), "devices[0].memory"),
@@ -229,6 +284,66 @@ def test_hostile_plans_are_refused_before_anything_runs(workdir, capsys, compile
     refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, needle)
     assert not (workdir / "o.npz").exists()
 
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda d: d.update(outputs=5), "the plan's outputs: an argument spec is a mapping"),
+    (lambda d: d.update(outputs={"ref": []}), "'ref' must name a task"),
+    (lambda d: d.update(outputs={"list": 3}), "'list' must be a list"),
+    (lambda d: d["tasks"][1].update(args=[None]), "an argument spec is a mapping"),
+    (lambda d: d["tasks"][1].update(args=[{"ref": d["tasks"][0]["id"], "index": "x"}]), "'index' must be an integer"),
+    (lambda d: d["tasks"][1].update(args=[{"tuple": [{"dict": {"a": 7}}]}]), "not int"),
+    (lambda d: d["tasks"][1].update(args=[{"value": 1, "list": []}]), "unknown argument spec"),
+])
+def test_a_plan_whose_arguments_are_not_arg_specs_is_refused_by_every_reader(workdir, capsys, compiled, edit, needle):
+    edit(compiled)
+    bad = write_plan_data(workdir, compiled)
+    refused(["show", bad], capsys, needle, "bad.yaml:", "hint: an argument")
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, needle)
+    assert not (workdir / "o.npz").exists()
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda s: s.update(nodes=5), "cluster.spec: nodes:"),
+    (lambda s: s["nodes"].__setitem__(0, "node"), "cluster.spec: nodes[0]:"),
+    (lambda s: s.update(memory_oversubscription=10**400), "cluster.spec: memory_oversubscription:"),
+    (lambda s: s.update(memory_oversubscription="lots"), "cluster.spec: memory_oversubscription:"),
+    (lambda s: s.update(max_tasks_per_device=[1]), "cluster.spec: max_tasks_per_device:"),
+    (lambda s: s["nodes"][0]["devices"][0].update(memory=-1), "cluster.spec: nodes[0].devices[0].memory:"),
+])
+def test_a_plan_whose_cluster_spec_is_not_a_cluster_is_refused_by_every_reader(workdir, capsys, compiled, edit, needle):
+    """The cluster a plan carries (re-mapping, k8s export and the runtime's spilling read it) is
+    checked as a cluster file is."""
+    edit(compiled["cluster"]["spec"])
+    bad = write_plan_data(workdir, compiled)
+    refused(["show", bad], capsys, needle, "bad.yaml:")
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, needle)
+    refused(["export", "k8s", bad, "-o", "k8s", "--image", "streammap:1"], capsys, needle)
+    assert not (workdir / "o.npz").exists() and not (workdir / "k8s").exists()
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda d: d["tasks"][0].update(finish=float("inf")), "tasks[0].finish"),
+    (lambda d: d["tasks"][0].update(start=1e400), "tasks[0].start"),
+    (lambda d: d["tasks"][0].update(out=float("inf")), "tasks[0].out"),
+    (lambda d: d["mapper"].update(estimated_makespan=float("inf")), "mapper.estimated_makespan"),
+    (lambda d: d["mapper"].update(lower_bound=float("inf")), "mapper.lower_bound"),
+])
+def test_a_plan_with_infinite_times_is_refused_before_anything_runs(workdir, capsys, compiled, edit, needle):
+    """An infinite time ran, then left a run record no view could read (or failed writing it,
+    with a traceback): a plan's times are finite."""
+    edit(compiled)
+    bad = write_plan_data(workdir, compiled)
+    refused(["show", bad], capsys, "bad.yaml:", needle)
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, needle)
+    assert not (workdir / "o.npz").exists() and not (workdir / "o.run.json").exists()
+
+
+def test_a_plan_task_with_a_timeout_past_a_year_is_refused_before_anything_runs(workdir, capsys, compiled):
+    compiled["tasks"][0]["timeout"] = 1e300
+    bad = write_plan_data(workdir, compiled)
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, "bad.yaml:", "tasks[0].timeout")
+    assert not (workdir / "o.npz").exists()
 
 
 def test_a_plan_task_retried_a_billion_times_is_refused_before_anything_runs(workdir, capsys, compiled):
@@ -300,6 +415,9 @@ def wfcommons(task):
 @pytest.mark.parametrize("data, needle", [
     (node_link(device=5), "device of task a must be a non-empty string"),
     (node_link(retries=-1), "retries of task a"),
+    (node_link(timeout="abc"), "timeout of task a must be a number of seconds > 0"),
+    (node_link(timeout=-5), "timeout of task a must be a number of seconds > 0"),
+    (node_link(timeout=1e300), "timeout of task a must be a number of seconds > 0 and at most 31536000"),
     (node_link(id=["a"]), "a node id must be a string or an integer"),
     (node_link(id={"a": 1}), "a node id must be a string or an integer"),
     (wfcommons({"id": "t", "children": 5}), "children of task t must be a list"),

@@ -308,3 +308,13 @@ def test_show_what_if_needs_a_plan_not_a_run_record(tmp_path, capsys):
     record.write_text("{}")
     assert main(["show", str(record), "--what-if", "lose gpu0"]) == 2
     assert "--what-if re-times a plan" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("events", ["lose " + "x" * 100_000 + "@1ms", "lose gpu0@" + "1" * 100_000 + "q",
+                                    "hide " + "x" * 100_000])
+def test_an_event_of_a_hundred_thousand_characters_is_refused_in_a_few_lines(plan, events):
+    with pytest.raises(StreamMapError) as err:
+        parse_losses(plan, events)
+    message = err.value.format()
+    size, counted = len(message), "(100" in message     # (asserting on the message itself: a 200 KB diff)
+    assert size < 1000 and counted
