@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from streammap.bench.cases import scale_cluster_for_ccr, shared_random_case
-from streammap.cluster.model import cluster_from_dict, dump_cluster_spec, load_cluster
+from streammap.cluster.model import dump_cluster_spec, load_cluster
 from streammap.compiler import compile as compile_plan
 from streammap.cost.model import (
     CostModel,
@@ -30,6 +30,7 @@ from streammap.mappers.auto import auto
 from streammap.mappers.exact import solve_exact
 from streammap.mappers.heft import heft
 from streammap.views.show import plan_verdict
+from tests.helpers.graphs import node_cluster
 from tests.helpers.optimum import exhaustive_optimum
 from tests.helpers.paths import SHARED, needs_shared
 
@@ -48,14 +49,6 @@ def graph(times, edges, shares=None):
     return g
 
 
-def cluster(nodes, network=(1.0, 0.0)):
-    """``nodes``: one ``(models, bandwidth, latency)`` per node, its devices of those models;
-    ``network``: (bandwidth, latency) between nodes."""
-    return cluster_from_dict({
-        "name": "c", "network": {"bandwidth": network[0], "latency": network[1]},
-        "nodes": [{"name": f"n{k}", "link": {"bandwidth": bw, "latency": lat},
-                   "devices": [{"name": f"d{j}", "kind": "gpu", "model": m} for j, m in enumerate(models)]}
-                  for k, (models, bw, lat) in enumerate(nodes)]})
 
 
 def old_bound(cost):
@@ -70,7 +63,7 @@ def join_fork_join():
     either of two devices, every edge 10 s to cross."""
     times = [{"A": 1.0, "B": 1.0}] * 6
     edges = [(0, 2, 10.0), (1, 2, 10.0), (2, 3, 10.0), (2, 4, 10.0), (3, 5, 10.0), (4, 5, 10.0)]
-    return CostModel(graph(times, edges), cluster([(["A", "B"], 1.0, 0.0)]))
+    return CostModel(graph(times, edges), node_cluster([(["A", "B"], 1.0, 0.0)]))
 
 
 def test_every_join_and_fork_along_the_path_pays_a_transfer_or_waits_its_turn():
@@ -97,7 +90,7 @@ def test_a_compiled_plan_records_the_bound_and_shows_it_optimal(tmp_path):
 
 def test_a_chain_may_stay_on_one_device_and_pays_no_transfer():
     times = [{"A": 1.0, "B": 2.0}] * 4
-    cost = CostModel(graph(times, [(0, 1, 50.0), (1, 2, 50.0), (2, 3, 50.0)]), cluster([(["A", "B"], 1.0, 0.0)]))
+    cost = CostModel(graph(times, [(0, 1, 50.0), (1, 2, 50.0), (2, 3, 50.0)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
     assert comm_path_bound(cost) == pytest.approx(4.0)
     assert transfer_bound(cost) == pytest.approx(4.0) == pytest.approx(exhaustive_optimum(cost, memory=False))
 
@@ -107,7 +100,7 @@ def mesh(network):
     two devices linked inside at 1,000 bytes/s; ``network`` (bandwidth, latency) between them."""
     times = [{"A": 1.0}] * 8
     edges = [(s, 4 + k, 1.0) for s in range(4) for k in range(4)]
-    return CostModel(graph(times, edges), cluster([(["A", "A"], 1000.0, 0.0)] * 2, network=network))
+    return CostModel(graph(times, edges), node_cluster([(["A", "A"], 1000.0, 0.0)] * 2, network=network))
 
 
 @pytest.mark.parametrize("network", [(0.01, 0.0), (1e9, 100.0)], ids=["slow-link", "long-latency"])
@@ -133,13 +126,13 @@ def test_a_network_as_fast_as_the_node_ties_nothing_to_a_node():
 
 def test_a_task_that_can_run_nowhere_has_no_plan():
     times = [{"C": 1.0}, {"A": 1.0}, {"A": 1.0}]
-    cost = CostModel(graph(times, [(0, 1, 1.0), (0, 2, 1.0)]), cluster([(["A", "B"], 1.0, 0.0)]))
+    cost = CostModel(graph(times, [(0, 1, 1.0), (0, 2, 1.0)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
     assert comm_path_bound(cost) == np.inf
     assert crossing_bound(cost) == np.inf
 
 
 def test_without_edges_the_path_bound_is_the_longest_task_and_nothing_is_forced():
-    cost = CostModel(graph([{"A": 1.0}, {"A": 2.0, "B": 3.0}], []), cluster([(["A", "B"], 1.0, 0.0)]))
+    cost = CostModel(graph([{"A": 1.0}, {"A": 2.0, "B": 3.0}], []), node_cluster([(["A", "B"], 1.0, 0.0)]))
     assert comm_path_bound(cost) == pytest.approx(2.0)
     assert crossing_bound(cost) == 0.0
     assert transfer_bound(cost) == pytest.approx(2.0)
@@ -184,7 +177,7 @@ def random_tiny_case(seed):
     while sum(len(m) for m, _, _ in nodes) > 3:
         nodes.pop()
     network = (float(rng.uniform(0.2, 2.0)), float(rng.uniform(0.0, 1.0)))
-    return CostModel(graph(times, edges, shares), cluster(nodes, network))
+    return CostModel(graph(times, edges, shares), node_cluster(nodes, network))
 
 
 @pytest.mark.parametrize("seed", range(60))

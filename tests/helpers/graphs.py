@@ -1,4 +1,4 @@
-"""Random task graphs and a small mixed cluster shared by the mapper tests."""
+"""Task graphs (random, Montage-shaped) and small clusters (mixed, equal processors, nodes of given models) shared by the mapper and bound tests."""
 
 import numpy as np
 
@@ -32,3 +32,45 @@ def mixed_cluster(memory="8GiB", network=("12.5 GB/s", "10us"), link=("100 GB/s"
                                {"name": "gpu1", "kind": "gpu", "memory": memory, "speed": 1.0 + k},
                                {"name": "cpu", "kind": "cpu", "memory": memory, "speed": 0.25}]}
                   for k in range(2)]})
+
+def processors(n=2, bandwidth=1.0):
+    """``n`` equal processors on one node, joined by ``bandwidth`` bytes/s, no latency."""
+    return cluster_from_dict({
+        "name": "procs", "network": {"bandwidth": bandwidth, "latency": 0},
+        "nodes": [{"name": "n0", "link": {"bandwidth": bandwidth, "latency": 0},
+                   "devices": [{"name": f"p{i}", "kind": "cpu", "model": "P"} for i in range(n)]}]})
+
+
+def montage_like(n=6, nbytes=400.0, seed=0):
+    """A small Montage: ``n`` projections (8-12 s), a difference fit (1 s) on each neighbouring
+    pair, a concatenating fit and a background model (0.5 s each, small outputs), one background
+    correction per projection (2 s, reading it and the model) and a co-add (1 s) of every corrected
+    image; projections and corrected images are ``nbytes`` each."""
+    rng = np.random.default_rng(seed)
+    g = new_graph("montage", kind="workflow")
+    add_task(g, "concat", "concat", times={"P": 0.5})
+    add_task(g, "model", "model", times={"P": 0.5})
+    add_task(g, "add", "add", times={"P": 1.0})
+    g.add_edge("concat", "model", bytes=1.0)
+    for i in range(n):
+        add_task(g, f"proj{i}", "project", times={"P": float(rng.uniform(8.0, 12.0))})
+        add_task(g, f"bg{i}", "background", times={"P": 2.0})
+        g.add_edge(f"proj{i}", f"bg{i}", bytes=nbytes)
+        g.add_edge("model", f"bg{i}", bytes=1.0)
+        g.add_edge(f"bg{i}", "add", bytes=nbytes)
+    for i in range(n - 1):
+        add_task(g, f"diff{i}", "diff", times={"P": 1.0})
+        g.add_edge(f"proj{i}", f"diff{i}", bytes=nbytes)
+        g.add_edge(f"proj{i + 1}", f"diff{i}", bytes=nbytes)
+        g.add_edge(f"diff{i}", "concat", bytes=1.0)
+    return g
+
+
+def node_cluster(nodes, network=(1.0, 0.0)):
+    """``nodes``: one ``(models, bandwidth, latency)`` per node, its devices of those models;
+    ``network``: (bandwidth, latency) between nodes."""
+    return cluster_from_dict({
+        "name": "c", "network": {"bandwidth": network[0], "latency": network[1]},
+        "nodes": [{"name": f"n{k}", "link": {"bandwidth": bw, "latency": lat},
+                   "devices": [{"name": f"d{j}", "kind": "gpu", "model": m} for j, m in enumerate(models)]}
+                  for k, (models, bw, lat) in enumerate(nodes)]})

@@ -12,49 +12,19 @@ import importlib
 import numpy as np
 import pytest
 
-from streammap.cluster.model import cluster_from_dict
 from streammap.cost.model import CostModel
 from streammap.ir import add_task, new_graph
 from streammap.mappers import adaptive
 from streammap.mappers.adaptive import ADAPT_GAP, ADAPT_ROUNDS, extend_search
 from streammap.mappers.heft import heft
 from streammap.mappers.schedule import evaluate, simulate
-from tests.helpers.graphs import mixed_cluster, random_graph
+from tests.helpers.graphs import mixed_cluster, montage_like, processors, random_graph
 
 auto_module = importlib.import_module("streammap.mappers.auto")
 
 
-def processors(n=4, bandwidth=10.0):
-    """``n`` equal processors on one node, joined by ``bandwidth`` bytes/s, no latency."""
-    return cluster_from_dict({
-        "name": "procs", "network": {"bandwidth": bandwidth, "latency": 0},
-        "nodes": [{"name": "n0", "link": {"bandwidth": bandwidth, "latency": 0},
-                   "devices": [{"name": f"p{i}", "kind": "cpu", "model": "P"} for i in range(n)]}]})
 
 
-def montage_like(n=8, nbytes=400.0, seed=0):
-    """A small Montage: ``n`` projections (8-12 s), a difference fit (1 s) of each neighbouring
-    pair, a concatenating fit and a background model (0.5 s each, small outputs), a background
-    correction (2 s) per projection and a co-add (1 s); images are ``nbytes`` each, so at 10 bytes/s
-    a crossing image costs 40 s, four times a projection (CCR 10)."""
-    rng = np.random.default_rng(seed)
-    g = new_graph("montage", kind="workflow")
-    add_task(g, "concat", "concat", times={"P": 0.5})
-    add_task(g, "model", "model", times={"P": 0.5})
-    add_task(g, "add", "add", times={"P": 1.0})
-    g.add_edge("concat", "model", bytes=1.0)
-    for i in range(n):
-        add_task(g, f"proj{i}", "project", times={"P": float(rng.uniform(8.0, 12.0))})
-        add_task(g, f"bg{i}", "background", times={"P": 2.0})
-        g.add_edge(f"proj{i}", f"bg{i}", bytes=nbytes)
-        g.add_edge("model", f"bg{i}", bytes=1.0)
-        g.add_edge(f"bg{i}", "add", bytes=nbytes)
-    for i in range(n - 1):
-        add_task(g, f"diff{i}", "diff", times={"P": 1.0})
-        g.add_edge(f"proj{i}", f"diff{i}", bytes=nbytes)
-        g.add_edge(f"proj{i + 1}", f"diff{i}", bytes=nbytes)
-        g.add_edge(f"diff{i}", "concat", bytes=1.0)
-    return g
 
 
 def independent(n=8, seconds=10.0):
@@ -86,7 +56,7 @@ def counted_searches(monkeypatch):
 
 
 def test_a_plan_the_bound_proves_near_optimal_gets_no_round(monkeypatch):
-    cost = CostModel(independent(), processors())
+    cost = CostModel(independent(), processors(4, 10.0))
     best = auto_module.auto(cost)
     assert best.makespan == pytest.approx(20.0)
     budgets = counted_searches(monkeypatch)
@@ -99,7 +69,7 @@ def test_a_plan_the_bound_proves_near_optimal_gets_no_round(monkeypatch):
 def test_the_rounds_stop_after_the_first_round_that_finds_nothing(monkeypatch):
     # The optimum already, but a loose bound (half of it): one round is spent, finds nothing, and
     # no second follows.
-    cost = CostModel(independent(), processors())
+    cost = CostModel(independent(), processors(4, 10.0))
     best = auto_module.auto(cost)
     budgets = counted_searches(monkeypatch)
 
@@ -111,7 +81,7 @@ def test_the_rounds_stop_after_the_first_round_that_finds_nothing(monkeypatch):
 
 
 def test_auto_spends_no_round_on_a_graph_its_first_search_solves(monkeypatch):
-    cost = CostModel(independent(), processors())
+    cost = CostModel(independent(), processors(4, 10.0))
     seen = []
     real = auto_module.extend_search
 
@@ -129,7 +99,7 @@ def test_auto_spends_no_round_on_a_graph_its_first_search_solves(monkeypatch):
 
 def test_a_plan_of_milliseconds_gets_no_round_however_far_from_its_bound(monkeypatch):
     # One round's search would cost more than 1% of the plan (the LNS's product rule).
-    cost = CostModel(independent(seconds=1e-3), processors())
+    cost = CostModel(independent(seconds=1e-3), processors(4, 10.0))
     start = all_on(cost)                                       # 8 ms, four times the optimum
     budgets = counted_searches(monkeypatch)
 
@@ -139,7 +109,7 @@ def test_a_plan_of_milliseconds_gets_no_round_however_far_from_its_bound(monkeyp
 
 
 def test_a_plan_far_from_its_bound_gets_rounds_and_ends_shorter(monkeypatch):
-    cost = CostModel(montage_like(), processors(4, 10.0))
+    cost = CostModel(montage_like(8), processors(4, 10.0))
     start = all_on(cost)                                     # everything on one processor
     lower = auto_module.cheap_bound(cost)
     assert start.makespan > lower * (1 + ADAPT_GAP)
@@ -156,7 +126,7 @@ def test_a_plan_far_from_its_bound_gets_rounds_and_ends_shorter(monkeypatch):
 
 
 def test_bigger_budget_only_where_the_gap_is_large(monkeypatch):
-    cost = CostModel(montage_like(), processors(4, 10.0))
+    cost = CostModel(montage_like(8), processors(4, 10.0))
     start = all_on(cost)
     budgets = counted_searches(monkeypatch)
 
@@ -167,7 +137,7 @@ def test_bigger_budget_only_where_the_gap_is_large(monkeypatch):
 
 
 def test_restarts_from_other_candidates_are_searched_when_the_gap_is_large(monkeypatch):
-    cost = CostModel(montage_like(), processors(4, 10.0))
+    cost = CostModel(montage_like(8), processors(4, 10.0))
     start = all_on(cost)
     others = [heft(cost), all_on(cost, 1)]
     monkeypatch.setattr(adaptive, "DIVERSE_STARTS", 2)         # off by default (measured: never won)
@@ -181,7 +151,7 @@ def test_restarts_from_other_candidates_are_searched_when_the_gap_is_large(monke
 
 
 def test_windows_are_tried_only_when_the_local_search_of_a_round_found_nothing(monkeypatch):
-    cost = CostModel(independent(), processors())
+    cost = CostModel(independent(), processors(4, 10.0))
     best = auto_module.auto(cost)
     calls = []
     real = adaptive.improve_plan

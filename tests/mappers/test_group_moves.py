@@ -9,22 +9,16 @@ import importlib
 import numpy as np
 import pytest
 
-from streammap.cluster.model import cluster_from_dict
 from streammap.cost.model import CostModel
 from streammap.ir import add_task, new_graph
 from streammap.mappers.heft import heft
 from streammap.mappers.local_search import heavy_neighbours, improve
 from streammap.mappers.schedule import evaluate, fits, peak_memory
+from tests.helpers.graphs import montage_like, processors
 
 auto_module = importlib.import_module("streammap.mappers.auto")
 
 
-def processors(n=2, bandwidth=1.0):
-    """``n`` equal processors on one node, joined by ``bandwidth`` bytes/s, no latency."""
-    return cluster_from_dict({
-        "name": "procs", "network": {"bandwidth": bandwidth, "latency": 0},
-        "nodes": [{"name": "n0", "link": {"bandwidth": bandwidth, "latency": 0},
-                   "devices": [{"name": f"p{i}", "kind": "cpu", "model": "P"} for i in range(n)]}]})
 
 
 def two_forks(nbytes=100.0):
@@ -67,29 +61,6 @@ def test_a_fork_of_dear_edges_leaves_its_device_only_whole():
     assert ms == pytest.approx(grouped.makespan)               # the estimate is the simulated plan
 
 
-def montage_like(n=6, nbytes=400.0, seed=0):
-    """A small Montage: ``n`` projections (8-12 s), a difference fit (1 s) on each neighbouring
-    pair, a concatenating fit and a background model (0.5 s each, small outputs), one background
-    correction per projection (2 s, reading it and the model) and a co-add (1 s) of every corrected
-    image; projections and corrected images are ``nbytes`` each."""
-    rng = np.random.default_rng(seed)
-    g = new_graph("montage", kind="workflow")
-    add_task(g, "concat", "concat", times={"P": 0.5})
-    add_task(g, "model", "model", times={"P": 0.5})
-    add_task(g, "add", "add", times={"P": 1.0})
-    g.add_edge("concat", "model", bytes=1.0)
-    for i in range(n):
-        add_task(g, f"proj{i}", "project", times={"P": float(rng.uniform(8.0, 12.0))})
-        add_task(g, f"bg{i}", "background", times={"P": 2.0})
-        g.add_edge(f"proj{i}", f"bg{i}", bytes=nbytes)
-        g.add_edge("model", f"bg{i}", bytes=1.0)
-        g.add_edge(f"bg{i}", "add", bytes=nbytes)
-    for i in range(n - 1):
-        add_task(g, f"diff{i}", "diff", times={"P": 1.0})
-        g.add_edge(f"proj{i}", f"diff{i}", bytes=nbytes)
-        g.add_edge(f"proj{i + 1}", f"diff{i}", bytes=nbytes)
-        g.add_edge(f"diff{i}", "concat", bytes=1.0)
-    return g
 
 
 @pytest.mark.parametrize("bandwidth", [4.0, 40.0, 400.0])
