@@ -321,7 +321,7 @@ def graph_from_wfcommons(data: dict, path, text: str | None = None, max_tasks: i
         io = sum(size(f, tid) for f in ins[tid]) + sum(size(f, tid) for f in outs[tid])
         measured = _number(run.get("memoryInBytes"), f"memoryInBytes of task {tid}", path, text, tid, allow_none=True)
         kernel = t.get("category") or _PEGASUS_ID.sub("", str(t.get("name") or tid)) or tid
-        add_task(g, tid, str(kernel), runtime=runtime, mem=max(measured or 0.0, io))
+        add_task(g, tid, kernel, runtime=runtime, mem=max(measured or 0.0, io))
 
     for tid, t in by_id.items():
         for c in _ident_list(t.get("children"), f"children of task {tid}", path, text, tid):
@@ -399,7 +399,14 @@ def graph_from_node_link(data: dict, path, text: str | None = None, max_tasks: i
             _fail(f"task {tid} has no runtime", path, text, raw,
                   hint="give each node 'runtime' (seconds on a speed-1.0 device) or 'times' "
                        "({device model or kind: seconds})")
-        kernel = n.get("kernel") or tid
+        kernel = n.get("kernel")
+        if kernel is None or kernel == "":
+            kernel = tid
+        elif not isinstance(kernel, str) or not kernel.strip():
+            # A kernel is a name users read in `show` and group history by: a number or a list
+            # would be stringified into a name nobody wrote.
+            _fail(f"kernel of task {tid} must be a non-empty string, got {_short(kernel)}", path, text, raw,
+                  hint='name the kernel the task runs, e.g. "kernel": "mProject", or leave it out')
         add_task(g, tid, str(kernel), runtime=runtime, times=times, **attrs)
     for e in edges:
         if not isinstance(e, dict) or "source" not in e or "target" not in e:
