@@ -24,27 +24,12 @@ from streammap.ir import add_task, new_graph
 from streammap.mappers.auto import auto
 from streammap.mappers.heft import heft
 from streammap.mappers.optimal import optimal
-from tests.helpers.graphs import mixed_cluster, node_cluster, random_graph
+from tests.helpers.graphs import mixed_cluster, node_cluster, random_graph, random_model_times, timed_graph
 from tests.helpers.optimum import exhaustive_optimum
 from tests.helpers.paths import SHARED, needs_shared
 
 #: Relative slack for float sums taken in another order by the simulator.
 RTOL = 1e-9
-
-
-def graph(times, edges):
-    """Tasks t0, t1, ... with ``times[i] = {model: seconds}`` (a model left out: not eligible there);
-    ``edges`` as ``(u, v, bytes)``."""
-    g = new_graph("t", kind="workflow", source="<t>")
-    for i, t in enumerate(times):
-        add_task(g, f"t{i}", "k", times=t)
-    for u, v, b in edges:
-        g.add_edge(f"t{u}", f"t{v}", bytes=b)
-    return g
-
-
-
-
 
 
 def random_tiny_case(seed):
@@ -54,13 +39,7 @@ def random_tiny_case(seed):
     n = int(rng.integers(4, 6))
     times = []
     for _ in range(n):
-        t = {"A": float(rng.uniform(0.5, 3.0)), "B": float(rng.uniform(0.5, 3.0))}
-        r = rng.random()
-        if r < 0.15:
-            del t["A"]
-        elif r < 0.3:
-            del t["B"]
-        times.append(t)
+        times.append(random_model_times(rng))
     edges = []
     for child in range(1, n):                              # task 0 gates every other one
         edges.append((0, child, float(rng.choice([0.0, rng.uniform(0.1, 2.0), rng.uniform(2.0, 10.0)]))))
@@ -75,7 +54,7 @@ def random_tiny_case(seed):
     else:
         nodes = [(["A", "B", "A"], float(rng.uniform(1.0, 20.0)), float(rng.uniform(0.0, 0.5)))]
     network = (float(rng.uniform(0.2, 2.0)), float(rng.uniform(0.0, 1.0)))
-    return CostModel(graph(times, edges), node_cluster(nodes, network))
+    return CostModel(timed_graph(times, edges), node_cluster(nodes, network))
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -89,7 +68,7 @@ def test_no_plan_of_a_tiny_graph_finishes_before_the_bound(seed):
 def fan_out(n_children, nbytes):
     """t0 (1 s) sends ``nbytes`` to each of ``n_children`` tasks of 1 s, on two devices joined by 1 byte/s."""
     times = [{"A": 1.0, "B": 1.0}] * (n_children + 1)
-    return CostModel(graph(times, [(0, c, nbytes) for c in range(1, n_children + 1)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
+    return CostModel(timed_graph(times, [(0, c, nbytes) for c in range(1, n_children + 1)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
 
 
 def test_children_stay_with_a_gate_whose_output_costs_more_to_move_than_to_wait_for():
@@ -113,19 +92,19 @@ def test_children_that_are_cheap_to_move_share_the_far_devices_time():
 def test_a_zero_byte_edge_still_pays_the_links_latency():
     times = [{"A": 1.0, "B": 1.0}] * 4
     lat = 0.25
-    cost = CostModel(graph(times, [(0, c, 0.0) for c in (1, 2, 3)]), node_cluster([(["A", "B"], 1.0, lat)]))
+    cost = CostModel(timed_graph(times, [(0, c, 0.0) for c in (1, 2, 3)]), node_cluster([(["A", "B"], 1.0, lat)]))
     # Three seconds of children on the gate's device from 1 s and on the other from 1 + latency.
     assert fan_out_bound(cost) == pytest.approx(1.0 + (3.0 + lat) / 2)
     assert fan_out_bound(cost) <= exhaustive_optimum(cost, memory=False)
     # Nothing to move and no latency: what is left is the transfer-free fork-join bound.
-    free = CostModel(graph(times, [(0, c, 0.0) for c in (1, 2, 3)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
+    free = CostModel(timed_graph(times, [(0, c, 0.0) for c in (1, 2, 3)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
     assert fan_out_bound(free) == pytest.approx(fork_join_bound(free)) == pytest.approx(2.5)
 
 
 def test_on_one_device_every_child_runs_after_the_gate_in_turn():
     times = [{"A": 2.0}, {"A": 1.0}, {"A": 3.0}, {"A": 0.5}, {"A": 1.0}]
     # t3 -> t4 gives t3 a tail of 1 s; the last child to end has a tail of at least 0 s.
-    cost = CostModel(graph(times, [(0, 1, 5.0), (0, 2, 5.0), (0, 3, 5.0), (3, 4, 1.0)]), node_cluster([(["A"], 1.0, 0.0)]))
+    cost = CostModel(timed_graph(times, [(0, 1, 5.0), (0, 2, 5.0), (0, 3, 5.0), (3, 4, 1.0)]), node_cluster([(["A"], 1.0, 0.0)]))
     assert fan_out_bound(cost) == pytest.approx(2.0 + 1.0 + 3.0 + 0.5)
     assert fan_out_bound(cost) <= exhaustive_optimum(cost, memory=False) * (1 + RTOL)
 
@@ -134,7 +113,7 @@ def test_a_child_eligible_only_on_the_gates_device_stays_there():
     # t1 runs only on model A: with the gate on A it must run there after it, with the gate on B it
     # pays the 10 s transfer. The gate is faster on B, which the bound must not take for granted.
     times = [{"A": 3.0, "B": 1.0}, {"A": 1.0}, {"A": 1.0, "B": 1.0}]
-    cost = CostModel(graph(times, [(0, 1, 10.0), (0, 2, 10.0)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
+    cost = CostModel(timed_graph(times, [(0, 1, 10.0), (0, 2, 10.0)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
     # Gate on A: both children after it there (3 + 2 = 5), or t2 far (3 + 10 + 1 = 14, and t1 still 4): 5.
     # Gate on B: t1 must move (1 + 10 + 1 = 12). The least of the two: 5, the optimum.
     assert fan_out_bound(cost) == pytest.approx(5.0)
@@ -143,12 +122,12 @@ def test_a_child_eligible_only_on_the_gates_device_stays_there():
 
 def test_a_gate_that_can_run_nowhere_has_no_plan():
     times = [{"C": 1.0}, {"A": 1.0}, {"A": 1.0}]
-    cost = CostModel(graph(times, [(0, 1, 1.0), (0, 2, 1.0)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
+    cost = CostModel(timed_graph(times, [(0, 1, 1.0), (0, 2, 1.0)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
     assert fan_out_bound(cost) == np.inf
 
 
 def test_a_graph_without_edges_has_nothing_to_say():
-    cost = CostModel(graph([{"A": 1.0}, {"A": 2.0}], []), node_cluster([(["A"], 1.0, 0.0)]))
+    cost = CostModel(timed_graph([{"A": 1.0}, {"A": 2.0}], []), node_cluster([(["A"], 1.0, 0.0)]))
     assert fan_out_bound(cost) == 0.0
     assert combined_bound(cost) == pytest.approx(3.0)
 
@@ -157,7 +136,7 @@ def test_the_join_mirrors_the_fan_out():
     # Three parents of 1 s each send 10 bytes (10 s) to a join of 1 s: keeping them on the join's
     # device costs 3 + 1 = 4 s, the optimum; reversing every edge gives the fan-out of 4 s too.
     times = [{"A": 1.0, "B": 1.0}] * 4
-    join = CostModel(graph(times, [(p, 3, 10.0) for p in (0, 1, 2)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
+    join = CostModel(timed_graph(times, [(p, 3, 10.0) for p in (0, 1, 2)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
     assert fan_out_bound(join) == pytest.approx(4.0)
     assert exhaustive_optimum(join) == pytest.approx(4.0)
 

@@ -25,30 +25,17 @@ from streammap.cost.model import (
     transfer_bound,
 )
 from streammap.io.importers import load_graph
-from streammap.ir import add_task, new_graph, write_graph
+from streammap.ir import write_graph
 from streammap.mappers.auto import auto
 from streammap.mappers.exact import solve_exact
 from streammap.mappers.heft import heft
 from streammap.views.show import plan_verdict
-from tests.helpers.graphs import node_cluster
+from tests.helpers.graphs import node_cluster, random_model_times, timed_graph
 from tests.helpers.optimum import exhaustive_optimum
 from tests.helpers.paths import SHARED, needs_shared
 
 #: Relative slack for float sums taken in another order by the simulator.
 RTOL = 1e-9
-
-
-def graph(times, edges, shares=None):
-    """Tasks t0, t1, ... with ``times[i] = {model: seconds}`` (a model left out: not eligible there);
-    ``edges`` as ``(u, v, bytes)``; ``shares[i]``, the task's ``share`` clause."""
-    g = new_graph("t", kind="workflow", source="<t>")
-    for i, t in enumerate(times):
-        add_task(g, f"t{i}", "k", times=t, share=None if shares is None else shares[i])
-    for u, v, b in edges:
-        g.add_edge(f"t{u}", f"t{v}", bytes=b)
-    return g
-
-
 
 
 def old_bound(cost):
@@ -63,7 +50,7 @@ def join_fork_join():
     either of two devices, every edge 10 s to cross."""
     times = [{"A": 1.0, "B": 1.0}] * 6
     edges = [(0, 2, 10.0), (1, 2, 10.0), (2, 3, 10.0), (2, 4, 10.0), (3, 5, 10.0), (4, 5, 10.0)]
-    return CostModel(graph(times, edges), node_cluster([(["A", "B"], 1.0, 0.0)]))
+    return CostModel(timed_graph(times, edges), node_cluster([(["A", "B"], 1.0, 0.0)]))
 
 
 def test_every_join_and_fork_along_the_path_pays_a_transfer_or_waits_its_turn():
@@ -90,7 +77,7 @@ def test_a_compiled_plan_records_the_bound_and_shows_it_optimal(tmp_path):
 
 def test_a_chain_may_stay_on_one_device_and_pays_no_transfer():
     times = [{"A": 1.0, "B": 2.0}] * 4
-    cost = CostModel(graph(times, [(0, 1, 50.0), (1, 2, 50.0), (2, 3, 50.0)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
+    cost = CostModel(timed_graph(times, [(0, 1, 50.0), (1, 2, 50.0), (2, 3, 50.0)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
     assert comm_path_bound(cost) == pytest.approx(4.0)
     assert transfer_bound(cost) == pytest.approx(4.0) == pytest.approx(exhaustive_optimum(cost, memory=False))
 
@@ -100,7 +87,7 @@ def mesh(network):
     two devices linked inside at 1,000 bytes/s; ``network`` (bandwidth, latency) between them."""
     times = [{"A": 1.0}] * 8
     edges = [(s, 4 + k, 1.0) for s in range(4) for k in range(4)]
-    return CostModel(graph(times, edges), node_cluster([(["A", "A"], 1000.0, 0.0)] * 2, network=network))
+    return CostModel(timed_graph(times, edges), node_cluster([(["A", "A"], 1000.0, 0.0)] * 2, network=network))
 
 
 @pytest.mark.parametrize("network", [(0.01, 0.0), (1e9, 100.0)], ids=["slow-link", "long-latency"])
@@ -126,13 +113,13 @@ def test_a_network_as_fast_as_the_node_ties_nothing_to_a_node():
 
 def test_a_task_that_can_run_nowhere_has_no_plan():
     times = [{"C": 1.0}, {"A": 1.0}, {"A": 1.0}]
-    cost = CostModel(graph(times, [(0, 1, 1.0), (0, 2, 1.0)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
+    cost = CostModel(timed_graph(times, [(0, 1, 1.0), (0, 2, 1.0)]), node_cluster([(["A", "B"], 1.0, 0.0)]))
     assert comm_path_bound(cost) == np.inf
     assert crossing_bound(cost) == np.inf
 
 
 def test_without_edges_the_path_bound_is_the_longest_task_and_nothing_is_forced():
-    cost = CostModel(graph([{"A": 1.0}, {"A": 2.0, "B": 3.0}], []), node_cluster([(["A", "B"], 1.0, 0.0)]))
+    cost = CostModel(timed_graph([{"A": 1.0}, {"A": 2.0, "B": 3.0}], []), node_cluster([(["A", "B"], 1.0, 0.0)]))
     assert comm_path_bound(cost) == pytest.approx(2.0)
     assert crossing_bound(cost) == 0.0
     assert transfer_bound(cost) == pytest.approx(2.0)
@@ -160,13 +147,7 @@ def random_tiny_case(seed):
     n = int(rng.integers(4, 6))
     times, shares = [], []
     for _ in range(n):
-        t = {"A": float(rng.uniform(0.5, 3.0)), "B": float(rng.uniform(0.5, 3.0))}
-        r = rng.random()
-        if r < 0.15:
-            del t["A"]
-        elif r < 0.3:
-            del t["B"]
-        times.append(t)
+        times.append(random_model_times(rng))
         shares.append(float(rng.choice([1.0, 1.0, 0.5])))
     edges = [(u, v, float(rng.choice([0.0, rng.uniform(0.1, 2.0), rng.uniform(2.0, 20.0)])))
              for v in range(1, n) for u in range(v) if rng.random() < 0.45]
@@ -177,7 +158,7 @@ def random_tiny_case(seed):
     while sum(len(m) for m, _, _ in nodes) > 3:
         nodes.pop()
     network = (float(rng.uniform(0.2, 2.0)), float(rng.uniform(0.0, 1.0)))
-    return CostModel(graph(times, edges, shares), node_cluster(nodes, network))
+    return CostModel(timed_graph(times, edges, shares), node_cluster(nodes, network))
 
 
 @pytest.mark.parametrize("seed", range(60))

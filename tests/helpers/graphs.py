@@ -74,3 +74,25 @@ def node_cluster(nodes, network=(1.0, 0.0)):
         "nodes": [{"name": f"n{k}", "link": {"bandwidth": bw, "latency": lat},
                    "devices": [{"name": f"d{j}", "kind": "gpu", "model": m} for j, m in enumerate(models)]}
                   for k, (models, bw, lat) in enumerate(nodes)]})
+
+
+def timed_graph(times, edges, shares=None):
+    """Tasks t0, t1, ... with ``times[i] = {model: seconds}`` (a model left out: not eligible there);
+    ``edges`` as ``(u, v, bytes)``; ``shares[i]``, the task's ``share`` clause (none: whole devices)."""
+    g = new_graph("t", kind="workflow", source="<t>")
+    for i, t in enumerate(times):
+        add_task(g, f"t{i}", "k", times=t, **({} if shares is None else {"share": shares[i]}))
+    for u, v, b in edges:
+        g.add_edge(f"t{u}", f"t{v}", bytes=b)
+    return g
+
+
+def random_model_times(rng):
+    """A task's times on models A and B (0.5-3 s each); 15% of tasks run on B only, 15% on A only."""
+    t = {"A": float(rng.uniform(0.5, 3.0)), "B": float(rng.uniform(0.5, 3.0))}
+    r = rng.random()
+    if r < 0.15:
+        del t["A"]
+    elif r < 0.3:
+        del t["B"]
+    return t
