@@ -352,61 +352,62 @@ def test_the_service_accepts_a_hashed_token(tmp_path):
         svc.stop()
 
 
+@pytest.fixture
+def queued_job(tmp_path):
+    """A service without its scheduling loop (``step`` is called by hand) and one queued job of
+    vision's that ends at once: ``(service, job id)``."""
+    write_setup(tmp_path)
+    svc = JobService(tmp_path / "cluster.yaml", tmp_path / "tenants.yaml", tmp_path / "state", emulate=True,
+                     mapper="heft", isolation="none")
+    try:
+        yield svc, svc.submit("vision", "sleepy.py", SLEEPY, {"SECONDS": "0"})
+    finally:
+        svc.stop()
+
+
 @pytest.mark.parametrize("planted", ["link", "fifo", "folder"])
-def test_what_a_job_left_at_its_log_s_name_is_never_opened_when_the_job_runs_again(tmp_path, planted):
+def test_what_a_job_left_at_its_log_s_name_is_never_opened_when_the_job_runs_again(tmp_path, queued_job, planted):
     """A job writes its own folder: one that left ``log.txt`` as a link to a file of the service's
     user (another tenant's result, a shell's start-up file) had the service append its next
     attempt's output there when it ran again (preempted, or after a restart); a FIFO there held the
     scheduling loop in ``open`` for good. The service opens a fresh log instead."""
-    write_setup(tmp_path)
-    svc = JobService(tmp_path / "cluster.yaml", tmp_path / "tenants.yaml", tmp_path / "state", emulate=True,
-                     mapper="heft", isolation="none")
-    try:
-        job = svc.submit("vision", "sleepy.py", SLEEPY, {"SECONDS": "0"})
-        victim = tmp_path / "victim.txt"
-        victim.write_text("the service user's own file\n")
-        log_file = svc.store.job_dir(job) / "log.txt"
-        if planted == "link":
-            log_file.symlink_to(victim)
-        elif planted == "fifo":
-            os.mkfifo(log_file)
-        else:
-            (log_file / "inside").mkdir(parents=True)
-        launched = threading.Thread(target=svc.step, daemon=True)
-        launched.start()
-        launched.join(timeout=30)
-        assert not launched.is_alive(), "the scheduling step is stuck opening the job's log"
-        deadline = time.time() + 60
-        while svc.store.get(job)["state"] in ("queued", "running"):
-            assert time.time() < deadline, svc.store.get(job)
-            time.sleep(0.2)
-            svc.step()
-        assert svc.store.get(job)["state"] == "done", svc.store.get(job)
-        assert victim.read_text() == "the service user's own file\n"
-        assert stat.S_ISREG(os.lstat(log_file).st_mode)
-    finally:
-        svc.stop()
+    svc, job = queued_job
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the service user's own file\n")
+    log_file = svc.store.job_dir(job) / "log.txt"
+    if planted == "link":
+        log_file.symlink_to(victim)
+    elif planted == "fifo":
+        os.mkfifo(log_file)
+    else:
+        (log_file / "inside").mkdir(parents=True)
+    launched = threading.Thread(target=svc.step, daemon=True)
+    launched.start()
+    launched.join(timeout=30)
+    assert not launched.is_alive(), "the scheduling step is stuck opening the job's log"
+    deadline = time.time() + 60
+    while svc.store.get(job)["state"] in ("queued", "running"):
+        assert time.time() < deadline, svc.store.get(job)
+        time.sleep(0.2)
+        svc.step()
+    assert svc.store.get(job)["state"] == "done", svc.store.get(job)
+    assert victim.read_text() == "the service user's own file\n"
+    assert stat.S_ISREG(os.lstat(log_file).st_mode)
 
 
-def test_a_log_swapped_for_a_link_after_it_was_checked_is_not_followed(tmp_path, monkeypatch):
+def test_a_log_swapped_for_a_link_after_it_was_checked_is_not_followed(tmp_path, queued_job, monkeypatch):
     """A running job may replace its ``log.txt`` at any moment, also between the service's look
     at it and its opening it: the log is served from what one open without following links
     gives, never from a second look-up of its name."""
-    write_setup(tmp_path)
-    svc = JobService(tmp_path / "cluster.yaml", tmp_path / "tenants.yaml", tmp_path / "state", emulate=True,
-                     mapper="heft", isolation="none")
-    try:
-        job = svc.submit("vision", "sleepy.py", SLEEPY, {"SECONDS": "0"})
-        secret = tmp_path / "secret.txt"
-        secret.write_text("another tenant's secret")
-        (svc.store.job_dir(job) / "log.txt").symlink_to(secret)
-        # The job swaps the link in right after the service found a plain file there.
-        monkeypatch.setattr("streammap.tenancy.service._plain_file", lambda path: True)
-        assert "secret" not in svc.logs("vision", job)
-        with svc.open_log("vision", job) as served:         # what GET /jobs/ID/logs sends
-            assert b"secret" not in served.read()
-    finally:
-        svc.stop()
+    svc, job = queued_job
+    secret = tmp_path / "secret.txt"
+    secret.write_text("another tenant's secret")
+    (svc.store.job_dir(job) / "log.txt").symlink_to(secret)
+    # The job swaps the link in right after the service found a plain file there.
+    monkeypatch.setattr("streammap.tenancy.service._plain_file", lambda path: True)
+    assert "secret" not in svc.logs("vision", job)
+    with svc.open_log("vision", job) as served:         # what GET /jobs/ID/logs sends
+        assert b"secret" not in served.read()
 
 
 def test_a_client_that_hangs_up_in_the_middle_of_its_body_costs_no_traceback_in_the_log(strict):
