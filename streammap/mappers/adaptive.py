@@ -59,7 +59,7 @@ from streammap.mappers.lns import ALL_KINDS, PLAN_SHARE, improve_plan
 from streammap.mappers.local_search import heavy_neighbours, improve
 from streammap.mappers.schedule import Schedule
 
-__all__ = ["extend_search", "Round", "ADAPT_GAP", "ADAPT_ROUNDS", "DIVERSE_GAP", "DIVERSE_STARTS", "ROUND_RUNS",
+__all__ = ["extend_search", "affordable", "Round", "ADAPT_GAP", "ADAPT_ROUNDS", "DIVERSE_GAP", "DIVERSE_STARTS", "ROUND_RUNS",
            "ROUND_WINDOWS"]
 
 #: Rounds run only while the best plan is more than this fraction above the lower bound.
@@ -102,6 +102,16 @@ def gap(makespan: float, lower: float) -> float:
     return makespan / lower - 1.0 if lower > 0 else float("inf")
 
 
+def affordable(cost: CostModel, runs: int, makespan: float) -> bool:
+    """Whether a round may run at all: a local search of ``runs`` re-timings exists (8 or more),
+    there are tasks and devices to move, and one round's re-timings cost at most
+    :data:`~streammap.mappers.lns.PLAN_SHARE` of ``makespan`` (:data:`RETIME_TASK_SECONDS` a task).
+    Cheap: ``auto`` asks it before it computes the lower bound the rounds need."""
+    if runs < 8 or cost.n_devices < 2 or cost.n_tasks < 2:
+        return False
+    return ROUND_RUNS * runs * cost.n_tasks * RETIME_TASK_SECONDS <= PLAN_SHARE * makespan
+
+
 def extend_search(cost: CostModel, plan: Schedule, *, lower: float, runs: int, windows: int = 0,
                   restarts: list[Schedule] | tuple = ()) -> tuple[Schedule, list[Round]]:
     """Rounds of search from ``plan`` while it is far from ``lower`` and the rounds pay (module docstring).
@@ -127,11 +137,9 @@ def extend_search(cost: CostModel, plan: Schedule, *, lower: float, runs: int, w
         ``plan.mapper + "+adapt"``), and the rounds run.
     """
     done: list[Round] = []
-    if runs < 8 or cost.n_devices < 2 or cost.n_tasks < 2:
+    if not affordable(cost, runs, plan.makespan):
         return plan, done
     n_runs = ROUND_RUNS * runs
-    if n_runs * cost.n_tasks * RETIME_TASK_SECONDS > PLAN_SHARE * plan.makespan:
-        return plan, done
     groups = any(heavy_neighbours(cost))
     best = plan
     n_windows = int(ROUND_WINDOWS * windows)

@@ -132,7 +132,7 @@ import numpy as np
 
 from streammap.cost.model import CostModel, combined_bound, concat_ranges, segment_max
 from streammap.errors import MappingError
-from streammap.mappers.adaptive import DIVERSE_STARTS, extend_search
+from streammap.mappers.adaptive import DIVERSE_STARTS, affordable, extend_search
 from streammap.mappers.clustering import chain_schedule
 from streammap.mappers.dsc import dsc_schedule
 from streammap.mappers.exact import available as exact_available
@@ -586,8 +586,10 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                 name, best = f"{name}+lns", better
     # Adaptive rounds (step 8): more search, only while the plan is far from its lower bound and
     # the rounds still shorten it.
-    if exact and share >= 8:
-        lower = max(analytic if analytic is not None else cheap_bound(cost), bound or 0.0)
+    if exact and affordable(cost, share, best.makespan):
+        if analytic is None:
+            analytic = cheap_bound(cost)    # the plan's lower bound reuses it (the compiler's gap)
+        lower = max(analytic, bound or 0.0)
         rounds_windows = lns_windows if exact_available() else 0
         better, _ = extend_search(cost, best, lower=lower, runs=share, windows=rounds_windows, restarts=restarts)
         if better is not best:
