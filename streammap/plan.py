@@ -249,6 +249,8 @@ class Plan(_Strict):
     pipeline: Optional[PipelineInfo] = None
     # The folder of the plan file it was read from (None: built in this process, trusted).
     _folder: Optional[str] = PrivateAttr(default=None)
+    # The plan file itself, for errors found after reading (:func:`task_line`).
+    _file: Optional[str] = PrivateAttr(default=None)
 
     # -- derived views -------------------------------------------------------------------
     def device(self, device_id: str) -> PlanDevice:
@@ -516,10 +518,28 @@ def read_plan(path) -> Plan:
     if not src.is_absolute():
         plan.source.path = os.path.normpath(path.parent / src)
     plan._folder = os.path.abspath(path.parent)
+    plan._file = str(path)
     validate_plan(plan, path=path, lines=lines)
     check_plan_names(plan, path=path, lines=lines)
     check_params_digest(plan, path=path, lines=lines)
     return plan
+
+
+def task_line(plan: Plan, index: int) -> int | None:
+    """The line of the plan file where task ``index`` starts, for an error found after reading
+    (a check that needs the program, such as its kernels' parameters); ``None`` for a plan not
+    read from a file or a task in a columnar sidecar (the line of ``tasks_file`` then).
+
+    The positions are not kept with the plan (for a large plan they cost more than its tasks):
+    the file is read again, only when an error needs one.
+    """
+    if plan._file is None:
+        return None
+    try:
+        _, lines = load_yaml(plan._file, PlanError, long_list="tasks")
+    except (PlanError, OSError):
+        return None
+    return lines.get(("tasks", index)) or lines.get(("tasks_file",))
 
 
 # -- the columnar sidecar --------------------------------------------------------------------------
