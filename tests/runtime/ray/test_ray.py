@@ -1,16 +1,13 @@
-"""The Ray executor and Ray discovery, on an emulated 2-node Ray cluster the tests start and stop.
+"""The Ray executor and Ray discovery, on the session's emulated 2-node Ray cluster.
 
-One cluster for this module (``ray.cluster_utils.Cluster``): a head node labelled ``node0`` (no GPU)
-and a worker node labelled ``node1`` with 2 fake GPUs; a private temp dir, a small object store,
-fast health checks (so a removed node is seen dead quickly), usage stats off. The node-loss test
-removes ``node1`` and therefore runs last.
+The cluster (``ray_cluster``, :mod:`tests.helpers.ray_cluster`): a head node labelled ``node0`` (no
+GPU) and a worker node labelled ``node1`` with 2 fake GPUs; a private temp dir, a small object
+store, fast health checks (so a removed node is seen dead quickly), usage stats off. The node-loss
+test removes ``node1`` and is therefore marked to run after every other test of that cluster.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import textwrap
 import threading
 import time
@@ -20,44 +17,18 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from ray.cluster_utils import Cluster  # noqa: E402
-
 from streammap.errors import KernelError, StreamMapError  # noqa: E402
 from streammap.runrecord import read_run_record  # noqa: E402
 from streammap.runtime import run_plan  # noqa: E402
 from tests.helpers.paths import SAMPLES  # noqa: E402
 from tests.helpers.plans import FAN, make_plan, ref, task  # noqa: E402
 
-ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
-       "RAY_health_check_period_ms": "200", "RAY_health_check_timeout_ms": "200",
-       "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "0"}
-STORE = 80 * 2**20
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    """The 2-node cluster, started once for this module and stopped when its last test is done:
-    session-scoped, its idle raylets and workers took CPU from every later test on a 2-core machine."""
-    old = {k: os.environ.get(k) for k in (*ENV, "RAY_TMPDIR")}
-    tmp = tempfile.mkdtemp(prefix="smr", dir="/tmp")          # short: Unix socket paths
-    os.environ.update(ENV, RAY_TMPDIR=tmp)
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "num_gpus": 0, "object_store_memory": STORE, "labels": {"streammap-node": "node0"},
-        "temp_dir": os.path.join(tmp, "ray"), "include_dashboard": False})
-    worker = c.add_node(num_cpus=2, num_gpus=2, object_store_memory=STORE, labels={"streammap-node": "node1"})
-    ray.init(address=c.address, logging_level="WARNING")
-    c.worker = worker
-    try:
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        shutil.rmtree(tmp, ignore_errors=True)
+@pytest.fixture
+def cluster(ray_cluster):
+    """The session's cluster, this process its driver (again, if a test before disconnected it)."""
+    ray_cluster.connect()
+    return ray_cluster
 
 
 def devices2x2():
@@ -437,8 +408,9 @@ def test_check_inputs_on_ray(cluster, tmp_path):
     assert "kernel 'sneaky' changed its argument 'x' in place" in ei.value.traceback_text
 
 
+@pytest.mark.removes_a_ray_node
 def test_node_loss_mid_run_recovers_and_reruns_only_what_was_lost(cluster, tmp_path):
-    """Runs last: removes node1 (a node the fixture started) while its tasks run."""
+    """Runs last of the Ray tests: removes node1 (a node the fixture started) while its tasks run."""
     log_file = tmp_path / "calls.log"
     devs = [d["id"] for d in devices2x2()]
     tasks, finals = [], []
@@ -472,7 +444,7 @@ def test_node_loss_mid_run_recovers_and_reruns_only_what_was_lost(cluster, tmp_p
         if sum(1 for x in lines if x.split()[1] == victim) >= 4:
             break
         time.sleep(0.02)
-    cluster.remove_node(cluster.worker)
+    cluster.remove_worker()
     th.join(120)
     assert not th.is_alive()
     assert "err" not in box, box.get("err")
