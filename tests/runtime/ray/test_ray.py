@@ -171,15 +171,20 @@ def test_a_split_axis_the_data_lacks_is_bad_input_at_the_call_site_on_ray_too(cl
     assert "~scatter" in err.message and "split=1 cuts along axis 1, but the argument has 1 dimension" in err.message
     assert err.hint.startswith("the kernel's split clause must name an axis")
 
+def one_per_node():
+    """A GPU on each of the Ray nodes' names (``node0``, ``node1``): plans hand results across nodes
+    as on the 8-GPU cluster, with two device actors (worker processes, 1-2 s each to start on a
+    2-core machine) per run; the 8-GPU cluster's node names, mapped onto the Ray nodes round-robin,
+    are the CLI test's below."""
+    from tests.placement.test_stateful_placement import TWO_BY_TWO
+    return {**TWO_BY_TWO, "name": "one-per-node", "nodes": [{**n, "devices": n["devices"][:1]} for n in TWO_BY_TWO["nodes"]]}
+
+
 def test_samples_agree_between_ray_and_local(cluster, tmp_path):
     import streammap
-    from tests.placement.test_stateful_placement import TWO_BY_TWO
     from tests.samples.test_samples import CASES  # every sample, at the sizes the sample tests use
-    # Two GPUs on each of the Ray nodes' names: the samples' plans hand results across nodes as on
-    # the 8-GPU cluster, with half the device actors (worker processes) to start per run; the 8-GPU
-    # cluster's node names, mapped onto the Ray nodes round-robin, are the CLI test's below.
     for sample, _, params in CASES:
-        plan = streammap.compile(SAMPLES / sample, cluster=TWO_BY_TWO, params=params)
+        plan = streammap.compile(SAMPLES / sample, cluster=one_per_node(), params=params)
         local = run_plan(plan, emulate=True, progress=False, telemetry=False)
         got = run_plan(plan, emulate=True, backend="ray", progress=False)
         assert set(got) == set(local)
@@ -209,12 +214,13 @@ def test_a_multi_file_program_runs_on_ray_with_its_local_package(cluster, tmp_pa
 
 def test_a_stateful_kernel_gives_the_sequential_result_on_ray_under_every_strategy(cluster, tmp_path):
     import streammap
-    from tests.placement.test_stateful_placement import BATCHES, STREAM, TWO_BY_TWO, assert_results, sequential, write
+    from tests.placement.test_stateful_placement import BATCHES, STREAM, assert_results, sequential, write
     batches, stream = write(tmp_path, BATCHES), write(tmp_path, STREAM, "stream.py")
     # model places by the same co-location step as none and data (test_stateful_placement runs it)
     for path, call, strategy in ((batches, "main", "none"), (batches, "main", "data"), (stream, "stream", "pipeline")):
-        plan = streammap.compile(path, cluster=TWO_BY_TWO, strategy=strategy)
-        assert len({t.device for t in plan.tasks if t.stateful}) == 1
+        plan = streammap.compile(path, cluster=one_per_node(), strategy=strategy)
+        # the state on one device, the other calls on both nodes
+        assert len({t.device for t in plan.tasks if t.stateful}) == 1 and len({t.device for t in plan.tasks}) == 2
         assert_results(run_plan(plan, emulate=True, backend="ray", progress=False), sequential(path, call))
 
 
