@@ -159,11 +159,11 @@ def test_discover_ray_names_nodes_by_label(cluster, tmp_path):
     assert ray_node_names(fake) == {"abcdef01": "box-abcdef", "12345678": "box-123456", "99999999": "solo"}
 
 
-def test_a_split_axis_the_data_lacks_is_bad_input_at_the_call_site_on_ray_too(cluster, tmp_path, hetero_cluster):
+def test_a_split_axis_the_data_lacks_is_bad_input_at_the_call_site_on_ray_too(cluster, tmp_path):
     import streammap
     from tests.strategies.test_strategies import SPLIT_A_VECTOR_ALONG_COLUMNS
     (tmp_path / "vec.py").write_text(SPLIT_A_VECTOR_ALONG_COLUMNS)
-    plan = streammap.compile(tmp_path / "vec.py", cluster=str(hetero_cluster), strategy="data", history=False)
+    plan = streammap.compile(tmp_path / "vec.py", cluster=one_per_node(), strategy="data", history=False)
     with pytest.raises(StreamMapError) as ei:
         run_plan(plan, emulate=True, backend="ray", progress=False)
     err = ei.value
@@ -225,9 +225,17 @@ def test_a_stateful_kernel_gives_the_sequential_result_on_ray_under_every_strate
 
 
 def test_cli_runs_a_plan_on_ray_and_agrees_with_the_local_run(cluster, tmp_path, hetero_cluster):
+    import yaml
+
     from streammap.cli import main
+    # the shared 2-node cluster's node names (a100, v100: not the Ray nodes', mapped onto them
+    # round-robin), one GPU each: two device actors to start
+    spec = yaml.safe_load(hetero_cluster.read_text())
+    for node in spec["nodes"]:
+        node["devices"] = node["devices"][:1]
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(spec))
     plan = tmp_path / "plan.yaml"
-    assert main(["compile", str(SAMPLES / "fm_radio.py"), "--cluster", str(hetero_cluster), "-D", "N=2048",
+    assert main(["compile", str(SAMPLES / "fm_radio.py"), "--cluster", str(tmp_path / "cluster.yaml"), "-D", "N=2048",
                  "-o", str(plan), "--no-history"]) == 0
     assert main(["run", str(plan), "--emulate", "--no-progress", "--no-history", "-o", str(tmp_path / "local.npz")]) == 0
     assert main(["run", str(plan), "--emulate", "--no-progress", "--no-history", "--backend", "ray",
