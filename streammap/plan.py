@@ -531,15 +531,20 @@ def task_line(plan: Plan, index: int) -> int | None:
     read from a file or a task in a columnar sidecar (the line of ``tasks_file`` then).
 
     The positions are not kept with the plan (for a large plan they cost more than its tasks):
-    the file is read again, only when an error needs one.
+    the file is read again, only when an error needs one; the line is given only if the file's
+    task there is still this one (a plan re-mapped in this process may list its tasks otherwise).
     """
     if plan._file is None:
         return None
     try:
-        _, lines = load_yaml(plan._file, PlanError, long_list="tasks")
+        data, lines = load_yaml(plan._file, PlanError, long_list="tasks")
     except (PlanError, OSError):
         return None
-    return lines.get(("tasks", index)) or lines.get(("tasks_file",))
+    rows = data.get("tasks") if isinstance(data, dict) else None
+    if isinstance(rows, list) and index < len(rows):
+        same = isinstance(rows[index], dict) and rows[index].get("id") == plan.tasks[index].id
+        return lines.get(("tasks", index)) if same else None
+    return lines.get(("tasks_file",))
 
 
 # -- the columnar sidecar --------------------------------------------------------------------------
