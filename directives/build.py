@@ -79,7 +79,7 @@ from streammap.directives.safe_eval import (
     describe,
 )
 from streammap.directives.scan import basename
-from streammap.errors import DirectiveError
+from streammap.errors import DirectiveError, shown
 from streammap.ir import add_task, new_graph, spec_refs
 
 #: Most loop/comprehension iterations one graph may unroll to.
@@ -598,7 +598,7 @@ class GraphBuilder(Evaluator):
     def _int(self, node, context: str) -> int:
         value = self._static(node, context)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise self.loc.error(node, f"{context} must be an int, got {value!r}", _STATIC_HINT)
+            raise self.loc.error(node, f"{context} must be an int, got {shown(value)}", _STATIC_HINT)
         return value
 
     def _range(self, call: ast.Call, where) -> range:
@@ -1031,7 +1031,7 @@ def _kind(value) -> str:
         return "a task result"
     if isinstance(value, SList):
         return f"a static {value.kind}"
-    return f"the static value {value!r}"
+    return f"the static value {shown(value)}"
 
 
 def _count(n: int, noun: str) -> str:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, MAX_INT_BITS, Evaluator, Locator, Unavailable
 from streammap.directives.scan import Clause, Directive, Source, basename, scan
-from streammap.errors import DirectiveError
+from streammap.errors import DirectiveError, shown
 from streammap.ir import MAX_RETRIES, MAX_TIMEOUT
 
 PARAM_TYPES = (int, float, str, bool, type(None))
@@ -221,7 +221,7 @@ class Program:
                 if isinstance(value, float) and not math.isfinite(value):
                     # NaN compares false with everything: it would pass every check of the
                     # program's and reach the plan, the estimates and a job's stored params.
-                    raise DirectiveError(f"invalid value {_short(str(overrides[name]))} for param '{name}': it is "
+                    raise DirectiveError(f"invalid value {shown(str(overrides[name]))} for param '{name}': it is "
                                          f"{value}, not a finite number", path=self.path,
                                          hint="a param's value is a finite number, a string, a bool or None")
             else:
@@ -316,7 +316,7 @@ class Program:
             # `-D MODE=slow` for a string param: the shell already ate any quotes, so a value that
             # is not an expression is the string itself (within the limit of an expression).
             return value.strip()
-        raise DirectiveError(f"invalid value {_short(value)} for param '{name}': {msg}",
+        raise DirectiveError(f"invalid value {shown(value)} for param '{name}': {msg}",
                              path=self.path, hint="an override is a constant expression over "
                              "params defined above it, e.g. 4096, 1<<12, 2*N or '\"gpu\"'")
 
@@ -723,28 +723,28 @@ def clause_problem(name: str, value) -> str | None:
         if value is None or (number(value) and _finite(value) and value >= 0):
             return None
         if number(value) and value >= 0:           # inf, nan, or an int beyond the float range
-            return f"{name} must be a finite number (at most ~1.8e308), got {_short(value)}"
-        return f"{name} must be a non-negative number, got {_short(value)}"
+            return f"{name} must be a finite number (at most ~1.8e308), got {shown(value)}"
+        return f"{name} must be a non-negative number, got {shown(value)}"
     if name == "device":
         return None if isinstance(value, str) and value.strip() else \
-            f"device must be a non-empty string, got {value!r}"
+            f"device must be a non-empty string, got {shown(value)}"
     if name == "split":
         return None if value is None or (isinstance(value, int) and not isinstance(value, bool)) \
-            else f"split must be an int axis, got {value!r}"
+            else f"split must be an int axis, got {shown(value)}"
     if name == "share":
         return None if number(value) and 0 < value <= 1 else \
-            f"share must be a number with 0 < share <= 1, got {value!r}"
+            f"share must be a number with 0 < share <= 1, got {shown(value)}"
     if name == "stateful":
-        return None if isinstance(value, bool) else f"stateful must be True or False, got {value!r}"
+        return None if isinstance(value, bool) else f"stateful must be True or False, got {shown(value)}"
     if name == "retries":
         return None if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RETRIES \
-            else f"retries must be an int in 0..{MAX_RETRIES}, got {_short(value)}"
+            else f"retries must be an int in 0..{MAX_RETRIES}, got {shown(value)}"
     if name == "timeout":
         return None if value is None or (number(value) and 0 < value <= MAX_TIMEOUT) \
-            else f"timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT:.0f}, got {_short(value)}"
+            else f"timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT:.0f}, got {shown(value)}"
     if name == "items":
         return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
-            else f"items must be an int >= 0, got {value!r}"
+            else f"items must be an int >= 0, got {shown(value)}"
     return None
 
 
@@ -754,11 +754,6 @@ def _finite(v) -> bool:
         return math.isfinite(v)
     except OverflowError:
         return False
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
 
 
 def clause_attr(name: str, value):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import inspect
 import itertools
 import re
 import sys
@@ -36,8 +37,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
-from streammap.errors import PlanError, StreamMapError
-from streammap.plan import Plan, read_plan
+from streammap.errors import PlanError, StreamMapError, shown
+from streammap.plan import Plan, read_plan, task_line
 from streammap.strategies.kernels import BUILTIN_KERNELS
 
 _counter = itertools.count()
@@ -208,7 +209,55 @@ def load_program(plan: Plan, source: Path | None = None) -> Program:
             raise StreamMapError(f"kernel {kernel!r} {what} in {path}", path=path,
                                  hint="the plan names kernels of its source file; compile the plan again")
         program.kernels[kernel] = fn
+    try:
+        check_arguments(plan, program.kernels)
+    except PlanError:
+        program.unload()
+        raise
     return program
+
+
+def check_arguments(plan: Plan, kernels: dict[str, Callable]) -> None:
+    """Refuse a task whose arguments do not fit its kernel's parameters, before anything runs.
+
+    A plan's ``args``/``kwargs`` are read as data (:func:`streammap.plan.read_plan` checks their
+    shape and refs); whether they fit the kernel can only be known once the program is loaded.
+    Without this check, a plan edited to pass one argument too many failed in the middle of the
+    run, with exit status 1, as if the kernel had raised. Tasks are grouped by (kernel, number of
+    positional arguments, keyword names), so each distinct call shape is bound once
+    (:meth:`inspect.Signature.bind`) however many tasks share it; a kernel whose signature Python
+    cannot inspect (a C function) is not checked.
+
+    Raises
+    ------
+    PlanError
+        For the first task whose call would not bind: the plan file, the task's line there, the
+        kernel's parameters and why the call does not fit.
+    """
+    shapes: dict[tuple, int] = {}
+    for i, t in enumerate(plan.tasks):
+        shapes.setdefault((t.kernel, len(t.args), tuple(t.kwargs) if t.kwargs else ()), i)
+    signatures: dict[str, inspect.Signature | None] = {}
+    for (kernel, n_args, names), i in shapes.items():
+        if kernel not in signatures:
+            try:
+                signatures[kernel] = inspect.signature(kernels[kernel])
+            except (TypeError, ValueError):         # no signature to read: the call decides
+                signatures[kernel] = None
+        signature = signatures[kernel]
+        if signature is None:
+            continue
+        try:
+            signature.bind(*range(n_args), **dict.fromkeys(names))
+        except TypeError as exc:
+            t = plan.tasks[i]
+            args = f"{n_args} positional argument{'s' if n_args != 1 else ''}" + \
+                (f" and keyword{'s' if len(names) != 1 else ''} {', '.join(names)}" if names else "")
+            raise PlanError(f"task {shown(t.id, 120)} calls kernel {kernel}{signature} with {args}: {exc}",
+                            path=plan._file, line=task_line(plan, i),
+                            hint=f"a task's args (and kwargs) are its call's arguments, one for each parameter of "
+                                 f"its kernel: give {kernel} the arguments it takes, or compile the program "
+                                 f"again for a valid plan") from None
 
 
 def local_top_names(plan: Plan) -> set[str]:

@@ -26,6 +26,10 @@ EXIT_FAILURE = 1
 #: on one line) is quoted as a window of this many characters around the column, so that one error
 #: is a few lines of terminal output, never megabytes.
 MAX_QUOTED_LINE = 200
+#: The longest text of a user's value an error message echoes whole (:func:`shown`).
+MAX_SHOWN_VALUE = 60
+#: Integers of more digits than this are echoed in scientific notation (:func:`shown`).
+MAX_SHOWN_DIGITS = 20
 
 
 class StreamMapError(Exception):
@@ -127,6 +131,33 @@ def quoted_window(text: str, col: int | None) -> tuple[str, int | None]:
     head = "..." if start else ""
     tail = "..." if end < len(text) else ""
     return head + text[start:end] + tail, (col - start + len(head) if col else None)
+
+
+def shown(value, limit: int = MAX_SHOWN_VALUE) -> str:
+    """A user's value as an error message echoes it: whole when short, bounded when not.
+
+    A message quotes what the user wrote so they can find it, but a value can be anything a file
+    or an option holds: a 300-digit byte count, a megabyte string. Every error that echoes a value
+    goes through here, so that no message is longer than a few lines of terminal.
+
+    - an integer of more than :data:`MAX_SHOWN_DIGITS` digits: its leading digits in scientific
+      notation and its length, ``9.99e+299 (a 300-digit number)`` (computed from the digits, so
+      an integer too large for a float is shown too);
+    - anything else: its ``repr`` when that is at most ``limit`` characters, else the start of
+      it and its length, ``'99999...'... (301 characters)``.
+
+    Floats are short already (``1e+300``); ``bool`` is not counted as an integer.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        digits = str(abs(value))
+        if len(digits) <= MAX_SHOWN_DIGITS:
+            return str(value)
+        sign = "-" if value < 0 else ""
+        return f"{sign}{digits[0]}.{digits[1:3]}e+{len(digits) - 1} (a {len(digits)}-digit number)"
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:max(limit - 20, 10)]}... ({len(text)} characters)"
 
 
 def _read_line(path: str, line: int) -> str | None:

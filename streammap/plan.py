@@ -69,7 +69,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from streammap.cluster.model import ClusterSpec
-from streammap.errors import PlanError
+from streammap.errors import MAX_SHOWN_VALUE, PlanError, shown
 from streammap.io.bulk import gc_paused
 from streammap.io.columnar import decode_strings, encode_strings, read_columns, write_columns
 from streammap.io.files import atomic_write_text, check_output_path
@@ -249,6 +249,8 @@ class Plan(_Strict):
     pipeline: Optional[PipelineInfo] = None
     # The folder of the plan file it was read from (None: built in this process, trusted).
     _folder: Optional[str] = PrivateAttr(default=None)
+    # The plan file itself, for errors found after reading (:func:`task_line`).
+    _file: Optional[str] = PrivateAttr(default=None)
 
     # -- derived views -------------------------------------------------------------------
     def device(self, device_id: str) -> PlanDevice:
@@ -383,8 +385,7 @@ def check_params_digest(plan: Plan, path=None, lines: dict | None = None) -> Non
     lines = lines or {}
     # Shell-quoted: a str param's quotes are part of its -D value ('N="128"'), which the shell
     # would strip from N="128" and leave the int 128.
-    defines = " ".join("-D " + shlex.quote(f"{k}={json.dumps(v) if isinstance(v, str) else v}")
-                       for k, v in plan.params.items())
+    defines = " ".join(_define(k, v) for k, v in plan.params.items())
     hint = (f"a plan runs with the params it was compiled for; to run with these, compile again: "
             f"streammap compile {Path(plan.source.path).name} {defines} --cluster CLUSTER -o PLAN").replace("  ", " ")
     if recorded is None:
@@ -394,6 +395,16 @@ def check_params_digest(plan: Plan, path=None, lines: dict | None = None) -> Non
     raise PlanError("the plan's params are not the ones it was compiled for (they were edited after "
                     "compiling: their sha256 differs from source.params_sha256)", path=path,
                     line=lines.get(("params",)) or lines.get(("source", "params_sha256")), hint=hint)
+
+
+def _define(name: str, value) -> str:
+    """``-D NAME=VALUE`` for the hint of :func:`check_params_digest`, shell-quoted to be pasted; a
+    value too long to echo (a 300-digit number edited in) is shown bounded, as errors show values
+    (:func:`streammap.errors.shown`): that command is then not one to paste, and says so."""
+    text = json.dumps(value) if isinstance(value, str) else str(value)
+    if len(text) > MAX_SHOWN_VALUE:
+        return f"-D {name}=VALUE (the plan's value: {shown(value)})"
+    return "-D " + shlex.quote(f"{name}={text}")
 
 
 def sha256_file(path) -> str:
@@ -483,7 +494,7 @@ def read_plan(path) -> Plan:
         raise PlanError("not a StreamMAP plan (no 'streammap_plan' version)", path=path, line=1,
                         hint="make one with: streammap compile PROGRAM --cluster CLUSTER -o plan.yaml")
     if data["streammap_plan"] != PLAN_VERSION:
-        raise PlanError(f"plan version {data['streammap_plan']!r} is not supported (this StreamMAP reads {PLAN_VERSION})",
+        raise PlanError(f"plan version {shown(data['streammap_plan'])} is not supported (this StreamMAP reads {PLAN_VERSION})",
                         path=path, line=lines.get(("streammap_plan",)), hint="compile the program again")
     tasks_file = data.pop("tasks_file", None)
     if tasks_file is not None:
@@ -507,10 +518,33 @@ def read_plan(path) -> Plan:
     if not src.is_absolute():
         plan.source.path = os.path.normpath(path.parent / src)
     plan._folder = os.path.abspath(path.parent)
+    plan._file = str(path)
     validate_plan(plan, path=path, lines=lines)
     check_plan_names(plan, path=path, lines=lines)
     check_params_digest(plan, path=path, lines=lines)
     return plan
+
+
+def task_line(plan: Plan, index: int) -> int | None:
+    """The line of the plan file where task ``index`` starts, for an error found after reading
+    (a check that needs the program, such as its kernels' parameters); ``None`` for a plan not
+    read from a file or a task in a columnar sidecar (the line of ``tasks_file`` then).
+
+    The positions are not kept with the plan (for a large plan they cost more than its tasks):
+    the file is read again, only when an error needs one; the line is given only if the file's
+    task there is still this one (a plan re-mapped in this process may list its tasks otherwise).
+    """
+    if plan._file is None:
+        return None
+    try:
+        data, lines = load_yaml(plan._file, PlanError, long_list="tasks")
+    except (PlanError, OSError):
+        return None
+    rows = data.get("tasks") if isinstance(data, dict) else None
+    if isinstance(rows, list) and index < len(rows):
+        same = isinstance(rows[index], dict) and rows[index].get("id") == plan.tasks[index].id
+        return lines.get(("tasks", index)) if same else None
+    return lines.get(("tasks_file",))
 
 
 # -- the columnar sidecar --------------------------------------------------------------------------
@@ -912,11 +946,15 @@ def validate_plan(plan: Plan, path=None, lines: dict | None = None) -> None:
                         hint=SPEC_HINT)
     for r in spec_refs(plan.outputs):
         if r not in seen:
-            raise PlanError(f"the plan's outputs name unknown task {r!r}", path=path, line=lines.get(("outputs",)))
+            raise PlanError(f"the plan's outputs name unknown task {shown(r, _ID_SHOWN)}", path=path, line=lines.get(("outputs",)))
     check_plan_shares(plan, path=path, lines=lines)
     check_plan_colocation(plan, path=path, lines=lines)
     if plan.pipeline is not None:
         _validate_pipeline(plan, path, lines)
+
+
+#: How much of a task id (or device id) a plan error echoes whole: real ids are far shorter.
+_ID_SHOWN = 120
 
 
 def _check_tasks(plan: Plan, device_ids: set, path, lines: dict) -> set[str]:
@@ -931,22 +969,22 @@ def _check_tasks(plan: Plan, device_ids: set, path, lines: dict) -> set[str]:
     for i, t in enumerate(plan.tasks):
         # the checks one task at a time, cheapest first; the error's line only once one fails
         if t.id in seen:
-            raise PlanError(f"task id {t.id!r} appears twice", path=path, line=lines.get(("tasks", i)))
+            raise PlanError(f"task id {shown(t.id, _ID_SHOWN)} appears twice", path=path, line=lines.get(("tasks", i)))
         if t.device not in device_ids:
-            raise PlanError(f"task {t.id!r} is placed on unknown device {t.device!r}", path=path,
+            raise PlanError(f"task {shown(t.id, _ID_SHOWN)} is placed on unknown device {shown(t.device, _ID_SHOWN)}", path=path,
                             line=lines.get(("tasks", i)), hint=f"devices of this plan: {', '.join(sorted(device_ids))}")
         deps = t.deps
         if deps and not seen.issuperset(deps):
             dep = next(dep for dep in deps if dep not in seen)
             known = dep in {u.id for u in plan.tasks}
             why = "comes later in the task list (tasks must follow their deps; a cycle?)" if known else "is not a task of this plan"
-            raise PlanError(f"task {t.id!r} depends on {dep!r}, which {why}", path=path, line=lines.get(("tasks", i)))
+            raise PlanError(f"task {shown(t.id, _ID_SHOWN)} depends on {shown(dep, _ID_SHOWN)}, which {why}", path=path, line=lines.get(("tasks", i)))
         if len(deps) > 8:
             deps = set(deps)               # a fan-in of 100,000 deps: not a list scan per ref
         for spec in (t.args if not t.kwargs else (*t.args, *t.kwargs.values())):
             problem = spec_problem(spec)
             if problem:
-                raise PlanError(f"task {t.id!r}: an argument is malformed: {problem}", path=path,
+                raise PlanError(f"task {shown(t.id, _ID_SHOWN)}: an argument is malformed: {problem}", path=path,
                                 line=lines.get(("tasks", i)), hint=SPEC_HINT)
             if "ref" in spec:              # a plain ref: one look-up, no walk
                 missing = spec["ref"]
@@ -958,10 +996,10 @@ def _check_tasks(plan: Plan, device_ids: set, path, lines: dict) -> set[str]:
                 missing = next((r for r in spec_refs(spec) if r not in deps), None)
                 if missing is None:
                     continue
-            raise PlanError(f"task {t.id!r} uses the result of {missing!r} but does not list it in deps",
+            raise PlanError(f"task {shown(t.id, _ID_SHOWN)} uses the result of {shown(missing, _ID_SHOWN)} but does not list it in deps",
                             path=path, line=lines.get(("tasks", i)))
         if t.finish < t.start:
-            raise PlanError(f"task {t.id!r} finishes before it starts", path=path, line=lines.get(("tasks", i)))
+            raise PlanError(f"task {shown(t.id, _ID_SHOWN)} finishes before it starts", path=path, line=lines.get(("tasks", i)))
         seen.add(t.id)
     return seen
 

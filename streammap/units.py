@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import re
 
+from streammap.errors import shown
+
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
 _TIME = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
@@ -25,7 +27,7 @@ def _number(value, what: str) -> float | None:
         raise ValueError(f"expected a {what}, got a boolean")
     if isinstance(value, (int, float)):
         if math.isnan(value) or value < 0:
-            raise ValueError(f"expected a non-negative {what}, got {value}")
+            raise ValueError(f"expected a non-negative {what}, got {shown(value)}")
         return float(value)
     if not isinstance(value, str):
         raise ValueError(f"expected a {what} as a number or a string such as {_EXAMPLES[what]}")
@@ -47,7 +49,7 @@ def _parse_bytes(value, what: str, per_second: bool) -> float:
     m = re.fullmatch(_NUMBER + _PREFIX + suffix, value.strip())
     if not m:
         example = "25 GB/s, 100 Gb/s or bytes per second" if per_second else "80GiB, 512 MB or a number of bytes"
-        raise ValueError(f"cannot read {value!r} as a {what}; write e.g. {example}")
+        raise ValueError(f"cannot read {shown(value)} as a {what}; write e.g. {example}")
     bits = m["unit"] == "b"
     return float(m["num"]) * _scale(m["prefix"]) / (8.0 if bits else 1.0)
 
@@ -69,7 +71,7 @@ def parse_flops(value) -> float:
         return n
     m = re.fullmatch(_NUMBER + _PREFIX + r"(FLOP/s|FLOPS|flop/s|flops|OP/s|OPS)", value.strip())
     if not m:
-        raise ValueError(f"cannot read {value!r} as a compute rate; write e.g. 19.5 TFLOP/s or operations per second")
+        raise ValueError(f"cannot read {shown(value)} as a compute rate; write e.g. 19.5 TFLOP/s or operations per second")
     return float(m["num"]) * _scale(m["prefix"])
 
 
@@ -80,7 +82,7 @@ def parse_time(value) -> float:
         return n
     m = re.fullmatch(_NUMBER + r"(?P<unit>s|sec|ms|us|µs|ns|min|h)", value.strip())
     if not m:
-        raise ValueError(f"cannot read {value!r} as a time; write e.g. 10us, 3 ms or a number of seconds")
+        raise ValueError(f"cannot read {shown(value)} as a time; write e.g. 10us, 3 ms or a number of seconds")
     return float(m["num"]) * _TIME[m["unit"]]
 
 

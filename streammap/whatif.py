@@ -71,7 +71,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
-from streammap.errors import StreamMapError
+from streammap.errors import StreamMapError, shown
 from streammap.ir import spec_refs
 from streammap.plan import Plan
 from streammap.remap import RemapError, remap_plan
@@ -212,7 +212,7 @@ def _time(value: str, text: str, makespan: float) -> float:
 
 def _quoted(text: str) -> str:
     """``text`` quoted for an error, its start only when it is long (an error is a few lines)."""
-    return repr(text) if len(text) <= 100 else f"{text[:80]!r}... ({len(text)} characters)"
+    return shown(text, 100)
 
 
 def parse_losses(plan: Plan, text: str | Iterable[str]) -> list[Loss]:

@@ -1,7 +1,8 @@
 """Fixtures every test folder may ask for.
 
 State a test must not leak is set up and undone here: the performance history (every test gets
-its own, empty), and a fake CuPy installed as ``cupy``. Paths come as fixtures too, so that a test
+its own, empty), and a fake CuPy installed as ``cupy``. The session's one Ray cluster is here too
+(``ray_cluster``), with the hook that runs the tests asking for it last, together. Paths come as fixtures too, so that a test
 needing the shared benchmark data skips cleanly where ``../shared`` is absent instead of failing.
 
 Plain builders (graphs, plans, fake NVML modules) are functions in :mod:`tests.helpers`, imported
@@ -17,6 +18,7 @@ import pytest
 
 from tests.helpers.fake_cupy import make_fake_cupy
 from tests.helpers.paths import ROOT, SAMPLES, SHARED
+from tests.helpers.ray_cluster import RayCluster
 
 
 @pytest.fixture(autouse=True)
@@ -67,3 +69,31 @@ def fake_cupy(monkeypatch):
         monkeypatch.setitem(sys.modules, "cupy", fake)
         return fake
     return install
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "removes_a_ray_node: removes a node of the session's Ray cluster "
+                                       "(runs after every other test that uses it)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that use the session's Ray cluster run last, together, and one that removes a node of
+    it after all of them: the cluster then starts once, and its idle processes slow no other test.
+    The order within each group is the collection order."""
+    def group(item) -> int:
+        if "ray_cluster" not in getattr(item, "fixturenames", ()):
+            return 0
+        return 2 if item.get_closest_marker("removes_a_ray_node") else 1
+    items[:] = sorted(items, key=group)          # a stable sort: each group keeps its order
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """The session's 2-node Ray cluster (:mod:`tests.helpers.ray_cluster`), this process connected
+    to it as its driver; skipped where Ray is not installed."""
+    pytest.importorskip("ray")
+    c = RayCluster().start()
+    try:
+        yield c
+    finally:
+        c.stop()

@@ -21,7 +21,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from streammap.errors import ClusterError
+from streammap.errors import ClusterError, shown
 from streammap.io.yamlfile import load_yaml, validation_error
 from streammap.units import parse_flops, parse_rate, parse_size, parse_time
 
@@ -31,7 +31,7 @@ def _unit(parser):
         try:
             return parser(v)
         except (ValueError, OverflowError, TypeError) as exc:   # OverflowError: a 400-digit number
-            raise ValueError(str(exc) or f"cannot read {v!r}") from None
+            raise ValueError(str(exc) or f"cannot read {shown(v)}") from None
     return BeforeValidator(convert)
 
 

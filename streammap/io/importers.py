@@ -49,7 +49,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from streammap.errors import StreamMapError
+from streammap.errors import StreamMapError, shown
 from streammap.io.bulk import gc_paused
 from streammap.io.files import read_text_bounded
 from streammap.io.jsonfile import DuplicateKeyError, duplicate_key_error, loads_strict
@@ -156,20 +156,15 @@ def _number(v, what, path, text, near, allow_none=False):
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, int) and v.bit_length() > 1000) \
             or not math.isfinite(v) or v < 0:
-        _fail(f"{what} must be a finite non-negative number, got {_short(v)}", path, text, near,
+        _fail(f"{what} must be a finite non-negative number, got {shown(v)}", path, text, near,
               hint="give seconds or bytes as plain JSON numbers")
     return float(v)
-
-
-def _short(v) -> str:
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _ident(v, what, path, text, near=None) -> str:
     """A task or file id: a JSON string or integer, as text."""
     if isinstance(v, bool) or not isinstance(v, (str, int)):
-        _fail(f"{what} must be a string or an integer, got {_short(v)}", path, text, near,
+        _fail(f"{what} must be a string or an integer, got {shown(v)}", path, text, near,
               hint="ids are JSON strings (or integers)")
     return str(v)
 
@@ -178,7 +173,7 @@ def _ident_list(v, what, path, text, near) -> list[str]:
     if v is None:
         return []
     if not isinstance(v, list):
-        _fail(f"{what} must be a list, got {_short(v)}", path, text, near, hint=_WF_HINT)
+        _fail(f"{what} must be a list, got {shown(v)}", path, text, near, hint=_WF_HINT)
     return [_ident(x, f"an item of {what}", path, text, near) for x in v]
 
 
@@ -279,7 +274,7 @@ def graph_from_wfcommons(data: dict, path, text: str | None = None, max_tasks: i
     sizes: dict[str, float] = {}
     for f in files:
         if not isinstance(f, dict) or "id" not in f:
-            _fail(f"file entry without an id: {_short(f)}", path, text, "files", hint=_WF_HINT)
+            _fail(f"file entry without an id: {shown(f)}", path, text, "files", hint=_WF_HINT)
         fid = _ident(f["id"], "a file id", path, text, "files")
         sizes[fid] = _number(f.get("sizeInBytes", 0), f"sizeInBytes of file {fid}", path, text, f["id"])
     runs: dict[str, dict] = {}
@@ -293,7 +288,7 @@ def graph_from_wfcommons(data: dict, path, text: str | None = None, max_tasks: i
     by_id: dict[str, dict] = {}
     for t in tasks:
         if not isinstance(t, dict) or "id" not in t:
-            _fail(f"task entry without an id: {_short(t)}", path, text, "tasks", hint=_WF_HINT)
+            _fail(f"task entry without an id: {shown(t)}", path, text, "tasks", hint=_WF_HINT)
         tid = _ident(t["id"], "a task id", path, text, "tasks")
         if tid in by_id:
             _fail(f"task id {tid!r} appears twice", path, text, tid, hint="task ids must be unique")
@@ -371,7 +366,7 @@ def graph_from_node_link(data: dict, path, text: str | None = None, max_tasks: i
     emitted = meta.get("kind") == "program"
     for n in nodes:
         if not isinstance(n, dict) or "id" not in n:
-            _fail(f"node without an id: {_short(n)}", path, text, "nodes", hint=_NL_HINT)
+            _fail(f"node without an id: {shown(n)}", path, text, "nodes", hint=_NL_HINT)
         raw = n["id"]
         tid = _ident(raw, "a node id", path, text, "nodes")
         if tid in g:
@@ -394,7 +389,7 @@ def graph_from_node_link(data: dict, path, text: str | None = None, max_tasks: i
                 attrs[k] = _number(attrs[k], f"{k} of task {tid}", path, text, raw)
         for k, (ok, what) in _ATTR_CHECKS.items():
             if k in attrs and not ok(attrs[k]):
-                _fail(f"{k} of task {tid} must be {what}, got {_short(attrs[k])}", path, text, raw, hint=_NL_HINT)
+                _fail(f"{k} of task {tid} must be {what}, got {shown(attrs[k])}", path, text, raw, hint=_NL_HINT)
         if runtime is None and times is None and "flops" not in attrs and "bytes" not in attrs and not emitted:
             _fail(f"task {tid} has no runtime", path, text, raw,
                   hint="give each node 'runtime' (seconds on a speed-1.0 device) or 'times' "
@@ -405,12 +400,12 @@ def graph_from_node_link(data: dict, path, text: str | None = None, max_tasks: i
         elif not isinstance(kernel, str) or not kernel.strip():
             # A kernel is a name users read in `show` and group history by: a number or a list
             # would be stringified into a name nobody wrote.
-            _fail(f"kernel of task {tid} must be a non-empty string, got {_short(kernel)}", path, text, raw,
+            _fail(f"kernel of task {tid} must be a non-empty string, got {shown(kernel)}", path, text, raw,
                   hint='name the kernel the task runs, e.g. "kernel": "mProject", or leave it out')
         add_task(g, tid, str(kernel), runtime=runtime, times=times, **attrs)
     for e in edges:
         if not isinstance(e, dict) or "source" not in e or "target" not in e:
-            _fail(f"edge without source and target: {_short(e)}", path, text, "edges", hint=_NL_HINT)
+            _fail(f"edge without source and target: {shown(e)}", path, text, "edges", hint=_NL_HINT)
         u = _ident(e["source"], "an edge's source", path, text, "edges")
         v = _ident(e["target"], "an edge's target", path, text, "edges")
         for x, raw in ((u, e["source"]), (v, e["target"])):

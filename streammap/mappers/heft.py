@@ -165,7 +165,8 @@ def _size(b: float) -> str:
         return "unlimited memory"
     for unit, f in (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
         if b >= f:
-            return f"{b / f:.3g} {unit} ({int(b)} bytes)"
+            # the exact count while it is readable; a size computed from a huge param is not
+            return f"{b / f:.3g} {unit}" + (f" ({int(b)} bytes)" if b < 1e18 else "")
     return f"{int(b)} bytes"
 
 

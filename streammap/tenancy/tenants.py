@@ -48,7 +48,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from streammap.cluster.model import Size, Time
-from streammap.errors import StreamMapError
+from streammap.errors import StreamMapError, shown
 from streammap.io.yamlfile import load_yaml, validation_error
 
 _NAME = r"^[A-Za-z0-9_.\-]+$"
@@ -70,7 +70,7 @@ class Quota(BaseModel):
     def _check(self):
         for model, n in self.models.items():
             if n < 0:
-                raise ValueError(f"quota for model '{model}' must be >= 0, got {n}")
+                raise ValueError(f"quota for model '{model}' must be >= 0, got {shown(n)}")
         return self
 
 

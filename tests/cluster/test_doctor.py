@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -223,26 +222,11 @@ def test_one_failure_makes_the_exit_status_non_zero(tmp_path, capsys):
     assert "FAIL  storage" in capsys.readouterr().out
 
 
-def test_network_between_two_real_ray_nodes(tmp_path, monkeypatch):
-    """Two Ray nodes on this machine (ray.cluster_utils): Ray actors on each carry the measurement."""
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-    for k, v in {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}.items():
-        monkeypatch.setenv(k, v)
-    import tempfile
-    short = tempfile.mkdtemp(prefix="smd", dir="/tmp")          # Unix socket paths must stay short
-    monkeypatch.setenv("RAY_TMPDIR", short)
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "object_store_memory": 80 * 2**20, "include_dashboard": False,
-        "temp_dir": f"{short}/ray"})
-    c.add_node(num_cpus=1, object_store_memory=80 * 2**20)
-    try:
-        claim = load_cluster_dict({"bandwidth": "1 TB/s", "latency": "1us"})
-        check = doctor.check_network(c.address, claim, nbytes=4 << 20)
-        assert check.status == "warn", check          # no network carries 1 TB/s between processes
-        assert "GB/s" in check.detail and "cluster file: 1000.00 GB/s" in check.detail
-        assert doctor.check_ray(c.address).detail.endswith("2 node(s) alive")
-    finally:
-        ray.shutdown()
-        c.shutdown()
-        shutil.rmtree(short, ignore_errors=True)          # the folder is ours: leave no session behind
+def test_network_between_two_real_ray_nodes(ray_cluster):
+    """Two Ray nodes on this machine (the session's, ray.cluster_utils): Ray actors on each carry the
+    measurement."""
+    claim = load_cluster_dict({"bandwidth": "1 TB/s", "latency": "1us"})
+    check = doctor.check_network(ray_cluster.address, claim, nbytes=4 << 20)
+    assert check.status == "warn", check          # no network carries 1 TB/s between processes
+    assert "GB/s" in check.detail and "cluster file: 1000.00 GB/s" in check.detail
+    assert doctor.check_ray(ray_cluster.address).detail.endswith("2 node(s) alive")

@@ -542,3 +542,49 @@ def test_profile_repeats_out_of_range_are_usage_errors(workdir, capsys, repeats)
     with pytest.raises(SystemExit) as exc:
         main(["profile", "fm.py", "-D", "N=64", "--repeats", repeats])
     assert exc.value.code == 2 and "--repeats: " in capsys.readouterr().err
+
+
+# -- numbers echoed in errors -----------------------------------------------------------------------
+
+#: A user's number of 300 digits: an error that echoes it whole is a 300-character line.
+BIG = "9" * 300
+#: The longest line an error may print: a quoted source line is clipped to 200 characters
+#: (errors.MAX_QUOTED_LINE), and the longest fixed hint is about 290.
+SANE_LINE = 300
+
+
+def bounded(err: str) -> str:
+    assert BIG not in err, err
+    assert max(len(line) for line in err.splitlines()) <= SANE_LINE, err
+    return err
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    ("memory: 6MiB", f"memory: -{BIG}", "got -9.99e+299 (a 300-digit number)"),
+    ("flops: 10 TFLOP/s", f"flops: -{BIG}", "got -9.99e+299 (a 300-digit number)"),
+    ("memory: 6MiB", f"memory: {BIG}x", "... (303 characters) as a size"),
+])
+def test_a_cluster_file_value_of_300_digits_is_echoed_bounded(workdir, capsys, old, new, needle):
+    (workdir / "bad.yaml").write_text((workdir / "cluster.yaml").read_text().replace(old, new, 1))
+    bounded(refused(["compile", program(workdir), "--cluster", "bad.yaml", "-o", "plan.yaml"], capsys,
+                    "bad.yaml:8:", needle))
+
+
+@pytest.mark.parametrize("clause, define, needle", [
+    ("flops=N", f"N=-{BIG}", "flops must be a non-negative number, got -9.99e+299 (a 300-digit number)"),
+    ("mem=N", f"N={BIG}", "needs 9.31e+290 GiB of device memory but"),
+])
+def test_a_define_of_300_digits_is_echoed_bounded(workdir, capsys, clause, define, needle):
+    path = program(workdir, clause=clause, head="# @stream param\nN = 4\n")
+    bounded(refused(compile_args(path, "-D", define), capsys, "p.py:", needle))
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    ("streammap_plan: 1", f"streammap_plan: {BIG}", "plan version 9.99e+299 (a 300-digit number) is not supported"),
+    ("params: {N: 4}", f"params: {{N: {BIG}}}", "-D N=VALUE (the plan's value: 9.99e+299 (a 300-digit number))"),
+])
+def test_a_plan_field_of_300_digits_is_echoed_bounded(workdir, capsys, old, new, needle):
+    path = program(workdir, head="# @stream param\nN = 4\n")
+    assert main([str(a) for a in compile_args(path)]) == 0
+    (workdir / "bad.yaml").write_text((workdir / "plan.yaml").read_text().replace(old, new, 1))
+    bounded(refused(["show", "bad.yaml"], capsys, "bad.yaml:", needle))

@@ -175,9 +175,10 @@ def _random_value(r, depth):
 def test_a_list_written_directly_has_the_bytes_pyyaml_writes_or_is_left_to_it(odd):
     """Random task-like lists (flow lists past the line width, nested block and flow collections):
     where the direct path writes the list, it writes PyYAML's bytes, as a top-level list and as the
-    value of a key; where it gives up (odd strings), the caller writes it with PyYAML."""
+    value of a key; where it gives up (odd strings), the caller writes it with PyYAML. Giving up is
+    one path (the direct writer returns None, PyYAML writes the list): 40 lists show it."""
     written = 0
-    for seed in range(150):
+    for seed in range(40 if odd else 150):
         r = random.Random(seed)
         items = [{"id": r.choice(WORDS), "deps": [r.choice(WORDS[:5]) for _ in range(r.randint(0, 40))],
                   "v": _random_value(r, 0)} for _ in range(r.randint(1, 4))]

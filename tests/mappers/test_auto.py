@@ -77,11 +77,15 @@ def test_a_task_larger_than_every_device_is_a_mapping_error(shared):
 
 
 def test_beats_heft_when_communication_dominates(shared):
-    """At CCR 10 keeping heavy edges local pays: auto is well below HEFT on most workflows."""
+    """At CCR 10 keeping heavy edges local pays: auto is well below HEFT on most workflows.
+
+    The candidates that keep edges local (clustering, grouping) do it; the exact step, LNS and the
+    adaptive search only ever shorten the plan they start from (test_lns.py, test_exact.py,
+    test_adaptive_search.py), so they are left out here: a sixth of the time (geomean 0.73 either way)."""
     ratios = []
     for path in WORKFLOWS[:5]:
         cost = at_ccr(load_graph(path), load_cluster(shared / "clusters" / "mixed-vendors.yaml"), 10.0)
-        ratios.append(auto(cost).makespan / heft_plain(cost).makespan)
+        ratios.append(auto(cost, exact=False).makespan / heft_plain(cost).makespan)
     assert np.exp(np.mean(np.log(ratios))) < 0.9
 
 
@@ -172,7 +176,7 @@ def test_iterated_search_keeps_memory_valid_under_pressure():
 def test_ccr01_workflow_beats_heft_with_the_new_candidates(shared):
     g = load_graph(shared / "workflows" / "epigenomics-chameleon-ilmn-1seq-100k-001.json")
     cost = at_ccr(g, load_cluster(shared / "clusters" / "hetero-2x4.yaml"), 0.1)
-    s = auto(cost)
+    s = auto(cost, exact=False)           # the candidates alone (0.93 of HEFT; the steps after only shorten)
     assert check(cost, s) < heft_plain(cost).makespan
     assert s.makespan >= lower_bound(cost)
 

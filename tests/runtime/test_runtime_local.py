@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from streammap.errors import KernelError, PlanError, StreamMapError
+from streammap.plan import write_plan
 from streammap.runtime import run_plan
 from streammap.runtime.context import array_module
 from streammap.runtime.devices import check_devices, gpu_ordinals
+from tests.helpers.cli import refused
 from tests.helpers.fake_cupy import cuda_device_count
 from tests.helpers.plans import FAN, cpu_devices, gpu_devices, make_plan, ref, task
 
@@ -337,6 +339,29 @@ def test_workflow_plan_is_refused(tmp_path):
     tasks = [task("t1", "stage", "node0/gpu0")]
     plan = make_plan(tmp_path, "{}", tasks, kind="workflow", filename="wf.json")
     with pytest.raises(StreamMapError, match="imported workflow"):
+        run_plan(plan, emulate=True, progress=False)
+
+
+def test_a_task_whose_arguments_do_not_fit_its_kernel_is_refused_before_anything_runs(tmp_path, capsys):
+    """A plan edited to pass ``scale(x, k)`` a third argument (or none for ``k``) failed mid-run with
+    exit 1; it is bad input: exit 2 naming the plan file, the task's line and the kernel's parameters,
+    with nothing written."""
+    write_plan(fan_plan(tmp_path, width=2, devices=cpu_devices(1)), tmp_path / "plan.yaml")
+    text = (tmp_path / "plan.yaml").read_text()
+    line = text.splitlines().index("- id: scale1") + 1
+    for (old, new), why in zip([("  - {value: 1}\n", "  - {value: 1}\n  - {value: 7}\n"), ("  - {value: 1}\n", "")],
+                               ["too many positional arguments", "missing a required argument: 'k'"]):
+        (tmp_path / "bad.yaml").write_text(text.replace(old, new))
+        refused(["run", tmp_path / "bad.yaml", "--no-progress", "--no-history", "-o", tmp_path / "o.npz"], capsys,
+                f"bad.yaml:{line}: error: task 'scale1' calls kernel scale(x, k) with", why, "hint: ")
+        assert not (tmp_path / "o.npz").exists() and not (tmp_path / "o.run.json").exists()
+
+
+def test_a_plan_built_in_process_with_an_unknown_keyword_is_refused_naming_the_task(tmp_path):
+    tasks = [task("src", "source", "node0/cpu"), task("s", "scale", "node0/cpu", ref("src"), kwargs={"q": 2})]
+    plan = make_plan(tmp_path, FAN, tasks, devices=cpu_devices(1), outputs=ref("s"))
+    with pytest.raises(PlanError, match=r"task 's' calls kernel scale\(x, k\) with 1 positional argument and "
+                                        r"keyword q: missing a required argument: 'k'"):
         run_plan(plan, emulate=True, progress=False)
 
 

@@ -16,7 +16,7 @@ from tests.helpers.paths import SAMPLES
 
 # (sample, entry, small params)
 CASES = [
-    ("fm_stream.py", "fm_stream", {"FRAMES": 5, "FRAME": 1024, "BANDS": 3}),
+    ("fm_stream.py", "fm_stream", {"FRAMES": 3, "FRAME": 1024, "BANDS": 3}),
     ("mandelbrot.py", "mandelbrot", {"ROWS": 48, "COLS": 32, "ITER": 16}),
     ("model_parallel_mlp.py", "mlp", {"BATCHES": 2, "ROWS": 8, "WIDTH": 64, "LAYERS": 3}),
 ]

@@ -56,6 +56,34 @@ def sleepy():
     return nap(VALUE)
 '''
 
+#: A job that runs until the test lets it end (an event, not a guess of how long the test needs):
+#: its kernel waits for the file GATE in its working directory, the job's folder, which the test
+#: can write (at most a minute), and returns VALUE.
+GATED = '''\
+import os
+import time
+
+import numpy as np
+
+# @stream param
+GATE = "gate"
+# @stream param
+VALUE = 1
+
+
+# @stream kernel(flops=1e6)
+def wait_for_gate(v):
+    deadline = time.monotonic() + 60
+    while not os.path.exists(GATE) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return np.full(4, float(v))
+
+
+# @stream graph
+def gated():
+    return wait_for_gate(VALUE)
+'''
+
 VISION, NLP = "tok-vision-1234", "tok-nlp-5678"
 
 
@@ -187,7 +215,8 @@ def test_a_killed_service_restarts_with_its_queue_intact(tmp_path, capsys):
     svc = Service(tmp_path)
     try:
         c = svc.client(VISION)
-        first = c.submit(tmp_path / "sleepy.py", "vision", {"SECONDS": "8", "VALUE": "1"})
+        (tmp_path / "gated.py").write_text(GATED)
+        first = c.submit(tmp_path / "gated.py", "vision", {"VALUE": "1"})
         rest = [c.submit(tmp_path / "sleepy.py", "vision", {"SECONDS": "0.01", "VALUE": str(v)}, priority=p)
                 for v, p in ((2, 0), (3, 0))]
         wait_for(c, first, states=("running",))
@@ -211,6 +240,7 @@ def test_a_killed_service_restarts_with_its_queue_intact(tmp_path, capsys):
         assert jobs[0]["state"] == "running" and jobs[0]["attempts"] == 1     # found again, not re-run
         assert jobs[0]["devices"] == worker["devices"]
         assert c.cancel(rest[1])["state"] == "cancelled"
+        (svc.state / "jobs" / first / "gate").touch()      # the first job may end now
         for job, value in ((first, 1.0), (rest[0], 2.0)):
             wait_for(c, job)
             c.result(job, tmp_path / f"{job}.npz")

@@ -1,32 +1,23 @@
 """The job service on a Ray cluster: ``streammap serve --backend ray --address ...``.
 
-This module starts its own 2-node Ray cluster (``ray.cluster_utils.Cluster``: a head labelled
-``node0`` without GPUs, a worker labelled ``node1`` with 2 fake GPUs; a private temp dir, a small
-object store, usage stats off) and stops it, and only it, when its tests are done. The service
+On the session's 2-node Ray cluster (``ray_cluster``, :mod:`tests.helpers.ray_cluster`: a head
+labelled ``node0`` without GPUs, a worker labelled ``node1`` with 2 fake GPUs; a private temp dir,
+a small object store, usage stats off, which the service and its workers inherit). The service
 grants a job GPUs of ``node1``, re-maps the program onto them and runs it with the Ray executor,
 emulated on the CPU.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
 
-from ray.cluster_utils import Cluster  # noqa: E402
-
 import streammap  # noqa: E402
 from streammap.runrecord import read_run_record  # noqa: E402
 from tests.helpers.paths import SAMPLES  # noqa: E402
 from tests.tenancy.test_job_service import TENANTS, VISION, Service, wait_for  # noqa: E402
-
-ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-STORE = 80 * 2**20
 
 RAY_CLUSTER = """\
 name: raybox
@@ -42,25 +33,6 @@ nodes:
       - {name: gpu1, kind: gpu, vendor: nvidia, model: A100, memory: 80GiB}
       - {name: cpu, kind: cpu, memory: 16GiB}
 """
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    env = pytest.MonkeyPatch()                                  # module-scoped: undone at the end
-    tmp = tempfile.mkdtemp(prefix="smsvc", dir="/tmp")        # short: Unix socket paths
-    for k, v in {**ENV, "RAY_TMPDIR": tmp}.items():
-        env.setenv(k, v)                                       # the service and its workers inherit them
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "num_gpus": 0, "object_store_memory": STORE, "labels": {"streammap-node": "node0"},
-        "temp_dir": os.path.join(tmp, "ray"), "include_dashboard": False})
-    try:
-        c.add_node(num_cpus=2, num_gpus=2, object_store_memory=STORE, labels={"streammap-node": "node1"})
-        c.wait_for_nodes()
-        yield c
-    finally:
-        c.shutdown()
-        env.undo()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_the_service_runs_a_job_on_the_ray_executor(ray_cluster, tmp_path):

@@ -1,16 +1,13 @@
-"""The Ray executor and Ray discovery, on an emulated 2-node Ray cluster the tests start and stop.
+"""The Ray executor and Ray discovery, on the session's emulated 2-node Ray cluster.
 
-One cluster for this module (``ray.cluster_utils.Cluster``): a head node labelled ``node0`` (no GPU)
-and a worker node labelled ``node1`` with 2 fake GPUs; a private temp dir, a small object store,
-fast health checks (so a removed node is seen dead quickly), usage stats off. The node-loss test
-removes ``node1`` and therefore runs last.
+The cluster (``ray_cluster``, :mod:`tests.helpers.ray_cluster`): a head node labelled ``node0`` (no
+GPU) and a worker node labelled ``node1`` with 2 fake GPUs; a private temp dir, a small object
+store, fast health checks (so a removed node is seen dead quickly), usage stats off. The node-loss
+test removes ``node1`` and is therefore marked to run after every other test of that cluster.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import textwrap
 import threading
 import time
@@ -20,44 +17,18 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from ray.cluster_utils import Cluster  # noqa: E402
-
 from streammap.errors import KernelError, StreamMapError  # noqa: E402
 from streammap.runrecord import read_run_record  # noqa: E402
 from streammap.runtime import run_plan  # noqa: E402
 from tests.helpers.paths import SAMPLES  # noqa: E402
 from tests.helpers.plans import FAN, make_plan, ref, task  # noqa: E402
 
-ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
-       "RAY_health_check_period_ms": "200", "RAY_health_check_timeout_ms": "200",
-       "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "0"}
-STORE = 80 * 2**20
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    """The 2-node cluster, started once for this module and stopped when its last test is done:
-    session-scoped, its idle raylets and workers took CPU from every later test on a 2-core machine."""
-    old = {k: os.environ.get(k) for k in (*ENV, "RAY_TMPDIR")}
-    tmp = tempfile.mkdtemp(prefix="smr", dir="/tmp")          # short: Unix socket paths
-    os.environ.update(ENV, RAY_TMPDIR=tmp)
-    c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "num_gpus": 0, "object_store_memory": STORE, "labels": {"streammap-node": "node0"},
-        "temp_dir": os.path.join(tmp, "ray"), "include_dashboard": False})
-    worker = c.add_node(num_cpus=2, num_gpus=2, object_store_memory=STORE, labels={"streammap-node": "node1"})
-    ray.init(address=c.address, logging_level="WARNING")
-    c.worker = worker
-    try:
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        shutil.rmtree(tmp, ignore_errors=True)
+@pytest.fixture
+def cluster(ray_cluster):
+    """The session's cluster, this process its driver (again, if a test before disconnected it)."""
+    ray_cluster.connect()
+    return ray_cluster
 
 
 def devices2x2():
@@ -188,11 +159,11 @@ def test_discover_ray_names_nodes_by_label(cluster, tmp_path):
     assert ray_node_names(fake) == {"abcdef01": "box-abcdef", "12345678": "box-123456", "99999999": "solo"}
 
 
-def test_a_split_axis_the_data_lacks_is_bad_input_at_the_call_site_on_ray_too(cluster, tmp_path, hetero_cluster):
+def test_a_split_axis_the_data_lacks_is_bad_input_at_the_call_site_on_ray_too(cluster, tmp_path):
     import streammap
     from tests.strategies.test_strategies import SPLIT_A_VECTOR_ALONG_COLUMNS
     (tmp_path / "vec.py").write_text(SPLIT_A_VECTOR_ALONG_COLUMNS)
-    plan = streammap.compile(tmp_path / "vec.py", cluster=str(hetero_cluster), strategy="data", history=False)
+    plan = streammap.compile(tmp_path / "vec.py", cluster=one_per_node(), strategy="data", history=False)
     with pytest.raises(StreamMapError) as ei:
         run_plan(plan, emulate=True, backend="ray", progress=False)
     err = ei.value
@@ -200,15 +171,20 @@ def test_a_split_axis_the_data_lacks_is_bad_input_at_the_call_site_on_ray_too(cl
     assert "~scatter" in err.message and "split=1 cuts along axis 1, but the argument has 1 dimension" in err.message
     assert err.hint.startswith("the kernel's split clause must name an axis")
 
+def one_per_node():
+    """A GPU on each of the Ray nodes' names (``node0``, ``node1``): plans hand results across nodes
+    as on the 8-GPU cluster, with two device actors (worker processes, 1-2 s each to start on a
+    2-core machine) per run; the 8-GPU cluster's node names, mapped onto the Ray nodes round-robin,
+    are the CLI test's below."""
+    from tests.placement.test_stateful_placement import TWO_BY_TWO
+    return {**TWO_BY_TWO, "name": "one-per-node", "nodes": [{**n, "devices": n["devices"][:1]} for n in TWO_BY_TWO["nodes"]]}
+
+
 def test_samples_agree_between_ray_and_local(cluster, tmp_path):
     import streammap
-    from tests.placement.test_stateful_placement import TWO_BY_TWO
     from tests.samples.test_samples import CASES  # every sample, at the sizes the sample tests use
-    # Two GPUs on each of the Ray nodes' names: the samples' plans hand results across nodes as on
-    # the 8-GPU cluster, with half the device actors (worker processes) to start per run; the 8-GPU
-    # cluster's node names, mapped onto the Ray nodes round-robin, are the CLI test's below.
     for sample, _, params in CASES:
-        plan = streammap.compile(SAMPLES / sample, cluster=TWO_BY_TWO, params=params)
+        plan = streammap.compile(SAMPLES / sample, cluster=one_per_node(), params=params)
         local = run_plan(plan, emulate=True, progress=False, telemetry=False)
         got = run_plan(plan, emulate=True, backend="ray", progress=False)
         assert set(got) == set(local)
@@ -238,19 +214,28 @@ def test_a_multi_file_program_runs_on_ray_with_its_local_package(cluster, tmp_pa
 
 def test_a_stateful_kernel_gives_the_sequential_result_on_ray_under_every_strategy(cluster, tmp_path):
     import streammap
-    from tests.placement.test_stateful_placement import BATCHES, STREAM, TWO_BY_TWO, assert_results, sequential, write
+    from tests.placement.test_stateful_placement import BATCHES, STREAM, assert_results, sequential, write
     batches, stream = write(tmp_path, BATCHES), write(tmp_path, STREAM, "stream.py")
     # model places by the same co-location step as none and data (test_stateful_placement runs it)
     for path, call, strategy in ((batches, "main", "none"), (batches, "main", "data"), (stream, "stream", "pipeline")):
-        plan = streammap.compile(path, cluster=TWO_BY_TWO, strategy=strategy)
-        assert len({t.device for t in plan.tasks if t.stateful}) == 1
+        plan = streammap.compile(path, cluster=one_per_node(), strategy=strategy)
+        # the state on one device, the other calls on both nodes
+        assert len({t.device for t in plan.tasks if t.stateful}) == 1 and len({t.device for t in plan.tasks}) == 2
         assert_results(run_plan(plan, emulate=True, backend="ray", progress=False), sequential(path, call))
 
 
 def test_cli_runs_a_plan_on_ray_and_agrees_with_the_local_run(cluster, tmp_path, hetero_cluster):
+    import yaml
+
     from streammap.cli import main
+    # the shared 2-node cluster's node names (a100, v100: not the Ray nodes', mapped onto them
+    # round-robin), one GPU each: two device actors to start
+    spec = yaml.safe_load(hetero_cluster.read_text())
+    for node in spec["nodes"]:
+        node["devices"] = node["devices"][:1]
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(spec))
     plan = tmp_path / "plan.yaml"
-    assert main(["compile", str(SAMPLES / "fm_radio.py"), "--cluster", str(hetero_cluster), "-D", "N=2048",
+    assert main(["compile", str(SAMPLES / "fm_radio.py"), "--cluster", str(tmp_path / "cluster.yaml"), "-D", "N=2048",
                  "-o", str(plan), "--no-history"]) == 0
     assert main(["run", str(plan), "--emulate", "--no-progress", "--no-history", "-o", str(tmp_path / "local.npz")]) == 0
     assert main(["run", str(plan), "--emulate", "--no-progress", "--no-history", "--backend", "ray",
@@ -437,8 +422,9 @@ def test_check_inputs_on_ray(cluster, tmp_path):
     assert "kernel 'sneaky' changed its argument 'x' in place" in ei.value.traceback_text
 
 
+@pytest.mark.removes_a_ray_node
 def test_node_loss_mid_run_recovers_and_reruns_only_what_was_lost(cluster, tmp_path):
-    """Runs last: removes node1 (a node the fixture started) while its tasks run."""
+    """Runs last of the Ray tests: removes node1 (a node the fixture started) while its tasks run."""
     log_file = tmp_path / "calls.log"
     devs = [d["id"] for d in devices2x2()]
     tasks, finals = [], []
@@ -472,7 +458,7 @@ def test_node_loss_mid_run_recovers_and_reruns_only_what_was_lost(cluster, tmp_p
         if sum(1 for x in lines if x.split()[1] == victim) >= 4:
             break
         time.sleep(0.02)
-    cluster.remove_node(cluster.worker)
+    cluster.remove_worker()
     th.join(120)
     assert not th.is_alive()
     assert "err" not in box, box.get("err")
