@@ -348,6 +348,8 @@ def main(argv=None) -> int:
     unknown = [o for o in orders if o not in ORDERS]
     if unknown or not orders:
         ap.error(f"unknown --order {','.join(unknown) or args.order!r}; orders: {', '.join(ORDERS)}")
+    if not args.wait_cap >= 0:
+        ap.error(f"--wait-cap must be at least 0 (0 turns the wait bound off), not {args.wait_cap:g}")
     out = Console(highlight=False, width=220)
     mixes = args.tenants or ["a:4,b:3,c:2,d:1"]
     policies = [p for p in args.policies.split(",") if p]
