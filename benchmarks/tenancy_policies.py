@@ -69,6 +69,7 @@ from streammap.tenancy.admission import (  # noqa: E402
     SLOWDOWN,
     TAIL,
     TAIL_WAIT,
+    WAIT_CAP,
     Job,
 )
 from streammap.tenancy.estimate import Estimator  # noqa: E402
@@ -109,7 +110,8 @@ def arrival_rate(load: float, graphs, shares, estimator: Estimator, seed: int) -
 
 def run_setting(gpus: int, jobs: int, mix: str, seed: int, load: float, sigmas, policies, slack, slowdown,
                 estimators: dict, floor: float = FLOOR, tail: float = TAIL,
-                tail_wait: float = TAIL_WAIT, shared: float = 0.0, order: str | tuple = ORDER) -> list[dict]:
+                tail_wait: float = TAIL_WAIT, shared: float = 0.0, order: str | tuple = ORDER,
+                wait_cap: float = WAIT_CAP) -> list[dict]:
     """One (cluster, tenants, seed, load): every policy at every sigma, on the same arrivals.
 
     ``order`` is the streammap policy's order, or several (a tuple): streammap then runs once per
@@ -135,7 +137,8 @@ def run_setting(gpus: int, jobs: int, mix: str, seed: int, load: float, sigmas, 
                 for joint, into in ((True, res[o]), (False, whole[o])) if shared > 0 else ((True, res[o]),):
                     into[p] = simulate([_copy(j) for j in admitted], cluster, tenants, policy=p,
                                        estimate_error=sigma, seed=seed, slack=slack, slowdown=slowdown, floor=floor,
-                                       tail=tail, tail_wait=tail_wait, joint=joint, order=o)
+                                       tail=tail, tail_wait=tail_wait, joint=joint, order=o,
+                                       wait_cap=wait_cap)
         for o in orders[1:]:                      # the other policies ran once: every order's row has them
             res[o] = {**res[orders[0]], **res[o]}
             whole[o] = {**whole[orders[0]], **whole[o]}
@@ -331,6 +334,8 @@ def main(argv=None) -> int:
     ap.add_argument("--floor", type=float, default=FLOOR, help="the streammap policy's fair-share floor")
     ap.add_argument("--tail", type=float, default=TAIL, help="the streammap policy's tail deadline (0: off)")
     ap.add_argument("--tail-wait", type=float, default=TAIL_WAIT, help="the tail deadline's multiple of the mean wait")
+    ap.add_argument("--wait-cap", type=float, default=WAIT_CAP,
+                    help="the streammap policy's wait bound outside overload, a multiple of the mean wait (0: off)")
     ap.add_argument("--order", default=ORDER,
                     help=f"the streammap policy's order, or several comma-separated, each run on the same arrivals "
                          f"and scored against the same FIFO run: {', '.join(ORDERS)} (default {ORDER}; themis: "
@@ -343,6 +348,8 @@ def main(argv=None) -> int:
     unknown = [o for o in orders if o not in ORDERS]
     if unknown or not orders:
         ap.error(f"unknown --order {','.join(unknown) or args.order!r}; orders: {', '.join(ORDERS)}")
+    if not args.wait_cap >= 0:
+        ap.error(f"--wait-cap must be at least 0 (0 turns the wait bound off), not {args.wait_cap:g}")
     out = Console(highlight=False, width=220)
     mixes = args.tenants or ["a:4,b:3,c:2,d:1"]
     policies = [p for p in args.policies.split(",") if p]
@@ -355,11 +362,12 @@ def main(argv=None) -> int:
                 for load in _floats(args.loads):
                     rows += run_setting(gpus, args.jobs or 10 * gpus, mix, seed, load, _floats(args.sigmas),
                                         policies, args.slack, args.slowdown, estimators, args.floor, args.tail,
-                                        args.tail_wait, args.shared, orders)
+                                        args.tail_wait, args.shared, orders, args.wait_cap)
                     out.print(f"... {gpus} GPUs, {mix}, seed {seed}, load {load}: done "
                               f"({time.perf_counter() - t0:.0f} s)", markup=False)
     out.print(f"slowdown deadline {args.slowdown:g}, placement slack {args.slack:g}, fair-share floor {args.floor:g}, "
-              f"tail deadline {args.tail:g} (+ {args.tail_wait:g} x mean wait), order {', '.join(orders)}", markup=False)
+              f"tail deadline {args.tail:g} (+ {args.tail_wait:g} x mean wait), wait bound {args.wait_cap:g} x mean wait, "
+              f"order {', '.join(orders)}", markup=False)
     out.print(sweep_table(rows))
     if args.shared > 0:
         out.print(joint_table(rows))

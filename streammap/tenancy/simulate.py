@@ -68,6 +68,7 @@ from streammap.tenancy.admission import (
     SLOWDOWN,
     TAIL,
     TAIL_WAIT,
+    WAIT_CAP,
     Job,
     Scheduler,
     water_fill,
@@ -202,7 +203,8 @@ def prepare_jobs(specs: list[JobSpec], estimator: Estimator) -> list[Job]:
 def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streammap",
              estimate_error: float = 0.0, seed: int = 0, backfill: bool = True, depth: int | None = None,
              slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR, tail: float = TAIL,
-             tail_wait: float = TAIL_WAIT, joint: bool = True, order: str = ORDER) -> SimResult:
+             tail_wait: float = TAIL_WAIT, joint: bool = True, order: str = ORDER,
+             wait_cap: float = WAIT_CAP) -> SimResult:
     """Replay ``jobs`` (admission jobs with demands) under ``policy``; see the module docstring.
 
     Parameters
@@ -216,19 +218,19 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
         ``fifo``, ``drf`` or ``streammap``.
     estimate_error : float
         Sigma of the log-normal factor between a job's real and estimated duration (0: exact).
-    backfill, depth, slack, slowdown, floor, tail, tail_wait, order : bool, int, float, float, float, float, float, str
+    backfill, depth, slack, slowdown, floor, tail, tail_wait, order, wait_cap : bool, int, float, float, float, float, float, str, float
         Conservative backfill, its reservation depth (default: the cluster's, see
         :func:`~.admission.reservation_depth`), the placement slack, the slowdown deadline,
         the fair-share floor, the tail deadline, the order (one of :data:`~.admission.ORDERS`:
-        ``deadline``, ``themis``, or their response-ratio forms ``hrrn`` and ``hrrn-themis``)
-        (``streammap`` policy; see :class:`~.admission.Scheduler`).
+        ``deadline``, ``themis``, or their response-ratio forms ``hrrn`` and ``hrrn-themis``), the
+        wait bound outside overload (``streammap`` policy; see :class:`~.admission.Scheduler`).
     joint : bool
         Joint placement of fractional jobs (:mod:`.packing`); off, each runs on a whole device.
     """
     t0 = time.perf_counter()
     sched = Scheduler(cluster, tenants, policy=policy, backfill=backfill, depth=depth, slack=slack,
                       slowdown=slowdown, floor=floor, tail=tail, tail_wait=tail_wait, joint=joint,
-                      order=order)
+                      order=order, wait_cap=wait_cap)
     rng = np.random.default_rng(seed)
     factor = {j.id: (float(np.exp(rng.normal(0.0, estimate_error) - estimate_error ** 2 / 2))
                      if estimate_error > 0 else 1.0) for j in jobs}

@@ -33,3 +33,10 @@ def test_an_unknown_order_is_refused_with_the_orders_named(bench, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "unknown --order 'sjf'" in err and "hrrn-themis" in err
+
+
+def test_a_negative_wait_bound_is_refused_before_anything_runs(bench, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--wait-cap", "-1"])
+    assert exit_.value.code == 2
+    assert "--wait-cap must be at least 0" in capsys.readouterr().err

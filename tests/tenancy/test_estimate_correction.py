@@ -23,8 +23,10 @@ def job(jid, arrival, duration, tenant):
 
 def scheduler_after_history(liar_runs_for: float) -> tuple[Scheduler, float]:
     """One GPU, tenants 'honest' and 'liar', each with 40 finished 10-s-estimated jobs, run one
-    at a time: honest's ran 10 s, liar's ``liar_runs_for`` seconds. Returns it and the time."""
-    s = Scheduler(one_gpu(), tenants_from_dict(["honest", "liar"]), tail=0)
+    at a time: honest's ran 10 s, liar's ``liar_runs_for`` seconds. Returns it and the time. The
+    slowdown deadline alone: no job here waits, so the wait bound (``wait_cap``, WAIT_CAP x a mean
+    wait of 0) would put every deadline at its arrival (tests/tenancy/test_wait_bound.py)."""
+    s = Scheduler(one_gpu(), tenants_from_dict(["honest", "liar"]), tail=0, wait_cap=0)
     t = 0.0
     for i in range(40):
         for tenant, real in (("honest", 10.0), ("liar", liar_runs_for)):

@@ -188,8 +188,10 @@ def test_the_interval_keeps_its_coverage_when_waits_drift():
 
 def first_to_start(tail, more=()):
     """The tail scene (:func:`tests.helpers.admission.tail_scene`): a 20-s job, the jobs ``more``
-    and a 500-s job queue behind a 10-s job on the one free GPU. Which starts when it ends?"""
-    s = tail_scene(Scheduler(one_model_cluster(4), tenants_from_dict(["a"]), tail=tail), more)
+    and a 500-s job queue behind a 10-s job on the one free GPU. Which starts when it ends? The
+    tail deadline alone: no job of the scene has waited, so the wait bound (``wait_cap``, WAIT_CAP x
+    a mean wait of 0) would put every job's deadline at its arrival (tests/tenancy/test_wait_bound.py)."""
+    s = tail_scene(Scheduler(one_model_cluster(4), tenants_from_dict(["a"]), tail=tail, wait_cap=0), more)
     s.finish("busy")
     return s.schedule(10010.0)[0][0].job_id
 

@@ -13,8 +13,9 @@ from tests.helpers.cli import refused
 def overloaded_queue(order, tenants=("a",)):
     """The tail scene (:func:`tests.helpers.admission.tail_scene`) with four more 20-s jobs behind
     the 20-s one, so the queue asks for more GPUs than the cluster has (5 of 4: overload) when the
-    500-s job arrives at t=10,002."""
-    s = Scheduler(one_model_cluster(4), tenants_from_dict(list(tenants)), order=order)
+    500-s job arrives at t=10,002. Without the wait bound, which would put the 20-s job's deadline
+    at its arrival (no job of the scene has waited; tests/tenancy/test_wait_bound.py)."""
+    s = Scheduler(one_model_cluster(4), tenants_from_dict(list(tenants)), order=order, wait_cap=0)
     return tail_scene(s, [job(f"other{i}", 10001.5, 20.0) for i in range(4)])
 
 
