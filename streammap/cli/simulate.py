@@ -7,7 +7,7 @@ from pathlib import Path
 from streammap.cli.common import console, int_between, number_between
 from streammap.errors import StreamMapError
 from streammap.io.files import make_parent
-from streammap.tenancy.admission import FLOOR, ORDER, ORDERS, POLICIES, SLACK, SLOWDOWN
+from streammap.tenancy.admission import FLOOR, ORDER, ORDERS, POLICIES, SLACK, SLOWDOWN, WAIT_CAP
 from streammap.tenancy.jobs import graphs_in, load_jobs, parse_tenant_shares, poisson_jobs, write_jobs
 from streammap.tenancy.simulate import DEFAULT_GRAPHS, compare, plot, results_table, write_csv, write_jobs_csv
 
@@ -58,6 +58,9 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--slowdown", type=float, default=SLOWDOWN,
                    help=f"streammap policy: a tenant's jobs go in order of arrival + SLOWDOWN x estimated duration "
                         f"(default {SLOWDOWN:g}; 0 is arrival order, inf shortest first)")
+    parser.add_argument("--wait-cap", type=float, default=WAIT_CAP,
+                   help=f"streammap policy: outside overload no job's deadline is later than its arrival + WAIT_CAP x "
+                        f"the mean wait of recent starts, whatever its estimate (default {WAIT_CAP:g}; 0 turns it off)")
     parser.add_argument("--floor", type=float, default=FLOOR,
                    help=f"streammap policy: tenants holding less than FLOOR x their fair share of the GPUs go first; "
                         f"the others' jobs share one slowdown-deadline order (default {FLOOR:g}; 1 is strict fair "
@@ -97,6 +100,9 @@ def run(args) -> int:
     if not args.slowdown >= 0:
         raise StreamMapError(f"--slowdown must be at least 0, not {args.slowdown:g}",
                              hint="0 orders a tenant's jobs by arrival; inf puts the shortest first")
+    if not args.wait_cap >= 0:
+        raise StreamMapError(f"--wait-cap must be at least 0, not {args.wait_cap:g}",
+                             hint="8 bounds every deadline by 8x the mean wait of recent starts; 0 turns the bound off")
     if not 0 <= args.floor <= 1:
         raise StreamMapError(f"--floor must be between 0 and 1, not {args.floor:g}",
                              hint="1: a tenant below its fair share always goes first; 0: one order for every tenant")
@@ -106,7 +112,7 @@ def run(args) -> int:
     specs = load_jobs(args.jobs)
     results = compare(specs, args.cluster, tenants=tenants_arg, policies=policies, mapper=args.mapper,
                       estimate_error=args.estimate_error, seed=args.seed, slack=args.slack,
-                      slowdown=args.slowdown, floor=args.floor, order=args.order)
+                      slowdown=args.slowdown, floor=args.floor, order=args.order, wait_cap=args.wait_cap)
     out.print(results_table(results))
     make_parent(folder / "simulate.csv", what="simulation results")      # made only once there are results
     write_csv(results, folder / "simulate.csv")

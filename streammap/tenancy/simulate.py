@@ -321,7 +321,8 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
 
 def compare(specs: list[JobSpec], cluster, tenants=None, policies=POLICIES, mapper: str = "heft",
             estimate_error: float = 0.0, seed: int = 0, slack: float = SLACK,
-            slowdown: float = SLOWDOWN, floor: float = FLOOR, order: str = ORDER) -> list[SimResult]:
+            slowdown: float = SLOWDOWN, floor: float = FLOOR, order: str = ORDER,
+            wait_cap: float = WAIT_CAP) -> list[SimResult]:
     """Replay the same job stream under each policy (the Python API of ``streammap simulate``).
 
     ``tenants`` is a :class:`Tenants`, a dict, a tenants file, or ``None`` (the jobs' tenants,
@@ -334,7 +335,7 @@ def compare(specs: list[JobSpec], cluster, tenants=None, policies=POLICIES, mapp
         raise StreamMapError(f"jobs name tenant(s) not in the tenants file: {', '.join(unknown)}", path=ten.path)
     jobs = prepare_jobs(specs, Estimator(clus, mapper=mapper))
     return [simulate([_copy(j) for j in jobs], clus, ten, policy=p, estimate_error=estimate_error, seed=seed,
-                     slack=slack, slowdown=slowdown, floor=floor, order=order) for p in policies]
+                     slack=slack, slowdown=slowdown, floor=floor, order=order, wait_cap=wait_cap) for p in policies]
 
 
 def _copy(job: Job) -> Job:
