@@ -108,8 +108,8 @@ Candidates, in order:
    search did not pay (README, "Measuring mappers"): it changed which plan the later steps started
    from and lost as often as it gained.
 9. **Join-first restart** (:func:`streammap.mappers.join_first.join_first_search`, small graphs,
-   where step 8 may run): where the two highest-ranked joins have disjoint ancestries (independent
-   fork-join groups: 1000genome's chromosomes) and the plan is still more than 5% above its lower
+   where step 8 may run): where the two highest-ranked joins head independent, comparable groups
+   (disjoint ancestries of similar size: 1000genome's chromosomes) and the plan is still more than 5% above its lower
    bound, HEFT and the lookahead with one join's inputs served before the next join's, searched
    as the best candidate is (steps 5, 5b, then 6 or 7), replace the plan only if shorter (winner
    ``"heft-join<k>+search"``). A restart, not a candidate: as candidates these plans displaced
