@@ -6,14 +6,13 @@ import math
 
 import pytest
 
-from streammap.cli import main
 from streammap.errors import StreamMapError
 from streammap.tenancy.admission import RATIO_CLASS, SLOWDOWN, Scheduler
 from streammap.tenancy.simulate import simulate
 from streammap.tenancy.tenants import tenants_from_dict
 from tests.helpers.admission import job, one_model_cluster
-from tests.helpers.cli import refused
-from tests.helpers.paths import SHARED, needs_shared
+from tests.helpers.cli import refused, replay_small_stream
+from tests.helpers.paths import needs_shared
 from tests.tenancy.test_decisions_pinned import TENANTS, decisions_digest, pinned_stream, two_model_cluster
 
 
@@ -186,9 +185,4 @@ def test_simulate_names_the_ratio_orders_when_refusing_an_unknown_one(tmp_path, 
 @needs_shared
 def test_simulate_replays_a_jobs_file_in_the_ratio_order(tmp_path):
     # The whole command line: generate a small stream, replay it under the hrrn order.
-    jobs, cluster = tmp_path / "jobs.yaml", SHARED / "clusters" / "hetero-2x4.yaml"
-    assert main(["simulate", "--generate", "poisson", "--rate", "0.01", "--jobs-count", "20", "--tenants", "a,b",
-                 "--seed", "1", "--jobs", str(jobs)]) == 0
-    assert main(["simulate", "--jobs", str(jobs), "--cluster", str(cluster), "--policy", "streammap",
-                 "--order", "hrrn", "--out", str(tmp_path / "sim")]) == 0
-    assert (tmp_path / "sim" / "simulate-jobs.csv").read_text().count("\n") == 21     # a header and 20 jobs
+    assert replay_small_stream(tmp_path, "--order", "hrrn") == 20

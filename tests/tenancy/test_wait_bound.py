@@ -4,14 +4,13 @@ estimate says; under overload the bound is not given."""
 
 import pytest
 
-from streammap.cli import main
 from streammap.errors import StreamMapError
 from streammap.tenancy.admission import WAIT_CAP, Job, Scheduler
 from streammap.tenancy.estimate import Demand, Option
 from streammap.tenancy.tenants import tenants_from_dict
 from tests.helpers.admission import job, one_model_cluster
-from tests.helpers.cli import refused
-from tests.helpers.paths import SHARED, needs_shared
+from tests.helpers.cli import refused, replay_small_stream
+from tests.helpers.paths import needs_shared
 
 T = 300000.0     # when the scene's queue forms, after the warm-up
 
@@ -74,9 +73,4 @@ def test_simulate_refuses_a_negative_wait_bound(tmp_path, capsys):
 @needs_shared
 def test_simulate_replays_a_jobs_file_without_the_wait_bound(tmp_path):
     # The whole command line: a small stream replayed with the bound off, as a user compares it.
-    jobs, cluster = tmp_path / "jobs.yaml", SHARED / "clusters" / "hetero-2x4.yaml"
-    assert main(["simulate", "--generate", "poisson", "--rate", "0.01", "--jobs-count", "20", "--tenants", "a,b",
-                 "--seed", "1", "--jobs", str(jobs)]) == 0
-    assert main(["simulate", "--jobs", str(jobs), "--cluster", str(cluster), "--policy", "streammap",
-                 "--wait-cap", "0", "--out", str(tmp_path / "sim")]) == 0
-    assert (tmp_path / "sim" / "simulate-jobs.csv").read_text().count("\n") == 21     # a header and 20 jobs
+    assert replay_small_stream(tmp_path, "--wait-cap", "0") == 20
