@@ -575,23 +575,28 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     bound = analytic = None
     exact_step = exact and exact_fits(cost)
     lns_windows = 0 if exact_step or not exact else window_budget(T, ms)
-    if exact_step or (lns_windows > 0 and exact_available()):
+    polishable = exact_step or (lns_windows > 0 and exact_available())
+    if polishable:
         analytic = cheap_bound(cost)        # once: the plan's lower bound reuses it
+
+    def polish(s: Schedule) -> tuple[Schedule, float | None]:
+        """Candidate 6 or 7 from ``s`` (where ``polishable``), never longer than ``s``, with the
+        solver's proven bound (``None`` from windows)."""
+        if exact_step:
+            # The exact model, warm-started from ``s``: a better plan, or a proof of how close it is.
+            res = solve_exact(cost, s, work=EXACT_WORK, interleave=True)
+            if res.schedule is not None and res.schedule.makespan < s.makespan:
+                return res.schedule, res.bound
+            return s, res.bound
+        # Too large for the exact model: CP-SAT on windows of ``s`` (candidate 7), which keeps
+        # only plans shorter than the one in hand; a short plan gets few windows.
+        return improve_plan(cost, s, max_windows=lns_windows), None
+
     if analytic is not None and ms > analytic * (1.0 + EXACT_GAP):
         # Not when the analytic bounds already show the plan within EXACT_GAP of optimal.
-        if exact_step:
-            # The exact model, warm-started from the best plan so far: a better plan, or a
-            # proof of how close this one is.
-            res = solve_exact(cost, best, work=EXACT_WORK, interleave=True)
-            bound = res.bound
-            if res.schedule is not None and res.schedule.makespan < best.makespan:
-                name, best = "exact", res.schedule
-        else:
-            # Too large for the exact model: CP-SAT on windows of the best plan (candidate 7),
-            # which keeps only plans shorter than the one in hand; a short plan gets few windows.
-            better = improve_plan(cost, best, max_windows=lns_windows)
-            if better is not best:
-                name, best = f"{name}+lns", better
+        better, bound = polish(best)
+        if better is not best:
+            name, best = ("exact" if exact_step else f"{name}+lns"), better
     # Adaptive rounds (step 8): more search, only while the plan is far from its lower bound and
     # the rounds still shorten it.
     if exact and affordable(cost, share, best.makespan):
@@ -604,18 +609,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
             name, best = f"{name}+adapt", better
         # Join-first restart (step 9): independent fork-join groups served one after another.
         if tier == 0:
-
-            def polish(s):
-                if lns_windows > 0 and exact_available():
-                    return improve_plan(cost, s, max_windows=lns_windows)
-                if exact_step:
-                    res = solve_exact(cost, s, work=EXACT_WORK, interleave=True)
-                    if res.schedule is not None and res.schedule.makespan < s.makespan:
-                        return res.schedule
-                return s
-
-            better = join_first_search(cost, best, lower=lower, rank=upward_rank(cost), runs=share,
-                                       memory_aware=binds, polish=polish)
+            better = join_first_search(cost, best, lower=lower, rank=base, runs=share, memory_aware=binds,
+                                       polish=(lambda s: polish(s)[0]) if polishable else None)
             if better is not best:
                 name, best = better.mapper, better
     return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
