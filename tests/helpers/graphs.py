@@ -76,12 +76,14 @@ def node_cluster(nodes, network=(1.0, 0.0)):
                   for k, (models, bw, lat) in enumerate(nodes)]})
 
 
-def timed_graph(times, edges, shares=None):
+def timed_graph(times, edges, shares=None, mem=None):
     """Tasks t0, t1, ... with ``times[i] = {model: seconds}`` (a model left out: not eligible there);
-    ``edges`` as ``(u, v, bytes)``; ``shares[i]``, the task's ``share`` clause (none: whole devices)."""
+    ``edges`` as ``(u, v, bytes)``; ``shares[i]``, the task's ``share`` clause (none: whole devices);
+    ``mem[i]``, its ``mem`` clause in bytes (none: no footprint)."""
     g = new_graph("t", kind="workflow", source="<t>")
     for i, t in enumerate(times):
-        add_task(g, f"t{i}", "k", times=t, **({} if shares is None else {"share": shares[i]}))
+        clauses = {k: v[i] for k, v in (("share", shares), ("mem", mem)) if v is not None}
+        add_task(g, f"t{i}", "k", times=t, **clauses)
     for u, v, b in edges:
         g.add_edge(f"t{u}", f"t{v}", bytes=b)
     return g

@@ -15,7 +15,6 @@ import streammap
 from streammap.cluster.model import cluster_from_dict
 from streammap.cost.model import CostModel
 from streammap.errors import MappingError
-from streammap.ir import add_task, new_graph
 from streammap.mappers import get_mapper
 from streammap.mappers.auto import EXACT_GAP, EXACT_MAX_TASKS, auto, cheap_bound
 from streammap.mappers.heft import heft
@@ -23,6 +22,7 @@ from streammap.mappers.optimal import optimal
 from streammap.mappers.schedule import evaluate, simulate
 from streammap.plan import write_plan
 from streammap.views.show import plan_verdict
+from tests.helpers.graphs import timed_graph
 from tests.helpers.optimum import exhaustive_optimum
 from tests.helpers.paths import SHARED, needs_shared
 
@@ -35,16 +35,6 @@ def two_devices(memory=None):
             d["memory"] = memory
     return cluster_from_dict({"name": "two", "nodes": [{"name": "n", "link": {"bandwidth": 1.0, "latency": 0.0},
                                                           "devices": devs}]})
-
-
-def graph(times, edges, mem=None):
-    """Tasks t0, t1, ... with ``times[i] = {model: seconds}``; ``edges`` as ``(u, v, bytes)``."""
-    g = new_graph("t", kind="workflow", source="<t>")
-    for i, t in enumerate(times):
-        add_task(g, f"t{i}", "k", times=t, **({} if mem is None else {"mem": mem[i]}))
-    for u, v, b in edges:
-        g.add_edge(f"t{u}", f"t{v}", bytes=b)
-    return g
 
 
 
@@ -60,7 +50,7 @@ def check(cost, s):
 def fork_join():
     """a -> (b, c) -> d where HEFT's greedy choice for c costs two seconds: HEFT 7 s, optimum 5 s."""
     times = [{"A": 1, "B": 1}, {"A": 2, "B": 1}, {"A": 5, "B": 2}, {"A": 5, "B": 1}]
-    return CostModel(graph(times, [(0, 1, 4), (0, 2, 5), (1, 3, 0), (2, 3, 0)]), two_devices())
+    return CostModel(timed_graph(times, [(0, 1, 4), (0, 2, 5), (1, 3, 0), (2, 3, 0)]), two_devices())
 
 
 def test_finds_the_optimum_of_a_fork_join_where_heft_is_suboptimal():
@@ -79,7 +69,7 @@ def test_matches_exhaustive_search_on_random_tiny_graphs(seed):
     rng = np.random.default_rng(seed)
     times = [{"A": float(rng.integers(1, 6)), "B": float(rng.integers(1, 6))} for _ in range(5)]
     edges = [(u, v, float(rng.integers(0, 5))) for u in range(5) for v in range(u + 1, 5) if rng.random() < 0.4]
-    cost = CostModel(graph(times, edges), two_devices())
+    cost = CostModel(timed_graph(times, edges), two_devices())
     s = optimal(cost)
     best = exhaustive_optimum(cost)
     assert check(cost, s) == pytest.approx(best, rel=1e-9)
@@ -90,7 +80,7 @@ def test_matches_exhaustive_search_on_random_tiny_graphs(seed):
 def test_respects_device_eligibility():
     # t1 has no time for model A: it may only run on g1, though A would be the faster device.
     times = [{"A": 1}, {"B": 3}, {"A": 1, "B": 4}]
-    cost = CostModel(graph(times, [(0, 1, 1), (1, 2, 1)]), two_devices())
+    cost = CostModel(timed_graph(times, [(0, 1, 1), (1, 2, 1)]), two_devices())
     s = optimal(cost)
     check(cost, s)
     assert s.device[1] == 1
@@ -102,8 +92,8 @@ def test_respects_memory_and_finds_the_best_memory_valid_plan():
     # Two independent producers whose outputs cannot both wait on one 10-byte device: without
     # memory both would go to the fast device A.
     times = [{"A": 1, "B": 3}, {"A": 1, "B": 3}, {"A": 1, "B": 3}]
-    cost = CostModel(graph(times, [(0, 2, 6), (1, 2, 6)], mem=[6, 6, 6]), two_devices(memory=10))
-    unconstrained = CostModel(graph(times, [(0, 2, 6), (1, 2, 6)], mem=[6, 6, 6]), two_devices())
+    cost = CostModel(timed_graph(times, [(0, 2, 6), (1, 2, 6)], mem=[6, 6, 6]), two_devices(memory=10))
+    unconstrained = CostModel(timed_graph(times, [(0, 2, 6), (1, 2, 6)], mem=[6, 6, 6]), two_devices())
     s = optimal(cost)
     best = exhaustive_optimum(cost)
     assert check(cost, s) == pytest.approx(best)
@@ -115,8 +105,8 @@ def test_the_same_inputs_give_the_same_plan():
     rng = np.random.default_rng(7)
     times = [{"A": float(rng.uniform(1, 5)), "B": float(rng.uniform(1, 5))} for _ in range(12)]
     edges = [(u, v, float(rng.uniform(0, 3))) for u in range(12) for v in range(u + 1, 12) if rng.random() < 0.25]
-    a = optimal(CostModel(graph(times, edges), two_devices()))
-    b = optimal(CostModel(graph(times, edges), two_devices()))
+    a = optimal(CostModel(timed_graph(times, edges), two_devices()))
+    b = optimal(CostModel(timed_graph(times, edges), two_devices()))
     assert a.mapper == b.mapper
     assert a.bound == b.bound
     assert np.array_equal(a.device, b.device)
@@ -157,7 +147,7 @@ def test_auto_skips_the_exact_model_on_large_graphs():
     rng = np.random.default_rng(3)
     n = EXACT_MAX_TASKS + 1
     times = [{"A": float(rng.uniform(1, 2)), "B": float(rng.uniform(1, 2))} for _ in range(n)]
-    cost = CostModel(graph(times, [(i, i + 1, 0.5) for i in range(n - 1)]), two_devices())
+    cost = CostModel(timed_graph(times, [(i, i + 1, 0.5) for i in range(n - 1)]), two_devices())
     assert auto(cost, exact=True).bound is None
 
 
@@ -211,10 +201,10 @@ def identical_devices(n_same=3, memory=None):
 
 def test_devices_of_one_model_on_one_node_are_interchangeable_and_no_others():
     from streammap.mappers.exact import interchangeable_groups
-    cost = CostModel(graph([{"A": 1, "B": 2}], []), identical_devices(3))
+    cost = CostModel(timed_graph([{"A": 1, "B": 2}], []), identical_devices(3))
     # n/a0, n/a1, n/a2 swap freely; n/b is another model, far/a another node
     assert interchangeable_groups(cost) == [[0, 1, 2]]
-    mem = CostModel(graph([{"A": 1, "B": 2}], []), identical_devices(1))
+    mem = CostModel(timed_graph([{"A": 1, "B": 2}], []), identical_devices(1))
     assert interchangeable_groups(mem) == []
 
 
@@ -223,7 +213,7 @@ def test_a_plan_renamed_to_its_canonical_form_is_the_same_plan():
     rng = np.random.default_rng(5)
     times = [{"A": float(rng.integers(1, 6)), "B": float(rng.integers(1, 6))} for _ in range(8)]
     edges = [(u, v, float(rng.integers(0, 4))) for u in range(8) for v in range(u + 1, 8) if rng.random() < 0.3]
-    cost = CostModel(graph(times, edges), identical_devices(3))
+    cost = CostModel(timed_graph(times, edges), identical_devices(3))
     s = heft(cost)
     groups = interchangeable_groups(cost)
     device = canonical_devices(s.device, groups, cost.time)
@@ -253,7 +243,7 @@ def test_symmetry_breaking_keeps_the_optimum_of_exhaustive_search(seed, symmetry
                                                        "devices": [{"name": f"a{i}", "kind": "gpu", "model": "A"}
                                                                    for i in range(3)]
                                                        + [{"name": "b", "kind": "gpu", "model": "B"}]}]})
-    cost = CostModel(graph(times, edges), cl)
+    cost = CostModel(timed_graph(times, edges), cl)
     best = exhaustive_optimum(cost)
     s = optimal(cost)
     assert check(cost, s) == pytest.approx(best, rel=1e-9)
@@ -268,7 +258,7 @@ def test_the_solver_proves_a_plan_on_many_identical_devices_optimal(symmetry_bre
     cl = cluster_from_dict({"name": "three", "nodes": [{"name": "n", "link": {"bandwidth": 1.0, "latency": 0.0},
                                                         "devices": [{"name": f"a{i}", "kind": "gpu", "model": "A"}
                                                                     for i in range(3)]}]})
-    cost = CostModel(graph([{"A": float(i)} for i in range(1, 13)], []), cl)
+    cost = CostModel(timed_graph([{"A": float(i)} for i in range(1, 13)], []), cl)
     res = solve_exact(cost, heft(cost), work=5.0)
     assert res.optimal and res.status == "OPTIMAL"
     assert check(cost, res.schedule) == pytest.approx(26.0)
@@ -282,7 +272,7 @@ def test_autos_short_solve_proves_small_models_and_gives_the_same_plan_every_tim
     rng = np.random.default_rng(11)
     times = [{"A": float(rng.uniform(1, 5)), "B": float(rng.uniform(1, 5))} for _ in range(10)]
     edges = [(u, v, float(rng.uniform(0, 3))) for u in range(10) for v in range(u + 1, 10) if rng.random() < 0.3]
-    cost = CostModel(graph(times, edges), identical_devices(3))
+    cost = CostModel(timed_graph(times, edges), identical_devices(3))
     runs = [solve_exact(cost, heft(cost), work=0.5, interleave=True) for _ in range(2)]
     assert runs[0].status == runs[1].status == "OPTIMAL"
     assert runs[0].bound == runs[1].bound == pytest.approx(runs[0].schedule.makespan, rel=1e-6)
