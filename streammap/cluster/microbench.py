@@ -72,7 +72,7 @@ What is measured
     256 KiB to 2 MiB, and at 4 MiB ~6 for the complex transform but ~3 for the real pair (its
     spectrum and work buffer push it out of L2 sooner). The runs are re-warmed before each timed run (below): a task's FFT reads
     the array its producer has just written (on arrays the round's other runs had evicted, ~10%
-    slower). Measured in a fresh process without :func:`_settle_allocator` the rate was ~3
+    slower). Measured in a fresh process without :func:`settle_allocator` the rate was ~3
     GFLOP/s, half the tasks' (the page faults of each result array), under which fm_radio's and
     fm_stream's FFT tasks were estimated 1.6-2x slow.
 ``achieved_random_flops``
@@ -371,7 +371,7 @@ def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...]
     outside the budget). ``kind`` (``"cpu"`` or ``"gpu"``) chooses the matrix sides."""
     sides, factor_sides, fft_sets = GEMM_SIDES[kind], FACTOR_SIDES[kind], FFT_WORKING_SETS[kind]
     if xp is np:
-        _settle_allocator()
+        settle_allocator()
     runs = {("gemm", n): _gemm(xp, n, dtype) for n in sides}
     runs.update((("factor", n), _cholesky(xp, n, dtype)) for n in factor_sides)
     runs.update(_other_mix(xp, other_n))
@@ -400,9 +400,10 @@ def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...]
             "curve": curve, "bandwidth": curve[-1][1], "call_overhead": _call_overhead(xp, sync)}
 
 
-def _settle_allocator(nbytes: int = SETTLE_BYTES) -> None:
+def settle_allocator(nbytes: int = SETTLE_BYTES) -> None:
     """Allocate and free ``nbytes``, so that the C allocator serves the measurements' results as it
-    serves a running program's tasks (see :data:`SETTLE_BYTES`)."""
+    serves a running program's tasks (see :data:`SETTLE_BYTES`). A run does the same before its
+    first task (:mod:`streammap.runtime.warm`), so its tasks meet the rates measured here."""
     np.empty(nbytes, dtype=np.uint8)
 
 
