@@ -52,6 +52,7 @@ the cost of memory the run may never use; it is the program's own work, and left
 from __future__ import annotations
 
 import dis
+import functools
 import importlib
 import importlib.util
 import sys
@@ -106,8 +107,10 @@ def import_named_submodules(namespaces: Iterable[ModuleType], local: frozenset =
 ATTRIBUTE_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM"})
 
 
-def code_names(code: CodeType) -> set[str]:
-    """The attribute names a code object and the code objects nested in it read.
+@functools.lru_cache(maxsize=4096)
+def code_names(code: CodeType) -> frozenset[str]:
+    """The attribute names a code object and the code objects nested in it read (kept per code
+    object: a program run again reuses its compiled code, :func:`~streammap.runtime.loader.cached_program_code`).
 
     Attributes only, not global names: a kernel that calls a global function named ``fft`` or
     ``random`` of its own does not cost the run NumPy's submodule of that name."""
@@ -115,9 +118,10 @@ def code_names(code: CodeType) -> set[str]:
     for const in code.co_consts:
         if isinstance(const, CodeType):
             names |= code_names(const)
-    return names
+    return frozenset(names)
 
 
+@functools.lru_cache(maxsize=4096)
 def _exists(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is not None
