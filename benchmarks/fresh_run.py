@@ -18,7 +18,11 @@ measured under the same load. The plans are this checkout's; a change that leave
     python benchmarks/fresh_run.py [--runs 3] [--samples fm_radio ...] [--against CHECKOUT]
 
 Wall-clock figures on a shared machine measure the neighbours too: the ``contention`` lines (as
-``estimate_accuracy.py`` prints them) say by how much, at the start and at the end.
+``estimate_accuracy.py`` prints them) say by how much, at the start and at the end. As there, on a
+machine more loaded than it has cores and with no BLAS thread count set, every command runs with
+one BLAS thread (the first line says so): a 2-thread OpenBLAS product waits for a core another
+process holds (at load 10 on 2 cores, fresh runs of tiled_cholesky read ~120x and mlp_batches
+~25x with two threads, whichever checkout ran them).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from estimate_accuracy import SAMPLES, contention_line
+from estimate_accuracy import BLAS_THREAD_VARS, SAMPLES, contention_line
 
 from streammap.runrecord import read_run_record
 
@@ -66,10 +70,14 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="streammap-fresh-") as tmp:
         tmp = Path(tmp)
         env = {**os.environ, "STREAMMAP_HISTORY": str(tmp / "history")}
+        loaded = os.getloadavg()[0] >= (os.cpu_count() or 1)
+        if loaded and not any(v in os.environ for v in BLAS_THREAD_VARS):
+            env.update(dict.fromkeys(BLAS_THREAD_VARS, "1"))
         cluster = tmp / "cluster.yaml"
         subprocess.run([str(builds["this"]), "discover", "-o", str(cluster)], env=env, check=True,
                        capture_output=True)
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
+        print(f"BLAS threads: {env.get('OPENBLAS_NUM_THREADS', 'all')}; "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
               + next(line for line in cluster.read_text().splitlines() if line.startswith("# calibrated")))
         print(contention_line("start"), flush=True)
         print("per run: whole run measured/estimated (wall time / estimated makespan), "
