@@ -32,8 +32,11 @@ A submodule ``P.s`` is imported when a function of the program or of its local m
 function nested in one) reads the attribute ``s`` (``np.random``, ``xp.fft``, ``from numpy
 import fft``: :func:`code_names`), ``P`` is an installed package the program holds at module
 level (``import scipy``) or an array library loaded in the process (NumPy; CuPy once a GPU plan
-imported it), ``s`` is not yet an attribute of ``P``, and ``P.s`` exists
-(:func:`importlib.util.find_spec`). The array module a kernel gets at run time is unknown
+imported it), ``P`` loads submodules lazily (a module ``__getattr__``, PEP 562, as NumPy 2 and SciPy
+have), ``s`` is not yet an attribute of ``P``, and ``P.s`` exists
+(:func:`importlib.util.find_spec`); it is then read as the kernel will read it, ``getattr(P, s)``,
+so that ``P``'s own rule decides. A package without that rule is left alone: a kernel reading a
+submodule it never imported fails under StreamMAP as it does in plain Python. The array module a kernel gets at run time is unknown
 statically (``xp = array_module(x)``), hence the attribute names alone: a name that only looks
 like a submodule (an attribute ``random`` of some other object) costs an import the run did not
 need, never an error; a submodule that fails to import is left for the kernel's own first call to
@@ -53,7 +56,6 @@ from __future__ import annotations
 
 import dis
 import functools
-import importlib
 import importlib.util
 import sys
 from types import CodeType, FunctionType, ModuleType
@@ -90,15 +92,18 @@ def import_named_submodules(namespaces: Iterable[ModuleType], local: frozenset =
     imported = []
     for package in packages.values():
         attrs = vars(package)
+        if "__getattr__" not in attrs:          # no lazy loading: a kernel reading P.s fails as in Python
+            continue
         for name in sorted(names):
             full = f"{package.__name__}.{name}"
             if name in attrs or full in sys.modules or not _exists(full):
                 continue
             try:
-                importlib.import_module(full)
+                getattr(package, name)           # what the kernel's first read does: P's own __getattr__
             except Exception:  # noqa: BLE001 -- the kernel's own first call raises it, where it belongs
                 continue
-            imported.append(full)
+            if full in sys.modules:
+                imported.append(full)
     return imported
 
 
