@@ -21,6 +21,11 @@ or the same program after an edit, would get the first one's module: before the 
 every module of ``sys.modules`` named like one of its local modules (``helpers``, ``mypkg`` and
 ``mypkg.*``) is set aside, so its own files are imported afresh, and the modules it imported from
 its folder are forgotten when it is unloaded.
+
+Once loaded, the process is warmed (:func:`streammap.runtime.warm.warm_up`): the library
+submodules the program's code names that load lazily (``np.random``, ``np.fft``) are imported and
+the C allocator is settled, as discovery did before it measured the rates the estimates use, so
+that the first tasks of a fresh process do not pay for them inside the run's clock.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from typing import Callable
 
 from streammap.errors import PlanError, StreamMapError, shown
 from streammap.plan import Plan, read_plan, task_line
+from streammap.runtime.warm import warm_up
 from streammap.strategies.kernels import BUILTIN_KERNELS
 
 _counter = itertools.count()
@@ -214,6 +220,7 @@ def load_program(plan: Plan, source: Path | None = None) -> Program:
     except PlanError:
         program.unload()
         raise
+    warm_up([module, *(sys.modules[n] for n in program.local_names if n in sys.modules)], frozenset(tops))
     return program
 
 

@@ -72,7 +72,7 @@ What is measured
     256 KiB to 2 MiB, and at 4 MiB ~6 for the complex transform but ~3 for the real pair (its
     spectrum and work buffer push it out of L2 sooner). The runs are re-warmed before each timed run (below): a task's FFT reads
     the array its producer has just written (on arrays the round's other runs had evicted, ~10%
-    slower). Measured in a fresh process without :func:`_settle_allocator` the rate was ~3
+    slower). Measured in a fresh process without :func:`settle_allocator` the rate was ~3
     GFLOP/s, half the tasks' (the page faults of each result array), under which fm_radio's and
     fm_stream's FFT tasks were estimated 1.6-2x slow.
 ``achieved_random_flops``
@@ -99,7 +99,9 @@ What is measured
     moving average built on ``cumsum`` was estimated 2.3-3.6x too fast.
 ``achieved_bandwidth``, ``bandwidth_curve``
     A streaming copy ``dst[...] = src`` at each size of :data:`COPY_SIZES` (GPU:
-    :data:`GPU_COPY_SIZES`); it reads and writes each byte once, so the rate is
+    :data:`GPU_COPY_SIZES`), the destination half a page after the source modulo 4 KiB
+    (:func:`copy_pair`: at 16 bytes, where two arrays allocated one after the other from a
+    settled heap lie, ``memcpy`` ran 15x slower); it reads and writes each byte once, so the rate is
     ``2 × size / time`` (the STREAM convention). ``achieved_bandwidth`` is the rate of the largest
     size (beyond any cache: the memory's rate); ``bandwidth_curve`` lists ``[working-set bytes,
     rate]`` for every size (the working set of a copy of n bytes is 2n), so that the cost model
@@ -371,7 +373,7 @@ def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...]
     outside the budget). ``kind`` (``"cpu"`` or ``"gpu"``) chooses the matrix sides."""
     sides, factor_sides, fft_sets = GEMM_SIDES[kind], FACTOR_SIDES[kind], FFT_WORKING_SETS[kind]
     if xp is np:
-        _settle_allocator()
+        settle_allocator()
     runs = {("gemm", n): _gemm(xp, n, dtype) for n in sides}
     runs.update((("factor", n), _cholesky(xp, n, dtype)) for n in factor_sides)
     runs.update(_other_mix(xp, other_n))
@@ -400,9 +402,10 @@ def _measure(xp: Any, sync: Callable[[], Any], kind: str, sizes: tuple[int, ...]
             "curve": curve, "bandwidth": curve[-1][1], "call_overhead": _call_overhead(xp, sync)}
 
 
-def _settle_allocator(nbytes: int = SETTLE_BYTES) -> None:
+def settle_allocator(nbytes: int = SETTLE_BYTES) -> None:
     """Allocate and free ``nbytes``, so that the C allocator serves the measurements' results as it
-    serves a running program's tasks (see :data:`SETTLE_BYTES`)."""
+    serves a running program's tasks (see :data:`SETTLE_BYTES`). A run does the same before its
+    first task (:mod:`streammap.runtime.warm`), so its tasks meet the rates measured here."""
     np.empty(nbytes, dtype=np.uint8)
 
 
@@ -518,13 +521,38 @@ def _elementwise(xp, n):
 
 
 def _copy(xp, nbytes):
-    src = xp.ones(nbytes // 4, dtype=np.float32)
-    dst = xp.empty_like(src)
+    src, dst = copy_pair(xp, nbytes)
 
     def copy():
         dst[...] = src
 
     return copy
+
+
+#: Bytes between the end of a copy's source and the start of its destination (:func:`copy_pair`):
+#: half a 4 KiB page, so that the destination lies half a page after the source modulo 4096.
+COPY_GAP = 2048
+
+
+def copy_pair(xp, nbytes: int):
+    """``(src, dst)``: two float32 arrays of ``nbytes`` each (a multiple of 4 KiB), the destination
+    :data:`COPY_GAP` bytes past the source's end, in one allocation.
+
+    Where the two lie relative to each other modulo a 4 KiB page decides the copy's speed: on a
+    2-core EPYC VM, a 256 KiB ``dst[...] = src`` (glibc's ``memcpy``) ran at ~60 GB/s at every
+    distance tried but one, 16 bytes, where it ran at ~4 GB/s (a store to ``dst`` looks, to the
+    core, like it may overwrite the ``src`` bytes loaded just after: "4K aliasing"). Two arrays
+    allocated one after the other from the heap are exactly that far apart (a page multiple plus
+    malloc's 16-byte header), which is where they were once discovery settled the allocator
+    (:func:`settle_allocator`): the in-cache points of the bandwidth curve read 3.8-5.7 GB/s, and
+    tasks whose arrays fit in the caches (``small_kernels``' rods, ``mandelbrot``'s ``escape``) were
+    estimated 5-8x slow. Arrays a kernel computes on are not copied by ``memcpy``, and two
+    independent arrays are rarely at that distance, so the curve is measured half a page apart.
+    """
+    n = nbytes // 4
+    gap = COPY_GAP // 4
+    pair = xp.ones(2 * n + gap, dtype=np.float32)
+    return pair[:n], pair[n + gap:]
 
 
 def _call_overhead(xp, sync, repeats: int = CALL_REPEATS) -> float:

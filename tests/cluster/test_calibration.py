@@ -4,6 +4,7 @@ a failed measurement leaves the peaks in place."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from streammap.cli import main
@@ -92,6 +93,18 @@ def test_the_cpu_measurement_gives_a_bandwidth_curve_and_a_call_overhead(cpu_mea
     assert [n for n, _ in got.curve] == [2.0 * n for n in microbench.COPY_SIZES]
     assert got.bandwidth == got.curve[-1][1] and all(r > 0 for _, r in got.curve)
     assert got.call_overhead > 0
+
+
+@pytest.mark.parametrize("settled", [False, True], ids=["fresh", "settled-allocator"])
+@pytest.mark.parametrize("nbytes", microbench.COPY_SIZES)
+def test_the_copy_runs_half_a_page_apart_wherever_the_allocator_puts_it(nbytes, settled):
+    """memcpy crawls when the destination lies 16 bytes past the source modulo 4 KiB, where two
+    arrays allocated one after the other from a settled heap lie; the curve must not measure that."""
+    if settled:
+        microbench.settle_allocator()
+    src, dst = microbench.copy_pair(np, nbytes)
+    assert src.nbytes == dst.nbytes == nbytes and not np.shares_memory(src, dst)
+    assert (dst.ctypes.data - src.ctypes.data) % 4096 == microbench.COPY_GAP == 2048
 
 
 def test_discover_records_the_curve_and_the_call_overhead_readably(calibrated_cpu_file):

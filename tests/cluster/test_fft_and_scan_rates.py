@@ -108,13 +108,13 @@ def test_a_file_with_a_complex_curve_alone_prices_real_transforms_on_it(tmp_path
 
 
 #: A fresh process that runs 20 complex FFTs of 2^16 points (1 MiB results) and prints the page
-#: faults of the last ten, after ``_settle_allocator`` when its argument says so.
+#: faults of the last ten, after ``settle_allocator`` when its argument says so.
 _FAULTS = textwrap.dedent("""\
     import resource, sys
     import numpy as np
-    from streammap.cluster.microbench import _settle_allocator
+    from streammap.cluster.microbench import settle_allocator
     if sys.argv[1] == "settled":
-        _settle_allocator()
+        settle_allocator()
     z = np.ones(1 << 16, dtype=complex)
     for k in range(20):
         if k == 10:
@@ -128,7 +128,7 @@ _FAULTS = textwrap.dedent("""\
                     reason="the allocator rule is glibc's")
 def test_discovery_measures_with_result_arrays_reused_as_in_a_running_program():
     """In a fresh process glibc hands each 1 MiB result fresh pages from the kernel (a fault per 4
-    KiB page: ~2.5 us each, half an FFT's time); after ``_settle_allocator`` it reuses freed ones."""
+    KiB page: ~2.5 us each, half an FFT's time); after ``settle_allocator`` it reuses freed ones."""
     def faults(state):
         out = subprocess.run([sys.executable, "-c", _FAULTS, state], capture_output=True, text=True, check=True)
         return int(out.stdout)
