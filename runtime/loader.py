@@ -30,6 +30,7 @@ import functools
 import importlib.util
 import inspect
 import itertools
+import logging
 import re
 import sys
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ from typing import Callable
 from streammap.errors import PlanError, StreamMapError, shown
 from streammap.plan import Plan, read_plan, task_line
 from streammap.strategies.kernels import BUILTIN_KERNELS
+
+log = logging.getLogger("streammap.runtime")
 
 _counter = itertools.count()
 
@@ -215,6 +218,34 @@ def load_program(plan: Plan, source: Path | None = None) -> Program:
         program.unload()
         raise
     return program
+
+
+def check_program(plan: Plan, source: Path | None = None) -> None:
+    """The checks of :func:`load_program` (the kernels the plan names exist, each task's arguments
+    fit its kernel: :func:`check_arguments`) for a process that runs no kernel itself: the Ray
+    driver, before any actor starts. The program is loaded and unloaded at once.
+
+    Each actor loads the program again and makes the same checks; from there a refusal reaches the
+    driver only as an actor that could not start, after the run has begun. Here it is the local
+    run's error (the plan file, the task's line, the kernel's signature; exit status 2) with
+    nothing written. A program whose own code fails to import in this process (a module that only
+    the workers have, such as CuPy on a head node without GPUs) is not refused for that: its
+    checks are left to the actors, as before.
+
+    Raises
+    ------
+    StreamMapError, PlanError
+        As :func:`load_program` does.
+    """
+    try:
+        program = load_program(plan, source)
+    except StreamMapError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- the program's own import, which the workers may pass
+        log.info("the program cannot be imported on the driver (%s: %s); its kernels are checked by the actors",
+                 type(exc).__name__, exc)
+        return
+    program.unload()
 
 
 def check_arguments(plan: Plan, kernels: dict[str, Callable]) -> None:
