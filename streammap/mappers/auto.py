@@ -395,12 +395,11 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     def best_ms():
         return min((r[0] for r in results), default=math.inf)
 
-    def cannot_win(sub, devs):
-        """Whether the subset ``devs`` (``sub``, the cost model restricted to it) is not worth a
-        pass: a task has no device there, or the work alone, spread perfectly, cannot beat the
-        best plan so far."""
-        tmin = sub.time.min(axis=1)
-        return not np.isfinite(tmin).all() or tmin.sum() / devs.size >= best_ms()
+    def cannot_win(floor):
+        """Whether a subset whose work, spread perfectly, needs ``floor`` seconds (``inf``: a task
+        has no device there; :func:`_subset_floor`) is not worth a pass: it cannot beat the best
+        plan so far."""
+        return floor >= best_ms()
 
     def attempt(name, build):
         """``build(memory_aware) -> Schedule``; keep its result if it is a valid plan."""
@@ -456,13 +455,18 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     by_speed = np.lexsort((np.arange(D), -speed))
     nodes = np.unique(cost.node_of)
     subsets = device_subsets(cost, tier)
+    # Each subset's restriction and floor, computed once: the subset passes here and the DSC
+    # passes below both judge and map on them.
+    restricted = {name: _restricted(cost, devs) for name, devs in subsets}
     for name, devs in subsets:
-        sub = cost.restrict(devs)
-        if cannot_win(sub, devs):
+        sub, floor = restricted[name]
+        if cannot_win(floor):
             continue
         attempt(f"heft-{name}", lambda mem, sub=sub, devs=devs: lift(cost, devs, heft(sub, memory_aware=mem)))
         if tier <= 1:
             attempt(f"peft-{name}", lambda mem, sub=sub, devs=devs: lift(cost, devs, peft(sub, memory_aware=mem)))
+    if tier > 0:
+        restricted.clear()          # their only later user is DSC, at tier 0: free their times now
 
     # Partitions: one part per node, one part per device of the fastest m devices.
     if metis_available() and T > 1:
@@ -524,8 +528,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     if tier == 0:
         dsc_passes = DSC_BUDGET // max(1, T)
         for name, devs in [("", None)] + [s for s in subsets if s[1].size > 1]:
-            sub = cost if devs is None else cost.restrict(devs)
-            if devs is not None and cannot_win(sub, devs):
+            sub, floor = (cost, -math.inf) if devs is None else restricted[name]
+            if cannot_win(floor):
                 continue
             for tag, kw in DSC_VARIANTS[:dsc_passes]:
                 nm = f"dsc{tag}" + (f"-{name}" if name else "")
@@ -615,6 +619,15 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                 name, best = better.mapper, better
     return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
                     n_devices=D, seq=best.seq, bound=bound, heft_makespan=heft_ms, analytic_bound=analytic)
+
+
+def _restricted(cost: CostModel, devices: np.ndarray) -> tuple[CostModel, float]:
+    """``(cost.restrict(devices), floor)``: the subset's cost model and the least makespan its
+    work allows, each task at its fastest there spread perfectly over the subset (``inf`` when a
+    task has no device there)."""
+    sub = cost.restrict(devices)
+    tmin = sub.time.min(axis=1)
+    return sub, (tmin.sum() / devices.size if np.isfinite(tmin).all() else math.inf)
 
 
 def _on(cost: CostModel, devices, schedule: Schedule) -> Schedule:
