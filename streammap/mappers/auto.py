@@ -99,12 +99,11 @@ Candidates, in order:
    the cap (:data:`~streammap.mappers.adaptive.ADAPT_ROUNDS`, two rounds of bounded re-timings),
    and none runs where one would cost more than 1% of the makespan: a plan the bound proves
    near-optimal costs nothing more, and a plan is never longer than steps 5-7 made it (winner
-   ``"<name>+adapt"``). Two options measured on the tune seeds and left off: restarts from the
-   next distinct candidates (:data:`~streammap.mappers.adaptive.DIVERSE_STARTS`; never won) and
-   CP-SAT windows when a round's search finds nothing, including windows that target
-   communication (a dear crossing edge's neighbourhood, a node's tasks among its devices;
-   :data:`~streammap.mappers.adaptive.ROUND_WINDOWS`; 0.9994x for 19% more CPU). ``exact=False``
-   leaves the rounds out, as it does steps 6 and 7. A uniformly longer
+   ``"<name>+adapt"``). Two options were measured on the tune seeds, left off and removed
+   (docs/measurements.md, "Adaptive search"): restarts from the next distinct candidates (never
+   won) and CP-SAT windows when a round's search finds nothing, including windows that target
+   communication (0.9994x for 19% more CPU). ``exact=False`` leaves the rounds out, as it does
+   steps 6 and 7. A uniformly longer
    search did not pay (README, "Measuring mappers"): it changed which plan the later steps started
    from and lost as often as it gained.
 9. **Join-first restart** (:func:`streammap.mappers.join_first.join_first_search`, small graphs,
@@ -139,7 +138,7 @@ import numpy as np
 
 from streammap.cost.model import CostModel, combined_bound, concat_ranges, segment_max
 from streammap.errors import MappingError
-from streammap.mappers.adaptive import DIVERSE_STARTS, affordable, extend_search
+from streammap.mappers.adaptive import affordable, extend_search
 from streammap.mappers.clustering import chain_schedule
 from streammap.mappers.dsc import dsc_schedule
 from streammap.mappers.exact import available as exact_available
@@ -545,7 +544,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
 
     # Local search from the best distinct candidates.
     runs = min(SEARCH_MAX_RUNS, (SEARCH_BUDGET if tier == 0 else SEARCH_BUDGET_LARGE) // max(1, T))
-    share, restarts = 0, []
+    share = 0
     if runs >= 8 and D > 1:
         starts, seen = [], set()
         for ms, i, name, s in results:
@@ -554,10 +553,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                 continue
             seen.add(key)
             starts.append((name, s))
-            if len(starts) == SEARCH_STARTS + DIVERSE_STARTS:
+            if len(starts) == SEARCH_STARTS:
                 break
-        # The next distinct candidates are the adaptive rounds' restarts (step 8).
-        starts, restarts = starts[:SEARCH_STARTS], [s for _, s in starts[SEARCH_STARTS:]]
         share = runs // len(starts)
         for name, s in starts:
             better = improve(cost, s, _placement_order(s), max_runs=share, seed=len(results))
@@ -607,8 +604,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         if analytic is None:
             analytic = cheap_bound(cost)    # the plan's lower bound reuses it (the compiler's gap)
         lower = max(analytic, bound or 0.0)
-        rounds_windows = lns_windows if exact_available() else 0
-        better, _ = extend_search(cost, best, lower=lower, runs=share, windows=rounds_windows, restarts=restarts)
+        better, _ = extend_search(cost, best, lower=lower, runs=share)
         if better is not best:
             name, best = f"{name}+adapt", better
         # Join-first restart (step 9): independent fork-join groups served one after another.
