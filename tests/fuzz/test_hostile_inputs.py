@@ -660,11 +660,11 @@ def test_a_join_with_a_hundred_thousand_parents_maps_in_bounded_time_without_the
 def test_sizes_that_add_up_past_the_float_range_are_named_so_not_unlimited():
     """Two inputs of 1e308 bytes: the reader's default memory (its inputs and outputs together) is
     past the float range; the refusal says so, where it said the task needed "unlimited memory"."""
+    from streammap.cluster.model import cluster_from_dict
     from streammap.cost.model import CostModel
     from streammap.errors import MappingError
     from streammap.ir import add_task, new_graph
     from streammap.mappers.auto import auto
-    from streammap.cluster.model import cluster_from_dict
     g = new_graph("big", kind="workflow", source="<t>")
     add_task(g, "r", "read", times={"F": 1.0})
     for i in range(2):
