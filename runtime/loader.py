@@ -35,6 +35,7 @@ import functools
 import importlib.util
 import inspect
 import itertools
+import logging
 import re
 import sys
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ from streammap.errors import PlanError, StreamMapError, shown
 from streammap.plan import Plan, read_plan, task_line
 from streammap.runtime.warm import warm_up
 from streammap.strategies.kernels import BUILTIN_KERNELS
+
+log = logging.getLogger("streammap.runtime")
 
 _counter = itertools.count()
 
@@ -165,8 +168,9 @@ def runnable_plan(plan, plan_path=None):
     return plan, plan_path, plan.check_source()
 
 
-def load_program(plan: Plan, source: Path | None = None) -> Program:
-    """Import the plan's program and look up its kernels.
+def load_program(plan: Plan, source: Path | None = None, warm: bool = True) -> Program:
+    """Import the plan's program and look up its kernels; ``warm``: then warm the process for its
+    tasks (:func:`~streammap.runtime.warm.warm_up`; not for a process that runs none).
 
     ``source``: the program's file as :func:`runnable_plan` returned it, checked just before
     (its sha256 is not computed twice in a run); by default it is checked here.
@@ -220,8 +224,37 @@ def load_program(plan: Plan, source: Path | None = None) -> Program:
     except PlanError:
         program.unload()
         raise
-    warm_up([module, *(sys.modules[n] for n in program.local_names if n in sys.modules)], frozenset(tops))
+    if warm:
+        warm_up([module, *(sys.modules[n] for n in program.local_names if n in sys.modules)], frozenset(tops))
     return program
+
+
+def check_program(plan: Plan, source: Path | None = None) -> None:
+    """The checks of :func:`load_program` (the kernels the plan names exist, each task's arguments
+    fit its kernel: :func:`check_arguments`) for a process that runs no kernel itself: the Ray
+    driver, before any actor starts. The program is loaded and unloaded at once.
+
+    Each actor loads the program again and makes the same checks; from there a refusal reaches the
+    driver only as an actor that could not start, after the run has begun. Here it is the local
+    run's error (the plan file, the task's line, the kernel's signature; exit status 2) with
+    nothing written. A program whose own code fails to import in this process (a module that only
+    the workers have, such as CuPy on a head node without GPUs) is not refused for that: its
+    checks are left to the actors, as before.
+
+    Raises
+    ------
+    StreamMapError, PlanError
+        As :func:`load_program` does.
+    """
+    try:
+        program = load_program(plan, source, warm=False)
+    except StreamMapError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- the program's own import, which the workers may pass
+        log.info("the program cannot be imported on the driver (%s: %s); its kernels are checked by the actors",
+                 type(exc).__name__, exc)
+        return
+    program.unload()
 
 
 def check_arguments(plan: Plan, kernels: dict[str, Callable]) -> None:

@@ -43,6 +43,12 @@ its device within capacity by spilling held results to host memory (:mod:`.spill
 
 Policy
 ------
+- **Checks on the driver**: before connecting to Ray, the driver loads the program once and
+  unloads it (:func:`~streammap.runtime.loader.check_program`), so a plan that names a kernel the
+  file lacks, or a task whose arguments do not fit its kernel, is refused as on the local runtime
+  (the plan file, the task's line, exit status 2), with no actor started and nothing written. The
+  actors make the same checks again when they load it (a program that cannot be imported on the
+  driver is left to them).
 - **Submission**: every task is submitted at once, in plan order, to its device's actor
   (``max_concurrency=1``: calls run in submission order; a plan that shares devices gets threaded
   actors that admit calls by share, :mod:`.sharing`), as ``run(k, *refs)``: ``refs`` are the
@@ -108,7 +114,7 @@ from streammap.runtime.guard import (
     with_deadline,
 )
 from streammap.runtime.lifecycle import RunSession
-from streammap.runtime.loader import ProgramFiles, load_program
+from streammap.runtime.loader import ProgramFiles, check_program, load_program
 from streammap.runtime.local import BUILTIN_PREFIX, Outcome, clause_error, name_outputs, user_traceback
 from streammap.runtime.ray.ipc import NOSET_VISIBLE, ShareLost, cuda_ordinal, has_shared, receive, share
 from streammap.runtime.ray.monitor import BoardSampler, SegmentState, start_board
@@ -460,6 +466,7 @@ def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=
     if max_recoveries < 0:
         raise StreamMapError("--max-recoveries must be 0 or more")
     plan = session.plan
+    check_program(plan, session.source)       # the actors' checks, here: refused before Ray starts
     with session:
         ray, own = connect(address)
         if own:

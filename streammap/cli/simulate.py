@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from streammap.cli.common import console, int_between, number_between
@@ -24,6 +25,16 @@ priorities = int_between(1, MAX_PRIORITIES, "a number of priorities")
 fraction = number_between(0.0, 1.0, "a fraction")
 seed = int_between(0, 2 ** 63 - 1, "a seed")
 sigma = number_between(0.0, MAX_SIGMA, "a spread (SIGMA)")
+
+
+def wait_multiple(text: str) -> float:
+    """An argparse type for ``--wait-cap``: a number (the range, and its hint, are checked in
+    :func:`run`: at least 0; inf bounds nothing, as 0 does)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text} is not a number: 8 bounds every deadline by 8x the mean wait "
+                                         "of recent starts; 0 turns the bound off") from None
 
 
 def configure(parser, command: str) -> None:
@@ -58,9 +69,9 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--slowdown", type=float, default=SLOWDOWN,
                    help=f"streammap policy: a tenant's jobs go in order of arrival + SLOWDOWN x estimated duration "
                         f"(default {SLOWDOWN:g}; 0 is arrival order, inf shortest first)")
-    parser.add_argument("--wait-cap", type=float, default=WAIT_CAP,
+    parser.add_argument("--wait-cap", type=wait_multiple, default=WAIT_CAP,
                    help=f"streammap policy: outside overload no job's deadline is later than its arrival + WAIT_CAP x "
-                        f"the mean wait of recent starts, whatever its estimate (default {WAIT_CAP:g}; 0 turns it off)")
+                        f"the mean wait of recent starts, whatever its estimate (default {WAIT_CAP:g}; 0 or inf turns it off)")
     parser.add_argument("--floor", type=float, default=FLOOR,
                    help=f"streammap policy: tenants holding less than FLOOR x their fair share of the GPUs go first; "
                         f"the others' jobs share one slowdown-deadline order (default {FLOOR:g}; 1 is strict fair "

@@ -32,7 +32,8 @@ Bounds: a file of at most :data:`MAX_JSON_BYTES`, or :data:`JSON_BYTES_PER_TASK`
 when ``max_tasks`` asks for more (a million-task node-link graph with times for 8 device models is
 about 480 MB), at most ``max_tasks`` tasks; ids are strings
 or integers, lists are lists, attributes have the types of the clauses they stand for (a
-``device`` is a string, ``retries`` an int >= 0, ...): anything else is an error naming the file.
+``device`` is a string, ``retries`` an int >= 0, ...), and seconds and bytes are numbers from 0 to
+:data:`MAX_QUANTITY`: anything else is an error naming the file.
 
 Tasks keep the ids of the file (node-link ids that are numbers become their decimal text), and
 the graph keeps the file's task order. Every problem (unreadable file, bad JSON, unknown format,
@@ -71,6 +72,11 @@ MAX_JSON_BYTES = 256 * 1024 * 1024
 JSON_BYTES_PER_TASK = 1024
 #: Default most tasks a workflow may have (``max_tasks=`` of :func:`load_graph`).
 MAX_TASKS = 200_000
+#: Largest number of seconds or bytes a workflow may give (3e22 years; a million yottabytes).
+#: Finite numbers near the float range's end (1e308) add up past it in the mappers' sums (ranks,
+#: a task's input and output bytes, a device's memory level): infinities, then NaN, warnings on the
+#: terminal and plans the benchmark model calls invalid, where a number this size is never meant.
+MAX_QUANTITY = 1e30
 
 
 def load_graph(path, max_tasks: int = MAX_TASKS) -> nx.DiGraph:
@@ -148,16 +154,16 @@ def _plain_number(v) -> bool:
     """Whether ``v`` is already what :func:`_number` would return (a finite float >= 0): the common
     case, checked without building :func:`_number`'s message (an f-string per value, millions of
     them in a million-task file)."""
-    return type(v) is float and 0.0 <= v < math.inf
+    return type(v) is float and 0.0 <= v <= MAX_QUANTITY
 
 
 def _number(v, what, path, text, near, allow_none=False):
     if v is None and allow_none:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, int) and v.bit_length() > 1000) \
-            or not math.isfinite(v) or v < 0:
-        _fail(f"{what} must be a finite non-negative number, got {shown(v)}", path, text, near,
-              hint="give seconds or bytes as plain JSON numbers")
+            or not math.isfinite(v) or v < 0 or v > MAX_QUANTITY:
+        _fail(f"{what} must be a finite non-negative number at most {MAX_QUANTITY:g}, got {shown(v)}", path, text,
+              near, hint=f"give seconds or bytes as plain JSON numbers from 0 to {MAX_QUANTITY:g}")
     return float(v)
 
 

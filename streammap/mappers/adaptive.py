@@ -12,8 +12,7 @@ than the first search's.
 Policy
 ------
 State: the best plan so far, the lower bound it is compared with (the largest of ``auto``'s
-analytic bound and the exact model's proven bound), and what the rounds have spent, in re-timings
-and CP-SAT windows.
+analytic bound and the exact model's proven bound), and what the rounds have spent, in re-timings.
 
 * A round runs only while the best plan is more than :data:`ADAPT_GAP` above the lower bound, and
   only on a plan long enough to be worth it: one round's local search, at
@@ -25,24 +24,16 @@ and CP-SAT windows.
   is heavy) of :data:`ROUND_RUNS` times the first search's length, seeded by the round's number:
   re-timings are cheap (a millisecond on a few hundred tasks), and on the tune seeds the gains
   came mostly from these long searches (a kick that pays is rare; a longer search meets more).
-* Only when that search shortened nothing, and on graphs that ``auto`` gives a large-neighbourhood
-  search, CP-SAT windows of the plan may decide whether the rounds go on
-  (:func:`~streammap.mappers.lns.improve_plan`, :data:`ROUND_WINDOWS` of the first search's window
-  budget, every kind of window including those that target communication: a dear crossing edge's
-  two ends with their neighbourhoods, a node's tasks re-placed among its devices; CP-SAT seeded by
-  the round). Off by default: a window costs about a hundred re-timings, and on the tune seeds a
-  quarter of the first search's windows in each round gave 0.9994x the makespans for 19% more CPU.
 * The rounds stop when a round shortens nothing (the search has converged; a graph whose first
   search found its optimum gets no round at all, or one, where the bound is loose), when the gap
   falls to :data:`ADAPT_GAP`, or after :data:`ADAPT_ROUNDS` rounds (the cap: each round's effort is
-  an operation count, re-timings and windows, that ``auto`` scales with the graph as it does its
-  first search's).
-* *Restarts* (:data:`DIVERSE_STARTS`, off): the first round may also search, when the gap is above
-  :data:`DIVERSE_GAP`, from the next distinct candidates that ``auto`` did not search (a plain and
-  a heavy-neighbour search of the first search's length from each). Measured with two restarts on
-  30 tune cases (the smaller instance of Montage, Epigenomics, 1000genome, SoyKB and Seismology on
-  the three clusters at CCR 1 and 10): not one restart ended shorter than the search from the best
-  plan, so they are left out.
+  an operation count, re-timings, that ``auto`` scales with the graph as it does its first
+  search's).
+
+Two options were measured on the tune seeds, left off and then removed (docs/measurements.md,
+"Adaptive search"): CP-SAT windows when a round's local search found nothing, including windows
+that target communication (0.9994x the makespans for 19% more CPU), and restarts of the first
+round from the next distinct candidates ``auto`` did not search (not one ended shorter).
 
 Deterministic: the seeds are the rounds' numbers, CP-SAT's budget is deterministic time, no step
 reads the clock; ties keep the earlier plan.
@@ -55,29 +46,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from streammap.cost.model import CostModel
-from streammap.mappers.lns import ALL_KINDS, PLAN_SHARE, improve_plan
+from streammap.mappers.lns import PLAN_SHARE
 from streammap.mappers.local_search import heavy_neighbours, improve
 from streammap.mappers.schedule import Schedule
 
-__all__ = ["extend_search", "affordable", "Round", "ADAPT_GAP", "ADAPT_ROUNDS", "DIVERSE_GAP", "DIVERSE_STARTS", "ROUND_RUNS",
-           "ROUND_WINDOWS"]
+__all__ = ["extend_search", "affordable", "Round", "ADAPT_GAP", "ADAPT_ROUNDS", "ROUND_RUNS"]
 
 #: Rounds run only while the best plan is more than this fraction above the lower bound.
 ADAPT_GAP = 0.05
-#: Restarts from other candidates only when the gap is above this fraction.
-DIVERSE_GAP = 0.10
-#: Most distinct candidates the first round restarts from.
-DIVERSE_STARTS = 0
-#: Most rounds (the cap: each round's effort is bounded by the two counts below). On the tune seeds
+#: Most rounds (the cap: each round's effort is bounded by the count below). On the tune seeds
 #: the first round gave 80% of four rounds' gain for 42% of their CPU, the second most of the rest.
 ADAPT_ROUNDS = 2
 #: Re-timings of a round's local search, in lengths of ``auto``'s first search (``runs``): a
 #: re-timing costs ``O(T + E)``, a small share of a window's CPU, so the rounds search longer.
 ROUND_RUNS = 8
-#: Windows of a round's large-neighbourhood search, as a share of ``auto``'s first one (``windows``),
-#: run only when the round's local search shortened nothing. Off (0): measured at 0.25 on the tune
-#: seeds (91 cases, four rounds), 0.9994x the makespans for 19% more CPU.
-ROUND_WINDOWS = 0.0
 #: Mapping time of one task's re-timing, in seconds of one core (fitted on the tune seeds' rounds:
 #: 9,000 re-timings of 138-276 tasks in 0.7-1.6 s; a constant, never measured at run time). A round
 #: whose local search would cost more than :data:`~streammap.mappers.lns.PLAN_SHARE` of the plan's
@@ -89,12 +71,11 @@ SEED_BASE = 1_000
 
 @dataclass(frozen=True)
 class Round:
-    """What one round did: its makespan before and after, and the re-timings and windows it spent."""
+    """What one round did: its makespan before and after, and the re-timings it spent."""
 
     before: float
     after: float
     runs: int
-    windows: int
 
 
 def gap(makespan: float, lower: float) -> float:
@@ -112,8 +93,7 @@ def affordable(cost: CostModel, runs: int, makespan: float) -> bool:
     return ROUND_RUNS * runs * cost.n_tasks * RETIME_TASK_SECONDS <= PLAN_SHARE * makespan
 
 
-def extend_search(cost: CostModel, plan: Schedule, *, lower: float, runs: int, windows: int = 0,
-                  restarts: list[Schedule] | tuple = ()) -> tuple[Schedule, list[Round]]:
+def extend_search(cost: CostModel, plan: Schedule, *, lower: float, runs: int) -> tuple[Schedule, list[Round]]:
     """Rounds of search from ``plan`` while it is far from ``lower`` and the rounds pay (module docstring).
 
     Parameters
@@ -125,10 +105,6 @@ def extend_search(cost: CostModel, plan: Schedule, *, lower: float, runs: int, w
         A lower bound on every plan's makespan.
     runs : int
         Re-timings of one local search (``auto``'s first search's length); fewer than 8: no round.
-    windows : int
-        CP-SAT windows of one round's large-neighbourhood search (0: none).
-    restarts : sequence of Schedule
-        Distinct candidates the first round also searches from, best first (memory-valid).
 
     Returns
     -------
@@ -142,24 +118,9 @@ def extend_search(cost: CostModel, plan: Schedule, *, lower: float, runs: int, w
     n_runs = ROUND_RUNS * runs
     groups = any(heavy_neighbours(cost))
     best = plan
-    n_windows = int(ROUND_WINDOWS * windows)
     while len(done) < ADAPT_ROUNDS and gap(best.makespan, lower) > ADAPT_GAP:
-        seed = SEED_BASE + len(done)
-        got = _search(cost, best, n_runs, seed, groups)
-        used = n_runs
-        if not done and gap(best.makespan, lower) > DIVERSE_GAP:
-            for other in list(restarts)[:DIVERSE_STARTS]:
-                s = _search(cost, other, runs, seed, False)
-                s = _search(cost, s, runs, seed, groups) if groups else s
-                used += 2 * runs if groups else runs
-                if s.makespan < got.makespan:
-                    got = s
-        used_windows = 0
-        if n_windows > 0 and not got.makespan < best.makespan:
-            # The local search has converged: CP-SAT windows decide whether the rounds go on.
-            got = improve_plan(cost, got, max_windows=n_windows, seed=len(done) + 1, kinds=ALL_KINDS)
-            used_windows = n_windows
-        done.append(Round(best.makespan, min(best.makespan, got.makespan), used, used_windows))
+        got = _search(cost, best, n_runs, SEED_BASE + len(done), groups)
+        done.append(Round(best.makespan, min(best.makespan, got.makespan), n_runs))
         if not got.makespan < best.makespan:
             break
         best = got

@@ -99,12 +99,11 @@ Candidates, in order:
    the cap (:data:`~streammap.mappers.adaptive.ADAPT_ROUNDS`, two rounds of bounded re-timings),
    and none runs where one would cost more than 1% of the makespan: a plan the bound proves
    near-optimal costs nothing more, and a plan is never longer than steps 5-7 made it (winner
-   ``"<name>+adapt"``). Two options measured on the tune seeds and left off: restarts from the
-   next distinct candidates (:data:`~streammap.mappers.adaptive.DIVERSE_STARTS`; never won) and
-   CP-SAT windows when a round's search finds nothing, including windows that target
-   communication (a dear crossing edge's neighbourhood, a node's tasks among its devices;
-   :data:`~streammap.mappers.adaptive.ROUND_WINDOWS`; 0.9994x for 19% more CPU). ``exact=False``
-   leaves the rounds out, as it does steps 6 and 7. A uniformly longer
+   ``"<name>+adapt"``). Two options were measured on the tune seeds, left off and removed
+   (docs/measurements.md, "Adaptive search"): restarts from the next distinct candidates (never
+   won) and CP-SAT windows when a round's search finds nothing, including windows that target
+   communication (0.9994x for 19% more CPU). ``exact=False`` leaves the rounds out, as it does
+   steps 6 and 7. A uniformly longer
    search did not pay (README, "Measuring mappers"): it changed which plan the later steps started
    from and lost as often as it gained.
 9. **Join-first restart** (:func:`streammap.mappers.join_first.join_first_search`, small graphs,
@@ -139,7 +138,7 @@ import numpy as np
 
 from streammap.cost.model import CostModel, combined_bound, concat_ranges, segment_max
 from streammap.errors import MappingError
-from streammap.mappers.adaptive import DIVERSE_STARTS, affordable, extend_search
+from streammap.mappers.adaptive import affordable, extend_search
 from streammap.mappers.clustering import chain_schedule
 from streammap.mappers.dsc import dsc_schedule
 from streammap.mappers.exact import available as exact_available
@@ -395,12 +394,11 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     def best_ms():
         return min((r[0] for r in results), default=math.inf)
 
-    def cannot_win(sub, devs):
-        """Whether the subset ``devs`` (``sub``, the cost model restricted to it) is not worth a
-        pass: a task has no device there, or the work alone, spread perfectly, cannot beat the
-        best plan so far."""
-        tmin = sub.time.min(axis=1)
-        return not np.isfinite(tmin).all() or tmin.sum() / devs.size >= best_ms()
+    def cannot_win(floor):
+        """Whether a subset whose work, spread perfectly, needs ``floor`` seconds (``inf``: a task
+        has no device there; :func:`_subset_floor`) is not worth a pass: it cannot beat the best
+        plan so far."""
+        return floor >= best_ms()
 
     def attempt(name, build):
         """``build(memory_aware) -> Schedule``; keep its result if it is a valid plan."""
@@ -456,13 +454,18 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     by_speed = np.lexsort((np.arange(D), -speed))
     nodes = np.unique(cost.node_of)
     subsets = device_subsets(cost, tier)
+    # Each subset's restriction and floor, computed once: the subset passes here and the DSC
+    # passes below both judge and map on them.
+    restricted = {name: _restricted(cost, devs) for name, devs in subsets}
     for name, devs in subsets:
-        sub = cost.restrict(devs)
-        if cannot_win(sub, devs):
+        sub, floor = restricted[name]
+        if cannot_win(floor):
             continue
         attempt(f"heft-{name}", lambda mem, sub=sub, devs=devs: lift(cost, devs, heft(sub, memory_aware=mem)))
         if tier <= 1:
             attempt(f"peft-{name}", lambda mem, sub=sub, devs=devs: lift(cost, devs, peft(sub, memory_aware=mem)))
+    if tier > 0:
+        restricted.clear()          # their only later user is DSC, at tier 0: free their times now
 
     # Partitions: one part per node, one part per device of the fastest m devices.
     if metis_available() and T > 1:
@@ -524,8 +527,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
     if tier == 0:
         dsc_passes = DSC_BUDGET // max(1, T)
         for name, devs in [("", None)] + [s for s in subsets if s[1].size > 1]:
-            sub = cost if devs is None else cost.restrict(devs)
-            if devs is not None and cannot_win(sub, devs):
+            sub, floor = (cost, -math.inf) if devs is None else restricted[name]
+            if cannot_win(floor):
                 continue
             for tag, kw in DSC_VARIANTS[:dsc_passes]:
                 nm = f"dsc{tag}" + (f"-{name}" if name else "")
@@ -541,7 +544,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
 
     # Local search from the best distinct candidates.
     runs = min(SEARCH_MAX_RUNS, (SEARCH_BUDGET if tier == 0 else SEARCH_BUDGET_LARGE) // max(1, T))
-    share, restarts = 0, []
+    share = 0
     if runs >= 8 and D > 1:
         starts, seen = [], set()
         for ms, i, name, s in results:
@@ -550,10 +553,8 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                 continue
             seen.add(key)
             starts.append((name, s))
-            if len(starts) == SEARCH_STARTS + DIVERSE_STARTS:
+            if len(starts) == SEARCH_STARTS:
                 break
-        # The next distinct candidates are the adaptive rounds' restarts (step 8).
-        starts, restarts = starts[:SEARCH_STARTS], [s for _, s in starts[SEARCH_STARTS:]]
         share = runs // len(starts)
         for name, s in starts:
             better = improve(cost, s, _placement_order(s), max_runs=share, seed=len(results))
@@ -603,8 +604,7 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
         if analytic is None:
             analytic = cheap_bound(cost)    # the plan's lower bound reuses it (the compiler's gap)
         lower = max(analytic, bound or 0.0)
-        rounds_windows = lns_windows if exact_available() else 0
-        better, _ = extend_search(cost, best, lower=lower, runs=share, windows=rounds_windows, restarts=restarts)
+        better, _ = extend_search(cost, best, lower=lower, runs=share)
         if better is not best:
             name, best = f"{name}+adapt", better
         # Join-first restart (step 9): independent fork-join groups served one after another.
@@ -615,6 +615,15 @@ def auto(cost: CostModel, *, exact: bool = True) -> Schedule:
                 name, best = better.mapper, better
     return Schedule(f"auto({name})", best.device, best.start, best.finish, best.makespan,
                     n_devices=D, seq=best.seq, bound=bound, heft_makespan=heft_ms, analytic_bound=analytic)
+
+
+def _restricted(cost: CostModel, devices: np.ndarray) -> tuple[CostModel, float]:
+    """``(cost.restrict(devices), floor)``: the subset's cost model and the least makespan its
+    work allows, each task at its fastest there spread perfectly over the subset (``inf`` when a
+    task has no device there)."""
+    sub = cost.restrict(devices)
+    tmin = sub.time.min(axis=1)
+    return sub, (tmin.sum() / devices.size if np.isfinite(tmin).all() else math.inf)
 
 
 def _on(cost: CostModel, devices, schedule: Schedule) -> Schedule:

@@ -147,7 +147,7 @@ def check_placeable(cost: CostModel, memory: bool = True, times: np.ndarray | No
     cap = cost.capacity[allowed].max()
     big = cost.devices[int(np.flatnonzero(allowed & (cost.capacity == cap))[0])].id
     raise MappingError(
-        f"task {tid} (kernel {kernel}) needs {_size(need[i])} of device memory but the largest "
+        f"task {tid} (kernel {kernel}) needs {_need(need[i])} of device memory but the largest "
         f"device it may run on, {big}, has {_size(cap)}{_oversub(cost)}{more}",
         path=path, line=line,
         hint="reduce the kernel's mem= (or split it), relax its device= clause, add a device with more "
@@ -158,6 +158,12 @@ def _oversub(cost: CostModel) -> str:
     """`` (memory x memory_oversubscription 1.5)`` when the cluster oversubscribes, else ``""``."""
     f = float(getattr(cost.cluster, "oversubscription", 1.0) or 1.0)
     return f" (memory x memory_oversubscription {f:g})" if f > 1 else ""
+
+
+def _need(b: float) -> str:
+    """A task's memory need as the refusal says it: its size, or, where its sizes add up past the
+    float range (a hostile workflow's bytes near 1e308), that (not "unlimited memory")."""
+    return _size(b) if math.isfinite(b) else "more bytes than a float holds (its sizes add up past 1.8e308)"
 
 
 def _size(b: float) -> str:

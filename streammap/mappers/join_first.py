@@ -99,13 +99,19 @@ def join_first_rank(cost: CostModel, rank: np.ndarray, joins: int, min_preds: in
         for an earlier one, ``(joins - i) * (2 max|rank| + 1)``: above every task not raised, and
         in join order. An ancestor set is closed upwards, so every task stays above its children
         wherever ``rank`` had it so, and the list order stays topological. A copy of ``rank`` when
-        the graph has no join.
+        the graph has no join, or when the raised ranks would pass the float range (ranks above
+        about 1e307: task times or transfers near it, a hostile graph's): infinite ranks would tie
+        every raised task and lose the join order.
     """
     r = np.array(rank, dtype=np.float64, copy=True)
     chosen = top_joins(cost, r, joins, min_preds) if joins >= 1 else np.empty(0, dtype=np.int64)
     if chosen.size == 0:
         return r
-    span = 2.0 * float(np.abs(r).max()) + 1.0
+    with np.errstate(over="ignore"):
+        span = 2.0 * float(np.abs(r).max()) + 1.0
+        top = float(np.abs(r).max()) + chosen.size * span
+    if not np.isfinite(top):
+        return r
     raised = np.zeros(cost.n_tasks, dtype=bool)
     for i, j in enumerate(chosen.tolist()):
         mark = ancestors(cost, j) & ~raised

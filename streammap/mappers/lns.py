@@ -34,19 +34,10 @@ Windows, and the order they are tried in (:func:`windows`, :func:`improve_plan`)
    them; first the pairs the critical path transfers between, by the time it waits for those
    transfers, then the device running most of the path with each other device.
 3. **Time slices**: the tasks in consecutive slices of the plan's time (by start), from the end.
-4. **Dear edges** (``"edge"``): the two ends of an edge that crosses devices in the plan, with
-   their predecessors and successors nearest in time; the edges whose both ends are on the
-   critical path first, then the others, each by decreasing transfer time (at most
-   :data:`EDGE_WINDOWS`). The window may put both ends, and what feeds and reads them, on one side.
-5. **Nodes** (``"node"``): tasks of one node of two or more devices (its critical tasks and the
-   node's tasks nearest them in time, then slices of its tasks from the end; at most
-   :data:`NODE_WINDOWS` a node, nodes by the critical path's time on them), re-placed among that
-   node's devices only: the model is smaller, and a move between a node's devices pays the node's
-   link, not the network.
 
-Kinds 4 and 5 target communication; ``auto``'s first search tries kinds 1-3 (:data:`KINDS`), its
-adaptive rounds (:mod:`streammap.mappers.adaptive`) all five (:data:`ALL_KINDS`), with CP-SAT
-seeded by the round.
+Two kinds that target communication (a dear crossing edge's two ends with their neighbourhoods; a
+node's tasks re-placed among its devices) were tried in ``auto``'s adaptive rounds, measured, left
+off and removed (docs/measurements.md, "Adaptive search").
 
 The kinds are chosen adaptively (Ropke & Pisinger 2006, with scores instead of random draws):
 the next window is the next one of the kind with the best record so far (improvements + 1 over
@@ -131,15 +122,6 @@ WINDOW_WORK = 0.01
 LINEARIZATION = 0
 #: The kinds of window, in the order they are preferred at equal record.
 KINDS = ("path", "pair", "slice")
-#: The kinds that target communication (:func:`windows`): a dear crossing edge's two ends with their
-#: neighbourhoods, and the tasks of one node re-placed among that node's devices. ``auto``'s first
-#: search uses :data:`KINDS`; its adaptive rounds (:mod:`streammap.mappers.adaptive`) all of these.
-COMM_KINDS = ("edge", "node")
-ALL_KINDS = KINDS + COMM_KINDS
-#: Most edge windows of one plan (the dearest crossing edges).
-EDGE_WINDOWS = 12
-#: Most node windows of one node (around its critical tasks, then slices of it from the end).
-NODE_WINDOWS = 3
 #: Consecutive windows that shorten nothing before the search stops.
 PATIENCE = 10
 #: Most windows around the last improvement tried first (of those sharing a task with it).
@@ -227,25 +209,16 @@ def path_waste(cost: CostModel, plan: Schedule, path: list[int]) -> np.ndarray:
     return np.maximum(0.0, slow) + np.maximum(0.0, wait)
 
 
-def windows(cost: CostModel, plan: Schedule, kinds: tuple[str, ...] = KINDS) -> list[tuple[str, np.ndarray]]:
+def windows(cost: CostModel, plan: Schedule) -> list[tuple[str, np.ndarray]]:
     """The windows of ``plan`` to try, each kind in its order of promise (see the module docstring).
-
-    Parameters
-    ----------
-    cost : CostModel
-    plan : Schedule
-    kinds : tuple of str
-        The kinds of window to build (of :data:`ALL_KINDS`; default :data:`KINDS`).
 
     Returns
     -------
     list of (str, ndarray of int)
-        A kind (``"path"``, ``"pair"``, ``"slice"``, ``"edge"``, ``"node"``) and the sorted task
-        positions of each window; no window twice. Path windows by decreasing waste of their stretch
+        A kind of :data:`KINDS` (``"path"``, ``"pair"``, ``"slice"``) and the sorted task positions
+        of each window; no window twice. Path windows by decreasing waste of their stretch
         (:func:`path_waste`), pair windows by decreasing transfer time between the pair's devices
-        along the critical path, slices from the end of the plan backwards, edge windows by
-        decreasing transfer time of their edge (:func:`_dear_edges`), node windows by the node's
-        share of the critical path (:func:`_node_windows`).
+        along the critical path, slices from the end of the plan backwards.
     """
     T, D = cost.n_tasks, cost.n_devices
     out: list[tuple[str, np.ndarray]] = []
@@ -270,74 +243,15 @@ def windows(cost: CostModel, plan: Schedule, kinds: tuple[str, ...] = KINDS) -> 
         lo, hi = plan.start[stretch].min(), plan.finish[stretch].max()
         overlap = np.flatnonzero((plan.finish > lo) & (plan.start < hi))
         near = np.unique(np.concatenate([*nb, overlap]))
-        if "path" in kinds:
-            add("path", _nearest_in_time(cost, plan, stretch, near, WINDOW_TASKS))
-    if D > 1 and path and "pair" in kinds:
+        add("path", _nearest_in_time(cost, plan, stretch, near, WINDOW_TASKS))
+    if D > 1 and path:
         for a, b, core in _pairs(cost, plan, path):
             on = np.flatnonzero((plan.device == a) | (plan.device == b))
             add("pair", _nearest_in_time(cost, plan, core, on, WINDOW_TASKS))
     # Time slices, from the end of the plan backwards (where the makespan is decided).
-    if "slice" in kinds:
-        by_start = np.lexsort((np.arange(T), plan.start))
-        for end in range(T, 0, -WINDOW_TASKS // 2):
-            add("slice", np.sort(by_start[max(0, end - WINDOW_TASKS):end]))
-    if D > 1 and "edge" in kinds:
-        on_path = np.zeros(T, dtype=bool)
-        on_path[path] = True
-        for u, w in _dear_edges(cost, plan, on_path)[:EDGE_WINDOWS]:
-            nb = [si[sp[t]:sp[t + 1]] for t in (u, w)] + [pi[pp[t]:pp[t + 1]] for t in (u, w)]
-            add("edge", _nearest_in_time(cost, plan, [u, w], np.unique(np.concatenate(nb)), WINDOW_TASKS))
-    if D > 1 and "node" in kinds:
-        for w in _node_windows(cost, plan, path):
-            add("node", w)
-    return out
-
-
-def _dear_edges(cost: CostModel, plan: Schedule, on_path: np.ndarray) -> list[tuple[int, int]]:
-    """The edges that cross devices in ``plan``, as (producer, consumer): first those whose both
-    ends are on the critical path, then the rest, each group by decreasing transfer time (ties:
-    edge position). A window around such an edge may put its two ends, and the tasks that feed and
-    read them, on one device, or on one node, where the transfer is cheaper."""
-    src, dst, b = cost.pred_idx, cost.pred_dst, cost.pred_bytes
-    ds, dd = plan.device[src], plan.device[dst]
-    cross = np.flatnonzero(ds != dd)
-    if cross.size == 0:
-        return []
-    paid = cost.lat[ds[cross], dd[cross]] + b[cross] * cost.inv_bw[ds[cross], dd[cross]]
-    crit = on_path[src[cross]] & on_path[dst[cross]]
-    order = np.lexsort((cross, -paid, ~crit))
-    return [(int(src[cross[k]]), int(dst[cross[k]])) for k in order.tolist()]
-
-
-def _node_windows(cost: CostModel, plan: Schedule, path: list[int]) -> list[np.ndarray]:
-    """Windows of the tasks of one node (of two or more devices), for nodes in decreasing order of
-    the critical path's time on them (ties: node position): its critical tasks and the node's tasks
-    nearest them in time, then slices of the node's tasks by start, from the end; at most
-    :data:`NODE_WINDOWS` a node. :func:`improve_plan` re-places them among the node's devices only,
-    where transfers are cheapest: a window that moves work between a node's devices pays no network."""
-    node_of_task = cost.node_of[plan.device]
-    p = np.asarray(path, dtype=np.int64)
-    nodes = np.unique(cost.node_of)
-    width = np.array([(cost.node_of == n).sum() for n in nodes])
-    on_path = np.array([float((plan.finish[p] - plan.start[p])[node_of_task[p] == n].sum()) for n in nodes])
-    out = []
-    for k in np.lexsort((nodes, -on_path)).tolist():
-        if width[k] < 2:
-            continue
-        n = nodes[k]
-        mine = np.flatnonzero(node_of_task == n)
-        if mine.size < 2:
-            continue
-        got = []
-        core = [int(t) for t in p if node_of_task[t] == n][:PATH_STRETCH]
-        if core:
-            got.append(_nearest_in_time(cost, plan, core, mine, WINDOW_TASKS))
-        by_start = mine[np.lexsort((mine, plan.start[mine]))]
-        for end in range(by_start.size, 0, -WINDOW_TASKS // 2):
-            if len(got) >= NODE_WINDOWS:
-                break
-            got.append(np.sort(by_start[max(0, end - WINDOW_TASKS):end]))
-        out.extend(got[:NODE_WINDOWS])
+    by_start = np.lexsort((np.arange(T), plan.start))
+    for end in range(T, 0, -WINDOW_TASKS // 2):
+        add("slice", np.sort(by_start[max(0, end - WINDOW_TASKS):end]))
     return out
 
 
@@ -376,7 +290,7 @@ def _pairs(cost: CostModel, plan: Schedule, path: list[int]) -> list[tuple[int, 
 
 
 def solve_window(cost: CostModel, plan: Schedule, window: np.ndarray, *, work: float | None = None,
-                 seed: int = 0, devices: np.ndarray | None = None) -> Schedule | None:
+                 seed: int = 0) -> Schedule | None:
     """Re-place the tasks of ``window`` for the least makespan, the rest of ``plan`` kept in order.
 
     Parameters
@@ -391,9 +305,6 @@ def solve_window(cost: CostModel, plan: Schedule, window: np.ndarray, *, work: f
         CP-SAT's budget in deterministic seconds (default :data:`WINDOW_WORK`).
     seed : int
         CP-SAT's random seed.
-    devices : ndarray of int, optional
-        The devices the window's tasks may take (default: every device where each can run); each
-        task's device in ``plan`` must be among them.
 
     Returns
     -------
@@ -419,10 +330,6 @@ def solve_window(cost: CostModel, plan: Schedule, window: np.ndarray, *, work: f
     ff = to_units(plan.finish, tick)
     elig = np.isfinite(cost.time)
     dur = np.where(elig, to_units(np.where(elig, cost.time, 0.0), tick), 0)
-    if devices is not None:                 # a free task may take only these devices
-        keep = np.zeros(D, dtype=bool)
-        keep[devices] = True
-        elig = elig & (keep[None, :] | ~free[:, None])
     lat, inv = cost.lat, cost.inv_bw
 
     def comm(b, a, ds):
@@ -574,7 +481,7 @@ def _plan_order(plan: Schedule, cost: CostModel) -> list[int]:
 
 
 def improve_plan(cost: CostModel, plan: Schedule, *, max_windows: int | None = None,
-                 work: float | None = None, seed: int = 0, kinds: tuple[str, ...] = KINDS) -> Schedule:
+                 work: float | None = None, seed: int = 0) -> Schedule:
     """Large-neighbourhood search from ``plan`` (see the module docstring).
 
     Parameters
@@ -588,9 +495,6 @@ def improve_plan(cost: CostModel, plan: Schedule, *, max_windows: int | None = N
         CP-SAT's budget per window, in deterministic seconds (default :data:`WINDOW_WORK`).
     seed : int
         CP-SAT's random seed.
-    kinds : tuple of str
-        The kinds of window tried (:func:`windows`; default :data:`KINDS`). A ``"node"`` window's
-        tasks may take only the devices of their node.
 
     Returns
     -------
@@ -610,9 +514,9 @@ def improve_plan(cost: CostModel, plan: Schedule, *, max_windows: int | None = N
     if cur.makespan > plan.makespan * (1.0 + MEM_RTOL):
         return plan
     best = plan
-    wins = {kind: 0 for kind in kinds}
-    tries = {kind: 0 for kind in kinds}
-    queue = _Queue(windows(cost, cur, kinds), None, kinds)
+    wins = {kind: 0 for kind in KINDS}
+    tries = {kind: 0 for kind in KINDS}
+    queue = _Queue(windows(cost, cur), None)
     fails = 0
     for _ in range(budget):
         if fails >= PATIENCE:
@@ -622,8 +526,7 @@ def improve_plan(cost: CostModel, plan: Schedule, *, max_windows: int | None = N
             break
         kind, w = nxt
         tries[kind] += 1
-        devs = np.flatnonzero(cost.node_of == cost.node_of[cur.device[w[0]]]) if kind == "node" else None
-        got = solve_window(cost, cur, w, work=work, seed=seed, devices=devs)
+        got = solve_window(cost, cur, w, work=work, seed=seed)
         if got is None or not got.makespan < cur.makespan or (
                 check_mem and not fits(peak_memory(cost, got.device, got.start, got.finish), cap).all()):
             fails += 1
@@ -633,7 +536,7 @@ def improve_plan(cost: CostModel, plan: Schedule, *, max_windows: int | None = N
         cur = got
         if cur.makespan < best.makespan:
             best = cur
-        queue = _Queue(windows(cost, cur, kinds), w, kinds)
+        queue = _Queue(windows(cost, cur), w)
     return best
 
 
@@ -646,11 +549,9 @@ class _Queue:
     adaptive choice of neighbourhood of Ropke & Pisinger, with scores instead of random draws.
     """
 
-    def __init__(self, cands: list[tuple[str, np.ndarray]], focus: np.ndarray | None,
-                 kinds: tuple[str, ...] = KINDS):
-        self.kinds = kinds
+    def __init__(self, cands: list[tuple[str, np.ndarray]], focus: np.ndarray | None):
         self.first: list[tuple[str, np.ndarray]] = []
-        self.rest: dict[str, list[np.ndarray]] = {kind: [] for kind in kinds}
+        self.rest: dict[str, list[np.ndarray]] = {kind: [] for kind in KINDS}
         for kind, w in cands:
             if focus is not None and len(self.first) < FOCUS_WINDOWS and np.intersect1d(w, focus).size:
                 self.first.append((kind, w))
@@ -663,8 +564,8 @@ class _Queue:
     def pop(self, wins: dict[str, int], tries: dict[str, int]) -> tuple[str, np.ndarray] | None:
         if self.first:
             return self.first.pop()
-        left = [k for k in self.kinds if self.rest[k]]
+        left = [k for k in KINDS if self.rest[k]]
         if not left:
             return None
-        kind = max(left, key=lambda k: ((wins[k] + 1) / (tries[k] + 2), -self.kinds.index(k)))
+        kind = max(left, key=lambda k: ((wins[k] + 1) / (tries[k] + 2), -KINDS.index(k)))
         return kind, self.rest[kind].pop()

@@ -170,12 +170,13 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+import numbers
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from streammap.errors import StreamMapError
+from streammap.errors import StreamMapError, shown
 from streammap.tenancy.availability import Profile, Releases
 from streammap.tenancy.correction import EstimateCorrection
 from streammap.tenancy.estimate import Demand, Option, accelerator_pools
@@ -243,7 +244,7 @@ TAIL_WAIT = 2.0
 #: a job whose estimate is high (or wrong) is not left waiting 4x that estimate while the cluster keeps
 #: up (tuning seeds, 256 GPUs, loads 1.0-1.2, sigma 0-1: two more average targets and one more p95
 #: target met, none lost; 4x and 16x measured close, README "This round: a wait bound"). Not under
-#: overload, where a bound for every job (16x) cost 0.03-0.13x of the average. 0 turns it off.
+#: overload, where a bound for every job (16x) cost 0.03-0.13x of the average. 0 (or inf) turns it off.
 WAIT_CAP = 8.0
 #: Time constant (seconds) of the memory of attained service: among tenants below the floor, the
 #: one that held least of its fair share under contention, decayed by exp(-age / MEMORY), goes first.
@@ -544,10 +545,11 @@ class Scheduler:
             raise StreamMapError(f"the slowdown deadline must be at least 0, not {slowdown}",
                                  hint="0 orders a tenant's jobs by arrival; larger values favour short jobs more")
         self.slowdown = slowdown
-        if not wait_cap >= 0:
-            raise StreamMapError(f"the wait bound must be at least 0, not {wait_cap}",
+        if isinstance(wait_cap, bool) or not isinstance(wait_cap, numbers.Real) or not wait_cap >= 0:
+            raise StreamMapError(f"the wait bound must be a number at least 0, not {shown(wait_cap)}",
                                  hint="0 turns it off; 8 bounds a wait by 8x the mean wait of recent starts")
-        self.wait_cap = wait_cap
+        # inf bounds nothing, as 0 does (and inf x a mean wait of 0 would be NaN)
+        self.wait_cap = float(wait_cap) if math.isfinite(wait_cap) else 0.0
         if not 0 <= floor <= 1:
             raise StreamMapError(f"the fair-share floor must be between 0 and 1, not {floor}",
                                  hint="1: a tenant below its fair share always goes first; 0: one order for all")

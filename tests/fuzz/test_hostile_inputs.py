@@ -423,6 +423,13 @@ def wfcommons(task):
     (wfcommons({"id": "t", "children": 5}), "children of task t must be a list"),
     (wfcommons({"id": ["t"]}), "a task id must be a string or an integer"),
     (wfcommons({"id": "t", "inputFiles": [{"x": 1}]}), "inputFiles of task t"),
+    # numbers near the float range's end add up past it in the mappers (ranks, memory levels)
+    (node_link(runtime=1e307), "runtime of task a must be a finite non-negative number at most 1e+30"),
+    (node_link(times={"A100": 1e300}), "times['A100'] of task a must be a finite non-negative number at most 1e+30"),
+    (node_link(mem=1e308), "mem of task a must be a finite non-negative number at most 1e+30"),
+    ({"directed": True, "nodes": [{"id": "a", "kernel": "k", "runtime": 1.0}, {"id": "b", "kernel": "k", "runtime": 1.0}],
+      "edges": [{"source": "a", "target": "b", "bytes": 1e308}]},
+     "bytes of edge a -> b must be a finite non-negative number at most 1e+30"),
 ])
 def test_hostile_workflow_files_are_refused(workdir, capsys, data, needle):
     (workdir / "wf.json").write_text(json.dumps(data))
@@ -588,3 +595,82 @@ def test_a_plan_field_of_300_digits_is_echoed_bounded(workdir, capsys, old, new,
     assert main([str(a) for a in compile_args(path)]) == 0
     (workdir / "bad.yaml").write_text((workdir / "plan.yaml").read_text().replace(old, new, 1))
     bounded(refused(["show", "bad.yaml"], capsys, "bad.yaml:", needle))
+
+
+# -- auto's join-first restart (streammap.mappers.join_first) on hostile graphs -------------
+# Built in Python: a workflow file refuses seconds and bytes above 1e30 (the cases above).
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_join_first_ranks_near_the_float_range_end_stay_finite_and_auto_stays_valid():
+    """Times of 1e307 s: raising the joins' inputs above every rank would pass the float range
+    (infinite ranks tie and lose the join order); the join-first order is then not built, and
+    ``auto`` still returns a valid plan of a finite makespan."""
+    from streammap.mappers.auto import auto
+    from streammap.mappers.heft import upward_rank
+    from streammap.mappers.join_first import join_first_rank
+    from streammap.mappers.schedule import evaluate
+    from tests.mappers.test_join_first import two_joins
+    cost = two_joins(1e307)
+    base = upward_rank(cost)
+    assert np.isfinite(base).all()
+    for k in (1, 2):
+        jr = join_first_rank(cost, base, k)
+        assert np.isfinite(jr).all() and np.array_equal(jr, base)
+    sane = two_joins()
+    assert not np.array_equal(join_first_rank(sane, upward_rank(sane), 1), upward_rank(sane))   # raised there
+    s = auto(cost)
+    makespan, valid, _ = evaluate(cost, s)
+    assert valid and np.isfinite(s.makespan) and makespan == pytest.approx(s.makespan)
+
+
+def test_times_past_the_float_range_are_a_task_that_runs_nowhere():
+    """Times of 1e308 x 8 are infinite: a MappingError naming the task (exit 2 from the CLI), not
+    a plan of infinite makespan."""
+    from streammap.errors import MappingError
+    from streammap.mappers.auto import auto
+    from tests.mappers.test_join_first import two_joins
+    with pytest.raises(MappingError, match="cannot run on any device"):
+        auto(two_joins(1e308))
+
+
+def test_a_join_with_a_hundred_thousand_parents_maps_in_bounded_time_without_the_restart():
+    """100,000 inputs of one join on two devices: a large graph, so ``auto`` maps it with its
+    full-cluster passes alone (no restart); asked directly, the restart sees one join, not two
+    independent groups, and returns the plan it was given."""
+    from streammap.cost.model import CostModel
+    from streammap.ir import add_task, new_graph
+    from streammap.mappers.auto import auto
+    from streammap.mappers.heft import upward_rank
+    from streammap.mappers.join_first import join_first_search
+    from streammap.mappers.schedule import evaluate
+    from tests.helpers.graphs import node_cluster
+    g = new_graph("wide", kind="workflow", source="<t>")
+    add_task(g, "j", "merge", times={"F": 4.0, "S": 8.0})
+    for i in range(100_000):
+        add_task(g, f"i{i}", "in", times={"F": 1.0, "S": 2.0})
+        g.add_edge(f"i{i}", "j", bytes=1.0)
+    cost = CostModel(g, node_cluster([(["F", "S"], 1.0, 0.0)]))
+    s = auto(cost)
+    assert s.mapper == "auto(heft)" and evaluate(cost, s)[1]
+    assert join_first_search(cost, s, lower=s.makespan / 2, rank=upward_rank(cost), runs=8,
+                             memory_aware=False) is s
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_sizes_that_add_up_past_the_float_range_are_named_so_not_unlimited():
+    """Two inputs of 1e308 bytes: the reader's default memory (its inputs and outputs together) is
+    past the float range; the refusal says so, where it said the task needed "unlimited memory"."""
+    from streammap.cluster.model import cluster_from_dict
+    from streammap.cost.model import CostModel
+    from streammap.errors import MappingError
+    from streammap.ir import add_task, new_graph
+    from streammap.mappers.auto import auto
+    g = new_graph("big", kind="workflow", source="<t>")
+    add_task(g, "r", "read", times={"F": 1.0})
+    for i in range(2):
+        add_task(g, f"i{i}", "in", times={"F": 1.0})
+        g.add_edge(f"i{i}", "r", bytes=1e308)
+    with pytest.raises(MappingError, match="needs more bytes than a float holds") as info:
+        auto(CostModel(g, cluster_from_dict({"name": "c", "nodes": [{"name": "n", "devices": [
+            {"name": "g0", "kind": "gpu", "model": "F", "memory": "80GiB"}]}]})))
+    assert "unlimited" not in info.value.message

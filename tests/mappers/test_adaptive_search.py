@@ -136,39 +136,6 @@ def test_bigger_budget_only_where_the_gap_is_large(monkeypatch):
     assert near == [] and len(budgets) > 0
 
 
-def test_restarts_from_other_candidates_are_searched_when_the_gap_is_large(monkeypatch):
-    cost = CostModel(montage_like(8), processors(4, 10.0))
-    start = all_on(cost)
-    others = [heft(cost), all_on(cost, 1)]
-    monkeypatch.setattr(adaptive, "DIVERSE_STARTS", 2)         # off by default (measured: never won)
-    budgets = counted_searches(monkeypatch)
-
-    extend_search(cost, start, lower=start.makespan / 2, runs=200, restarts=others)
-
-    # The first round: the search from the plan, then a plain and a heavy-neighbour search from
-    # each restart (the montage's images are heavy edges).
-    assert budgets[:5] == [adaptive.ROUND_RUNS * 200] + [200] * 4
-
-
-def test_windows_are_tried_only_when_the_local_search_of_a_round_found_nothing(monkeypatch):
-    cost = CostModel(independent(), processors(4, 10.0))
-    best = auto_module.auto(cost)
-    calls = []
-    real = adaptive.improve_plan
-
-    def record(cost, plan, **kw):
-        calls.append(kw["max_windows"])
-        return real(cost, plan, **kw)
-
-    monkeypatch.setattr(adaptive, "improve_plan", record)
-    monkeypatch.setattr(adaptive, "ROUND_WINDOWS", 0.25)        # off by default (measured)
-
-    got, rounds = extend_search(cost, best, lower=10.0, runs=100, windows=8)
-
-    assert got is best and len(rounds) == 1
-    assert calls == [int(adaptive.ROUND_WINDOWS * 8)] and rounds[0].windows == calls[0]
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 def test_auto_on_a_montage_shaped_graph_at_ccr_10_is_never_worse_than_heft(seed):
     cost = CostModel(montage_like(10, seed=seed), processors(4, 10.0))
@@ -181,14 +148,12 @@ def test_auto_on_a_montage_shaped_graph_at_ccr_10_is_never_worse_than_heft(seed)
     assert valid and makespan == pytest.approx(s.makespan)
 
 
-def test_the_rounds_never_return_a_longer_or_memory_invalid_plan(monkeypatch):
-    # 6 GiB devices: memory binds, so some moves and window solutions break a capacity.
-    monkeypatch.setattr(adaptive, "ROUND_WINDOWS", 0.5)
+def test_the_rounds_never_return_a_longer_or_memory_invalid_plan():
+    # 6 GiB devices: memory binds, so some moves break a capacity.
     cost = CostModel(random_graph(n=80, seed=2), mixed_cluster(memory="6GiB"))
     start = heft(cost)
 
-    got, rounds = extend_search(cost, start, lower=start.makespan / 3, runs=100, windows=6,
-                                restarts=[heft(cost, memory_aware=True)])
+    got, rounds = extend_search(cost, start, lower=start.makespan / 3, runs=100)
 
     makespan, valid, _ = evaluate(cost, got)
     assert valid and makespan == pytest.approx(got.makespan)

@@ -17,16 +17,17 @@ from tests.helpers.graphs import mixed_cluster, node_cluster, random_graph
 auto_module = importlib.import_module("streammap.mappers.auto")
 
 
-def two_joins():
+def two_joins(scale: float = 1.0):
     """Joins ``am`` (4 s on F) and ``bm`` (3.5 s), each after three 1-second inputs and before one
-    4-second reader; one node of a fast device F and a device S twice as slow; free transfers."""
+    4-second reader; one node of a fast device F and a device S twice as slow; free transfers.
+    ``scale`` multiplies every time (the hostile-input tests' times near the float range's end)."""
     g = new_graph("two-joins", kind="workflow", source="<t>")
     for grp, tm in (("a", 4.0), ("b", 3.5)):
-        add_task(g, f"{grp}m", "merge", times={"F": tm, "S": 2 * tm})
-        add_task(g, f"{grp}r", "read", times={"F": 4.0, "S": 8.0})
+        add_task(g, f"{grp}m", "merge", times={"F": tm * scale, "S": 2 * tm * scale})
+        add_task(g, f"{grp}r", "read", times={"F": 4.0 * scale, "S": 8.0 * scale})
         g.add_edge(f"{grp}m", f"{grp}r", bytes=0.0)
         for i in range(3):
-            add_task(g, f"{grp}i{i}", "in", times={"F": 1.0, "S": 2.0})
+            add_task(g, f"{grp}i{i}", "in", times={"F": 1.0 * scale, "S": 2.0 * scale})
             g.add_edge(f"{grp}i{i}", f"{grp}m", bytes=0.0)
     return CostModel(g, node_cluster([(["F", "S"], 1.0, 0.0)]))
 

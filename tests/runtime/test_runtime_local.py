@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import sys
 
 import numpy as np
@@ -342,19 +343,49 @@ def test_workflow_plan_is_refused(tmp_path):
         run_plan(plan, emulate=True, progress=False)
 
 
+def misfit_plans(tmp_path):
+    """Plan files (on one CPU, ``node0/cpu``) edited to pass ``scale(x, k)`` a third argument, or
+    none for ``k``: ``(path, needles)`` pairs, the needles being what the refusal must say (the
+    plan file and the task's line, the kernel's signature, why the call does not fit). The plan
+    they were edited from, which runs, is ``tmp_path / "plan.yaml"``."""
+    write_plan(fan_plan(tmp_path, width=2, devices=cpu_devices(1)), tmp_path / "plan.yaml")
+    text = (tmp_path / "plan.yaml").read_text()
+    line = text.splitlines().index("- id: scale1") + 1
+    out = []
+    for k, ((old, new), why) in enumerate(zip([("  - {value: 1}\n", "  - {value: 1}\n  - {value: 7}\n"),
+                                               ("  - {value: 1}\n", "")],
+                                              ["too many positional arguments", "missing a required argument: 'k'"])):
+        path = tmp_path / f"bad{k}.yaml"
+        path.write_text(text.replace(old, new))
+        out.append((path, (f"{path.name}:{line}: error: task 'scale1' calls kernel scale(x, k) with", why, "hint: ")))
+    return out
+
+
 def test_a_task_whose_arguments_do_not_fit_its_kernel_is_refused_before_anything_runs(tmp_path, capsys):
     """A plan edited to pass ``scale(x, k)`` a third argument (or none for ``k``) failed mid-run with
     exit 1; it is bad input: exit 2 naming the plan file, the task's line and the kernel's parameters,
     with nothing written."""
-    write_plan(fan_plan(tmp_path, width=2, devices=cpu_devices(1)), tmp_path / "plan.yaml")
-    text = (tmp_path / "plan.yaml").read_text()
-    line = text.splitlines().index("- id: scale1") + 1
-    for (old, new), why in zip([("  - {value: 1}\n", "  - {value: 1}\n  - {value: 7}\n"), ("  - {value: 1}\n", "")],
-                               ["too many positional arguments", "missing a required argument: 'k'"]):
-        (tmp_path / "bad.yaml").write_text(text.replace(old, new))
-        refused(["run", tmp_path / "bad.yaml", "--no-progress", "--no-history", "-o", tmp_path / "o.npz"], capsys,
-                f"bad.yaml:{line}: error: task 'scale1' calls kernel scale(x, k) with", why, "hint: ")
+    for path, needles in misfit_plans(tmp_path):
+        refused(["run", path, "--no-progress", "--no-history", "-o", tmp_path / "o.npz"], capsys, *needles)
         assert not (tmp_path / "o.npz").exists() and not (tmp_path / "o.run.json").exists()
+
+
+def test_the_ray_drivers_check_refuses_misfit_arguments_and_leaves_an_unimportable_program_to_the_workers(tmp_path):
+    """``check_program`` (what the Ray driver runs before any actor starts) refuses what loading
+    refuses; a program whose own import fails in this process (a module only the workers have) is
+    not refused there, and nothing of it stays loaded."""
+    from streammap.plan import read_plan
+    from streammap.runtime.loader import check_program
+    for path, (where, why, _) in misfit_plans(tmp_path):
+        with pytest.raises(PlanError, match=re.escape(why)) as info:
+            check_program(read_plan(path))
+        assert where in info.value.format()
+    plan = make_plan(tmp_path, "import streammap_test_only_on_the_workers\n" + FAN,
+                     [task("src", "source", "node0/cpu")], devices=cpu_devices(1), outputs=ref("src"))
+    before = set(sys.modules)
+    check_program(plan)
+    assert not [m for m in set(sys.modules) - before if m.startswith("_streammap_program_")]
+    assert str(tmp_path) not in sys.path
 
 
 def test_a_plan_built_in_process_with_an_unknown_keyword_is_refused_naming_the_task(tmp_path):

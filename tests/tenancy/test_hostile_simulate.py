@@ -1,10 +1,14 @@
 """``streammap simulate`` with hostile flags and jobs files: a usage error (exit 2) naming the
 flag or the file and line, before a stream is built; never a traceback, a 7 TiB allocation or a
-table of inf and NaN."""
+table of inf and NaN. The Python API (``compare``) refuses the same values with the same hint."""
 
 import pytest
 
 from streammap.cli import main
+from streammap.errors import StreamMapError
+from streammap.tenancy.jobs import load_jobs
+from streammap.tenancy.simulate import compare
+from tests.helpers.cli import replay_small_stream
 from tests.helpers.paths import SHARED, needs_shared
 
 GRAPH = SHARED / "workflows" / "blast-chameleon-small-001.json"
@@ -77,3 +81,38 @@ def test_an_infinite_tenant_weight_is_refused_at_its_line(tmp_path, capsys):
     err = usage_error(["simulate", "--jobs", tmp_path / "j.yaml", "--cluster", CLUSTER, "--tenants", tmp_path / "t.yaml",
                        "--policy", "fifo", "--out", tmp_path / "out"], capsys)
     assert "t.yaml:2:" in err and "weight" in err
+
+
+@pytest.mark.parametrize("value, needle", [
+    ("-1", "--wait-cap must be at least 0, not -1"), ("nan", "--wait-cap must be at least 0, not nan"),
+    ("-inf", "--wait-cap must be at least 0, not -inf"),
+    ("eight", "argument --wait-cap: eight is not a number: 8 bounds every deadline"),
+])
+def test_a_wait_bound_that_is_not_a_number_at_least_0_is_refused_naming_the_flag(tmp_path, capsys, value, needle):
+    (tmp_path / "j.yaml").write_text(f"- {{graph: {GRAPH}, tenant: a}}\n")
+    err = usage_error(["simulate", "--jobs", tmp_path / "j.yaml", "--cluster", CLUSTER, "--policy", "streammap",
+                       f"--wait-cap={value}", "--out", tmp_path / "out"], capsys)
+    assert needle in err and "0 turns" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_infinite_wait_bound_bounds_nothing_as_0_does(tmp_path):
+    """``inf`` (and ``1e309``, which reads as inf) is a wait bound that never binds: the replay is
+    the one without the bound, not a table of NaN deadlines."""
+    rows = {}
+    for value in ("0", "inf", "1e309"):
+        folder = tmp_path / value
+        folder.mkdir()
+        assert replay_small_stream(folder, f"--wait-cap={value}") == 20
+        rows[value] = (folder / "sim" / "simulate-jobs.csv").read_text()
+    assert rows["inf"] == rows["1e309"] == rows["0"]
+
+
+@pytest.mark.parametrize("wait_cap", [-1.0, float("nan"), "8", None, True])
+def test_compare_refuses_a_wait_bound_that_is_not_a_number_at_least_0(tmp_path, wait_cap):
+    """The Python API's ``compare(wait_cap=)``: a StreamMapError with the hint, not a TypeError
+    from comparing a text with 0, nor a NaN bound that no deadline compares with."""
+    (tmp_path / "j.yaml").write_text(f"- {{graph: {GRAPH}, tenant: a}}\n")
+    with pytest.raises(StreamMapError, match="the wait bound must be a number at least 0") as info:
+        compare(load_jobs(tmp_path / "j.yaml"), CLUSTER, policies=["streammap"], wait_cap=wait_cap)
+    assert "0 turns it off" in info.value.format()

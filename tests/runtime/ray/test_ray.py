@@ -144,6 +144,30 @@ def test_unknown_nodes_refused_without_emulate_and_gpus_counted(cluster, tmp_pat
         run_plan(plan, backend="ray", progress=False)
 
 
+def test_a_task_whose_arguments_do_not_fit_its_kernel_is_refused_on_the_driver(cluster, tmp_path, capsys,
+                                                                              monkeypatch):
+    """``--backend ray`` refuses the local test's misfit plans with the local run's message (the plan
+    file, the task's line, the kernel's signature) and exit 2, before any actor starts and with
+    nothing written; each actor's own check used to surface as "cannot start the actor of ...",
+    with the run already begun."""
+    from streammap.cli import main
+    from streammap.runtime.ray import executor
+    from tests.helpers.cli import refused
+    from tests.runtime.test_runtime_local import misfit_plans
+    actor_class, started = executor._actor_class, []
+    monkeypatch.setattr(executor, "_actor_class", lambda ray: started.append(ray) or actor_class(ray))
+    for path, needles in misfit_plans(tmp_path):
+        err = refused(["run", path, "--no-progress", "--no-history", "--backend", "ray", "--address", cluster.address,
+                       "-o", tmp_path / "o.npz"], capsys, *needles)
+        assert "cannot start the actor" not in err
+        assert not (tmp_path / "o.npz").exists() and not (tmp_path / "o.run.json").exists()
+    assert started == []
+    # the same plan, its arguments fitting, runs on the cluster (the refusal was the arguments')
+    assert main(["run", str(tmp_path / "plan.yaml"), "--no-progress", "--no-history", "--backend", "ray",
+                 "--address", cluster.address, "-o", str(tmp_path / "o.npz")]) == 0
+    assert started and (tmp_path / "o.npz").exists()
+
+
 def test_discover_ray_names_nodes_by_label(cluster, tmp_path):
     from streammap.cluster.discover import write_cluster
     from streammap.cluster.model import load_cluster
