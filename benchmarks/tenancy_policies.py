@@ -68,6 +68,7 @@ from streammap.tenancy.admission import (  # noqa: E402
     SLACK,
     SLOWDOWN,
     TAIL,
+    TAIL_EXCHANGE,
     TAIL_WAIT,
     WAIT_CAP,
     Job,
@@ -111,7 +112,7 @@ def arrival_rate(load: float, graphs, shares, estimator: Estimator, seed: int) -
 def run_setting(gpus: int, jobs: int, mix: str, seed: int, load: float, sigmas, policies, slack, slowdown,
                 estimators: dict, floor: float = FLOOR, tail: float = TAIL,
                 tail_wait: float = TAIL_WAIT, shared: float = 0.0, order: str | tuple = ORDER,
-                wait_cap: float = WAIT_CAP) -> list[dict]:
+                wait_cap: float = WAIT_CAP, tail_exchange: bool = TAIL_EXCHANGE) -> list[dict]:
     """One (cluster, tenants, seed, load): every policy at every sigma, on the same arrivals.
 
     ``order`` is the streammap policy's order, or several (a tuple): streammap then runs once per
@@ -138,7 +139,7 @@ def run_setting(gpus: int, jobs: int, mix: str, seed: int, load: float, sigmas, 
                     into[p] = simulate([_copy(j) for j in admitted], cluster, tenants, policy=p,
                                        estimate_error=sigma, seed=seed, slack=slack, slowdown=slowdown, floor=floor,
                                        tail=tail, tail_wait=tail_wait, joint=joint, order=o,
-                                       wait_cap=wait_cap)
+                                       wait_cap=wait_cap, tail_exchange=tail_exchange)
         for o in orders[1:]:                      # the other policies ran once: every order's row has them
             res[o] = {**res[orders[0]], **res[o]}
             whole[o] = {**whole[orders[0]], **whole[o]}
@@ -336,6 +337,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tail-wait", type=float, default=TAIL_WAIT, help="the tail deadline's multiple of the mean wait")
     ap.add_argument("--wait-cap", type=float, default=WAIT_CAP,
                     help="the streammap policy's wait bound outside overload, a multiple of the mean wait (0: off)")
+    ap.add_argument("--tail-exchange", choices=["on", "off"], default="on" if TAIL_EXCHANGE else "off",
+                    help="the streammap policy's tail exchange (a start given to a job of the longest kind goes to "
+                         "the oldest job of its tenant and shape still within its tail allowance; an option, default off)")
     ap.add_argument("--order", default=ORDER,
                     help=f"the streammap policy's order, or several comma-separated, each run on the same arrivals "
                          f"and scored against the same FIFO run: {', '.join(ORDERS)} (default {ORDER}; themis: "
@@ -362,11 +366,13 @@ def main(argv=None) -> int:
                 for load in _floats(args.loads):
                     rows += run_setting(gpus, args.jobs or 10 * gpus, mix, seed, load, _floats(args.sigmas),
                                         policies, args.slack, args.slowdown, estimators, args.floor, args.tail,
-                                        args.tail_wait, args.shared, orders, args.wait_cap)
+                                        args.tail_wait, args.shared, orders, args.wait_cap,
+                                        args.tail_exchange == "on")
                     out.print(f"... {gpus} GPUs, {mix}, seed {seed}, load {load}: done "
                               f"({time.perf_counter() - t0:.0f} s)", markup=False)
     out.print(f"slowdown deadline {args.slowdown:g}, placement slack {args.slack:g}, fair-share floor {args.floor:g}, "
               f"tail deadline {args.tail:g} (+ {args.tail_wait:g} x mean wait), wait bound {args.wait_cap:g} x mean wait, "
+              f"tail exchange {args.tail_exchange}, "
               f"order {', '.join(orders)}", markup=False)
     out.print(sweep_table(rows))
     if args.shared > 0:

@@ -56,7 +56,16 @@ Policies
     far more (README). Also outside overload, every job's deadline is at the latest ``arrival +
     WAIT_CAP x w`` (the **wait bound**, :data:`WAIT_CAP`): estimate-free, so a job is not left
     waiting four times an estimate that was high while the cluster keeps up (on the benchmark the
-    759-1,006-s jobs' mean wait fell 10-18% and the average with it; the README measures it). The ``themis`` order (``order="themis"``, :data:`ORDERS`) replaces that
+    759-1,006-s jobs' mean wait fell 10-18% and the average with it; the README measures it). An
+    option, the **tail exchange** (:data:`TAIL_EXCHANGE`, off by default): a start the pass gives to a job at least as long
+    as the tail bound goes to the oldest queued job of its tenant, priority and shape still within its
+    tail allowance (:meth:`Scheduler._exchange_for`): under overload the long jobs keep their
+    slowdown deadlines, so the start a long job gets comes after hours of waiting and the 95th
+    percentile of completion times was theirs; the same start given to an identical job that has
+    waited little ends that one inside the tail, and moves no other job (identical jobs are
+    interchangeable to the plan, and the two swap places in the order, so long jobs start as often
+    as before). Moore and Hodgson's rule for the fewest late jobs [7]_ (docs/measurements.md, "This
+    round: the tail exchange"). The ``themis`` order (``order="themis"``, :data:`ORDERS`) replaces that
     switch by a bound on **finish-time fairness** (after Themis [4]_): a job's
     ``rho = (wait so far + expected remaining wait + run) / alone``, ``alone`` its run on its
     tenant's weighted share of the cluster (:meth:`Scheduler._alone`), the expected remaining
@@ -163,6 +172,8 @@ References
    estimates in scheduling the IBM SP2 with backfilling", IEEE TPDS 12(6), 2001.
 .. [6] P. Brinch Hansen, "Short-term scheduling in multiprogramming systems", SOSP 1971 (highest
    response ratio next).
+.. [7] J. M. Moore, "An n job, one machine sequencing algorithm for minimizing the number of late
+   jobs", Management Science 15(1), 1968 (with T. J. Hodgson's algorithm).
 """
 
 from __future__ import annotations
@@ -246,6 +257,18 @@ TAIL_WAIT = 2.0
 #: target met, none lost; 4x and 16x measured close, README "This round: a wait bound"). Not under
 #: overload, where a bound for every job (16x) cost 0.03-0.13x of the average. 0 (or inf) turns it off.
 WAIT_CAP = 8.0
+#: The tail exchange: a start that a pass gives a *tail job* (its estimate at least the tail bound,
+#: the 95th percentile of recent estimates: the jobs that make the p95 of completion times) goes to
+#: the oldest queued job of its tenant, priority and shape that can still start within its tail
+#: allowance ``max(0, q95 - duration) + TAIL_WAIT x w`` of its arrival, when that is another job
+#: (see :meth:`Scheduler._exchange_for`). Jobs of one shape are the same job to the policy, so the
+#: exchange leaves the plan, and the sum of completion times, as they were; it changes which of them
+#: end late: under overload every long job waits for its slowdown deadline, and the p95 is theirs.
+#: The two jobs swap places in the order, so long jobs start as often as without the exchange. An
+#: option, off by default: its first form (without the swap of places) met eight more p95 targets on
+#: the tuning grid but cost utilisation there and averages held out; this form was measured on the
+#: tuning grid only (docs/measurements.md, "This round: the tail exchange").
+TAIL_EXCHANGE = False
 #: Time constant (seconds) of the memory of attained service: among tenants below the floor, the
 #: one that held least of its fair share under contention, decayed by exp(-age / MEMORY), goes first.
 MEMORY = 3600.0
@@ -497,6 +520,8 @@ class Scheduler:
     wait_cap : float
         The wait bound of the ``streammap`` policy's deadlines outside overload, a multiple of the
         mean wait of recent starts (see :data:`WAIT_CAP`; 0 turns it off).
+    tail_exchange : bool
+        The tail exchange of the ``streammap`` policy (see :data:`TAIL_EXCHANGE`; off by default).
     promises : int, optional
         How many long jobs past the reservation depth may hold a promise of their fastest model at
         a time (see the module docstring); by default :func:`promise_limit` of the cluster's GPUs.
@@ -513,7 +538,8 @@ class Scheduler:
     def __init__(self, cluster, tenants: Tenants, policy: str = "streammap", backfill: bool = True,
                  depth: int | None = None, slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR,
                  tail: float = TAIL, tail_wait: float = TAIL_WAIT, joint: bool = True,
-                 promises: int | None = None, order: str = ORDER, wait_cap: float = WAIT_CAP):
+                 promises: int | None = None, order: str = ORDER, wait_cap: float = WAIT_CAP,
+                 tail_exchange: bool = TAIL_EXCHANGE):
         if policy not in POLICIES:
             raise StreamMapError(f"unknown policy {policy!r}", hint=f"policies: {', '.join(POLICIES)}")
         if order not in ORDERS:
@@ -550,6 +576,7 @@ class Scheduler:
                                  hint="0 turns it off; 8 bounds a wait by 8x the mean wait of recent starts")
         # inf bounds nothing, as 0 does (and inf x a mean wait of 0 would be NaN)
         self.wait_cap = float(wait_cap) if math.isfinite(wait_cap) else 0.0
+        self.tail_exchange = bool(tail_exchange)
         if not 0 <= floor <= 1:
             raise StreamMapError(f"the fair-share floor must be between 0 and 1, not {floor}",
                                  hint="1: a tenant below its fair share always goes first; 0: one order for all")
@@ -599,6 +626,8 @@ class Scheduler:
         self._shape_options: list[tuple] = []
         self._shape_of: dict[str, int] = {}
         self._shapes: dict[int, int] = {}
+        # The tail exchange: per (tenant, shape), the queued jobs as (arrival, seq, id), in arrival order.
+        self._twins: dict[tuple, list] = {}
         # Shapes with no room (free devices; for a fraction, open ones too), as of the versions in [0]:
         # past the depth a pass asks this of hundreds of jobs, and room moves only with a start or a finish.
         self._roomless: tuple[tuple, dict[int, bool]] = ((-1, -1), {})
@@ -783,6 +812,7 @@ class Scheduler:
             self._shape_options.append(job.demand.options)
         self._shape_of[job.id] = sid
         self._shapes[sid] = self._shapes.get(sid, 0) + 1
+        bisect.insort(self._twins.setdefault((job.tenant, sid), []), (job.arrival, job.seq, job.id))
         self._shapes_moved += 1
         self._join_queue(job, sid)
         bisect.insort(self._fifo, ((job.arrival, job.seq), job.id))
@@ -797,6 +827,8 @@ class Scheduler:
         if job.demand.whole is not None:
             self._fractions_queued -= 1
         sid = self._shape_of.pop(job.id)
+        twins = self._twins[(job.tenant, sid)]
+        twins.pop(bisect.bisect_left(twins, (job.arrival, job.seq, job.id)))
         left = self._shapes[sid] - 1
         if left:
             self._shapes[sid] = left
@@ -1016,6 +1048,8 @@ class Scheduler:
                 self._pass_over(lane, heap, budget, fair, last, at, plan)
                 continue
             if smart:
+                if self.tail_exchange:
+                    job = self._exchange_for(job, now, plan) or job
                 s, p = self._place_smart(job, now, plan)
                 preempted += p
             else:
@@ -1030,6 +1064,49 @@ class Scheduler:
         if smart:     # what each tenant holds until the next pass
             self._last_pass = self._last_pass[:2] + ({t: u.gpus for t, u in self.usage.items()},)
         return starts, preempted
+
+    def _exchange_for(self, job: Job, now: float, plan: "_Plan") -> Job | None:
+        """The tail exchange (:data:`TAIL_EXCHANGE`): the job that takes ``job``'s place in this pass,
+        or None for ``job`` itself.
+
+        Only when ``job`` is a tail job (estimate at least the tail bound) about to start now: then
+        the start goes to the oldest queued job of its tenant, priority and shape whose wait is still
+        within its tail allowance ``max(0, q95 - duration) + TAIL_WAIT x w`` (``w`` the mean wait of
+        recent starts now), if that is another job not yet looked at in this pass, and the two jobs
+        **swap places** in the order (each takes the other's deadline): ``job`` waits where the other
+        waited. Of jobs with equal lengths and equal due dates after arrival, serving the oldest that
+        can still be on time and leaving those past it for later is Moore and Hodgson's rule for the
+        fewest late jobs [7]_, and jobs of one shape are interchangeable to the plan (same options,
+        same estimates): the exchange moves no reservation and no other job, and long jobs start
+        exactly as often as before. (Without the swap of places, ``job`` kept its deadline, due
+        already, was first again at the next pass and gave that start away too: long jobs started
+        more often under overload, and the average paid; docs/measurements.md.) Only in the
+        ``deadline`` order, without quotas, preemption or a fraction of a GPU, and never for a
+        promised job (:meth:`_keep_promises` plans those)."""
+        if (self._tail_bound is None or self.order != "deadline" or not self._no_quotas or self.tenants.preemption
+                or job.demand.whole is not None or job.id in self._promises):
+            return None
+        duration = job.demand.best.duration
+        if duration < self._tail_bound:
+            return None
+        twins = self._twins[(job.tenant, self._shape_of[job.id])]
+        allowance = max(0.0, self._tail_bound - duration) + self.tail_wait * self._typical_wait()
+        i = bisect.bisect_left(twins, (now - allowance,))     # the oldest still within its allowance
+        if i >= len(twins) or twins[i][2] == job.id:
+            return None
+        twin = self.jobs[twins[i][2]]
+        if twin.priority != job.priority or twin.id in self._promises or self._key(twin) <= self._key(job):
+            return None                          # (a key before job's: looked at already in this pass)
+        allowed = list(job.demand.options)
+        best, at = plan.placement(allowed, promised=plan.depth_left > 0 or self._may_promise(job, allowed))
+        if at != now or best.model in plan.blocked:
+            return None                          # job does not start now: it keeps its own place
+        # The two swap places: the pass has looked at job's entry, and twin's (after it) is not looked at.
+        job_shape, twin_shape = self._leave_queue(job), self._leave_queue(twin)
+        self._deadline[job.id], self._deadline[twin.id] = self._deadline[twin.id], self._deadline[job.id]
+        self._join_queue(job, job_shape)
+        self._join_queue(twin, twin_shape)
+        return twin
 
     def _returns_unchanged(self, sid: int, plan: "_Plan") -> bool:
         """Whether :meth:`_place_smart` would return a job of shape ``sid`` at once, changing

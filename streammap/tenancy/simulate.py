@@ -67,6 +67,7 @@ from streammap.tenancy.admission import (
     SLACK,
     SLOWDOWN,
     TAIL,
+    TAIL_EXCHANGE,
     TAIL_WAIT,
     WAIT_CAP,
     Job,
@@ -204,7 +205,7 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
              estimate_error: float = 0.0, seed: int = 0, backfill: bool = True, depth: int | None = None,
              slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR, tail: float = TAIL,
              tail_wait: float = TAIL_WAIT, joint: bool = True, order: str = ORDER,
-             wait_cap: float = WAIT_CAP) -> SimResult:
+             wait_cap: float = WAIT_CAP, tail_exchange: bool = TAIL_EXCHANGE) -> SimResult:
     """Replay ``jobs`` (admission jobs with demands) under ``policy``; see the module docstring.
 
     Parameters
@@ -218,19 +219,20 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
         ``fifo``, ``drf`` or ``streammap``.
     estimate_error : float
         Sigma of the log-normal factor between a job's real and estimated duration (0: exact).
-    backfill, depth, slack, slowdown, floor, tail, tail_wait, order, wait_cap : bool, int, float, float, float, float, float, str, float
+    backfill, depth, slack, slowdown, floor, tail, tail_wait, order, wait_cap, tail_exchange : bool, int, float, float, float, float, float, str, float, bool
         Conservative backfill, its reservation depth (default: the cluster's, see
         :func:`~.admission.reservation_depth`), the placement slack, the slowdown deadline,
         the fair-share floor, the tail deadline, the order (one of :data:`~.admission.ORDERS`:
         ``deadline``, ``themis``, or their response-ratio forms ``hrrn`` and ``hrrn-themis``), the
-        wait bound outside overload (``streammap`` policy; see :class:`~.admission.Scheduler`).
+        wait bound outside overload, the tail exchange (``streammap`` policy; see
+        :class:`~.admission.Scheduler`).
     joint : bool
         Joint placement of fractional jobs (:mod:`.packing`); off, each runs on a whole device.
     """
     t0 = time.perf_counter()
     sched = Scheduler(cluster, tenants, policy=policy, backfill=backfill, depth=depth, slack=slack,
                       slowdown=slowdown, floor=floor, tail=tail, tail_wait=tail_wait, joint=joint,
-                      order=order, wait_cap=wait_cap)
+                      order=order, wait_cap=wait_cap, tail_exchange=tail_exchange)
     rng = np.random.default_rng(seed)
     factor = {j.id: (float(np.exp(rng.normal(0.0, estimate_error) - estimate_error ** 2 / 2))
                      if estimate_error > 0 else 1.0) for j in jobs}
@@ -322,7 +324,7 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
 def compare(specs: list[JobSpec], cluster, tenants=None, policies=POLICIES, mapper: str = "heft",
             estimate_error: float = 0.0, seed: int = 0, slack: float = SLACK,
             slowdown: float = SLOWDOWN, floor: float = FLOOR, order: str = ORDER,
-            wait_cap: float = WAIT_CAP) -> list[SimResult]:
+            wait_cap: float = WAIT_CAP, tail_exchange: bool = TAIL_EXCHANGE) -> list[SimResult]:
     """Replay the same job stream under each policy (the Python API of ``streammap simulate``).
 
     ``tenants`` is a :class:`Tenants`, a dict, a tenants file, or ``None`` (the jobs' tenants,
@@ -335,7 +337,8 @@ def compare(specs: list[JobSpec], cluster, tenants=None, policies=POLICIES, mapp
         raise StreamMapError(f"jobs name tenant(s) not in the tenants file: {', '.join(unknown)}", path=ten.path)
     jobs = prepare_jobs(specs, Estimator(clus, mapper=mapper))
     return [simulate([_copy(j) for j in jobs], clus, ten, policy=p, estimate_error=estimate_error, seed=seed,
-                     slack=slack, slowdown=slowdown, floor=floor, order=order, wait_cap=wait_cap) for p in policies]
+                     slack=slack, slowdown=slowdown, floor=floor, order=order, wait_cap=wait_cap,
+                     tail_exchange=tail_exchange) for p in policies]
 
 
 def _copy(job: Job) -> Job:

@@ -36,3 +36,19 @@ def tail_scene(s, more=()):
         s.submit(extra)
     s.submit(job("long", 10002.0, 500.0))
     return s
+
+
+def waited_scene(s, at, busy):
+    """On the scheduler ``s`` of four GPUs: 100 jobs ran one at a time, each after a 10-s wait (the
+    mean wait learnt), every fifth of them 2,000 s long (so the 95th percentile of estimates, the
+    tail bound, is 2,000 s); at ``at`` three GPUs are held for days and a job of ``busy`` seconds
+    ("busy") runs on the fourth. Returns ``s``."""
+    for i in range(100):
+        s.submit(job(f"m{i}", 3000.0 * i, 2000.0 if i % 5 == 0 else 50.0))
+        s.schedule(3000.0 * i + 10.0)
+        s.finish(f"m{i}")
+    for i in range(3):
+        s.submit(job(f"hold{i}", at, 1e6))
+    s.submit(job("busy", at, busy))
+    s.schedule(at)
+    return s

@@ -48,6 +48,23 @@ def pinned_stream(count: int = 300, seed: int = 18) -> list[Job]:
     return jobs
 
 
+def twin_stream(count: int = 300, seed: int = 18) -> list[Job]:
+    """A seeded stream of six job kinds (gang width and duration, as the benchmark's workflows: every
+    job of a kind has the same options), a tenth of them 2-GPU jobs of 6,000 s, offering far more than
+    the cluster's capacity: the jobs the tail exchange (``admission.TAIL_EXCHANGE``) acts on."""
+    rng = np.random.default_rng(seed)
+    tenants = rng.choice(["a", "b", "c", "d"], size=count, p=[0.4, 0.3, 0.2, 0.1])
+    kinds = [(8, 10.0), (8, 400.0), (4, 760.0), (8, 1000.0), (2, 6000.0), (1, 200.0)]
+    kind = rng.choice(len(kinds), size=count, p=[0.2, 0.2, 0.15, 0.15, 0.1, 0.2])
+    arrival = np.cumsum(rng.exponential(30.0, size=count))
+    jobs = []
+    for i in range(count):
+        k, d = kinds[kind[i]]
+        demand = Demand(k, (Option("A100", k, d, 1e9), Option("V100", k, 2 * d, 1e9)))
+        jobs.append(Job(f"j{i}", str(tenants[i]), float(arrival[i]), demand))
+    return jobs
+
+
 def decisions_digest(result) -> str:
     """A hash of every job's (id, first start, finish, model), times rounded to microseconds."""
     rows = sorted((j.id, round(j.start, 6), round(j.finish, 6), j.model, j.preemptions) for j in result.jobs)
@@ -98,3 +115,21 @@ def test_without_the_wait_bound_the_streammap_policy_decides_as_before_it(policy
     result = simulate(pinned_stream(), two_model_cluster(), tenants, policy=policy, estimate_error=sigma, seed=3,
                       wait_cap=0)
     assert (decisions_digest(result), promises_digest(result)) == PINNED_WITHOUT_WAIT_BOUND[(policy, sigma, preemption)]
+
+
+#: sigma -> the streammap digests of :func:`twin_stream` with the tail exchange (``tail_exchange=True``,
+#: an option) and without it (the default). :func:`pinned_stream` has no two jobs of
+#: one shape, so the exchange never acts there and its digests above hold either way.
+PINNED_TWINS = {
+    0.0: (("eaf007d75b6d5f62", "759dc6c4f3412bca"), ("4184c2f3068b8b9f", "7101cceb1a0e0349")),
+    0.5: (("5e4585418db29486", "fac2b933ba991743"), ("28647e97dc9aff22", "735464617f4057ff")),
+}
+
+
+@pytest.mark.parametrize("sigma", sorted(PINNED_TWINS))
+@pytest.mark.parametrize("exchange", [True, False])
+def test_jobs_of_one_shape_are_exchanged_as_pinned(sigma, exchange):
+    tenants = tenants_from_dict({**TENANTS, "preemption": False})
+    result = simulate(twin_stream(), two_model_cluster(), tenants, estimate_error=sigma, seed=3,
+                      tail_exchange=exchange)
+    assert (decisions_digest(result), promises_digest(result)) == PINNED_TWINS[sigma][0 if exchange else 1]

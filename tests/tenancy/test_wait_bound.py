@@ -8,7 +8,7 @@ from streammap.errors import StreamMapError
 from streammap.tenancy.admission import WAIT_CAP, Job, Scheduler
 from streammap.tenancy.estimate import Demand, Option
 from streammap.tenancy.tenants import tenants_from_dict
-from tests.helpers.admission import job, one_model_cluster
+from tests.helpers.admission import job, one_model_cluster, waited_scene
 from tests.helpers.cli import refused, replay_small_stream
 from tests.helpers.paths import needs_shared
 
@@ -26,15 +26,7 @@ def first_of_two(wait_cap=WAIT_CAP, overload=False):
     At T three GPUs are held for days and a 10-s job runs on the fourth; a 400-s job ("high")
     arrives at T + 1 and a 20-s job ("short") at T + 3; with ``overload``, three 2-GPU jobs of
     lower priority queue first (6 GPUs asked of 4). Which of the two starts when the GPU frees?"""
-    s = Scheduler(one_model_cluster(4), tenants_from_dict(["a"]), wait_cap=wait_cap)
-    for i in range(100):
-        s.submit(job(f"m{i}", 3000.0 * i, 2000.0 if i % 5 == 0 else 50.0))
-        s.schedule(3000.0 * i + 10.0)
-        s.finish(f"m{i}")
-    for i in range(3):
-        s.submit(job(f"hold{i}", T, 1e6))
-    s.submit(job("busy", T, 10.0))
-    s.schedule(T)
+    s = waited_scene(Scheduler(one_model_cluster(4), tenants_from_dict(["a"]), wait_cap=wait_cap), T, 10.0)
     if overload:
         for i in range(3):
             s.submit(job(f"filler{i}", T + 0.5, 100.0, gpus=2))
