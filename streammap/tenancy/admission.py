@@ -266,8 +266,9 @@ WAIT_CAP = 8.0
 #: end late: under overload every long job waits for its slowdown deadline, and the p95 is theirs.
 #: The two jobs swap places in the order, so long jobs start as often as without the exchange. An
 #: option, off by default: its first form (without the swap of places) met eight more p95 targets on
-#: the tuning grid but cost utilisation there and averages held out; this form was measured on the
-#: tuning grid only (docs/measurements.md, "This round: the tail exchange").
+#: the tuning grid but cost utilisation there and averages held out; this form met five more on the
+#: tuning grid and one more held out, but lost three sigma-1 tails held out, where two jobs of one
+#: shape run for very different times (docs/measurements.md, "This round: the tail exchange").
 TAIL_EXCHANGE = False
 #: Time constant (seconds) of the memory of attained service: among tenants below the floor, the
 #: one that held least of its fair share under contention, decayed by exp(-age / MEMORY), goes first.
