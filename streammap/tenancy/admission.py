@@ -627,7 +627,8 @@ class Scheduler:
         self._shape_options: list[tuple] = []
         self._shape_of: dict[str, int] = {}
         self._shapes: dict[int, int] = {}
-        # The tail exchange: per (tenant, shape), the queued jobs as (arrival, seq, id), in arrival order.
+        # The tail exchange: per (tenant, shape), the queued jobs as (arrival, seq, id), in arrival order
+        # (kept only with the exchange on: no other decision reads it).
         self._twins: dict[tuple, list] = {}
         # Shapes with no room (free devices; for a fraction, open ones too), as of the versions in [0]:
         # past the depth a pass asks this of hundreds of jobs, and room moves only with a start or a finish.
@@ -813,7 +814,8 @@ class Scheduler:
             self._shape_options.append(job.demand.options)
         self._shape_of[job.id] = sid
         self._shapes[sid] = self._shapes.get(sid, 0) + 1
-        bisect.insort(self._twins.setdefault((job.tenant, sid), []), (job.arrival, job.seq, job.id))
+        if self.tail_exchange:                          # its only reader is the exchange
+            bisect.insort(self._twins.setdefault((job.tenant, sid), []), (job.arrival, job.seq, job.id))
         self._shapes_moved += 1
         self._join_queue(job, sid)
         bisect.insort(self._fifo, ((job.arrival, job.seq), job.id))
@@ -828,8 +830,9 @@ class Scheduler:
         if job.demand.whole is not None:
             self._fractions_queued -= 1
         sid = self._shape_of.pop(job.id)
-        twins = self._twins[(job.tenant, sid)]
-        twins.pop(bisect.bisect_left(twins, (job.arrival, job.seq, job.id)))
+        if self.tail_exchange:
+            twins = self._twins[(job.tenant, sid)]
+            twins.pop(bisect.bisect_left(twins, (job.arrival, job.seq, job.id)))
         left = self._shapes[sid] - 1
         if left:
             self._shapes[sid] = left
