@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import types
 from types import SimpleNamespace
 
@@ -88,12 +87,8 @@ def test_ray_connects_or_fails_with_a_fix():
 
 def test_network_is_measured_and_compared_with_the_cluster_file(monkeypatch):
     cluster = load_cluster_dict({"bandwidth": "25 GB/s", "latency": "5us"})
-
-    def slow_link(ray, a, b):          # 1 MiB takes 10 ms: ~0.1 GB/s
-        return (lambda: time.sleep(0.0002)), (lambda n: time.sleep(0.01 * n / (1 << 20)))
-    c = doctor.check_network("head:6379", cluster, FakeRay(2), nbytes=1 << 20, link=slow_link)
-    assert c.status == "warn" and "cluster file: 25.00 GB/s" in c.detail
-    # measure_link on a clock that moves only when the link works: a 2 ms round trip, 10 ms per MiB.
+    # A clock that moves only when the link works (no sleeps, so no load on the machine can change
+    # what is measured): a 2 ms round trip, 10 ms per MiB (~0.1 GB/s).
     clock = [0.0]
     monkeypatch.setattr(doctor, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
 
@@ -102,6 +97,11 @@ def test_network_is_measured_and_compared_with_the_cluster_file(monkeypatch):
 
     def send(n):
         clock[0] += 0.01 * n / (1 << 20)
+
+    def slow_link(ray, a, b):
+        return ping, send
+    c = doctor.check_network("head:6379", cluster, FakeRay(2), nbytes=1 << 20, link=slow_link)
+    assert c.status == "warn" and "cluster file: 25.00 GB/s" in c.detail
     latency, bandwidth = doctor.measure_link(ping, send, 1 << 20, 2)
     assert latency == pytest.approx(0.001) and bandwidth == pytest.approx((1 << 20) / 0.01)
     assert doctor.check_network(None).status == "skip"
