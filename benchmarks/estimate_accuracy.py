@@ -390,15 +390,19 @@ def main(argv=None) -> int:
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+def one_blas_thread_wanted() -> bool:
+    """Whether timings here should run with one BLAS thread: the machine is more loaded than it
+    has cores and no BLAS thread count is set (module docstring)."""
+    return not any(v in os.environ for v in BLAS_THREAD_VARS) and os.getloadavg()[0] >= (os.cpu_count() or 1)
+
+
 def one_blas_thread_when_loaded(argv: list[str]) -> None:
-    """Start this script again with one BLAS thread when ``--first-estimate`` runs on a machine
-    more loaded than it has cores and no BLAS thread count is set (module docstring); else return.
+    """Start this script again with one BLAS thread when ``--first-estimate`` runs where
+    :func:`one_blas_thread_wanted`; else return.
 
     The variables must be set before NumPy loads its BLAS, hence a fresh process.
     """
-    if "--first-estimate" not in argv or any(v in os.environ for v in BLAS_THREAD_VARS):
-        return
-    if os.getloadavg()[0] < (os.cpu_count() or 1):
+    if "--first-estimate" not in argv or not one_blas_thread_wanted():
         return
     os.environ.update(dict.fromkeys(BLAS_THREAD_VARS, "1"))
     os.execv(sys.executable, [sys.executable, __file__, *argv])

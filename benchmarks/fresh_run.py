@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from estimate_accuracy import BLAS_THREAD_VARS, SAMPLES, contention_line
+from estimate_accuracy import BLAS_THREAD_VARS, SAMPLES, contention_line, one_blas_thread_wanted
 
 from streammap.runrecord import read_run_record
 
@@ -70,8 +70,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="streammap-fresh-") as tmp:
         tmp = Path(tmp)
         env = {**os.environ, "STREAMMAP_HISTORY": str(tmp / "history")}
-        loaded = os.getloadavg()[0] >= (os.cpu_count() or 1)
-        if loaded and not any(v in os.environ for v in BLAS_THREAD_VARS):
+        if one_blas_thread_wanted():
             env.update(dict.fromkeys(BLAS_THREAD_VARS, "1"))
         cluster = tmp / "cluster.yaml"
         subprocess.run([str(builds["this"]), "discover", "-o", str(cluster)], env=env, check=True,
