@@ -75,6 +75,7 @@ from streammap.io.columnar import decode_strings, encode_strings, read_columns, 
 from streammap.io.files import atomic_write_text, check_output_path
 from streammap.io.yamlfile import dump_mapping_yaml, dump_yaml, field_name, load_yaml, validation_error
 from streammap.ir import MAX_RETRIES, MAX_SPEC_DEPTH, MAX_TIMEOUT, spec_problem, spec_refs
+from streammap.units import MAX_QUANTITY
 
 PLAN_VERSION = 1
 
@@ -190,7 +191,7 @@ class PlanTask(_Strict):
     # GPU sharing (streammap.placement.sharing): the fraction of its device the task needs, and, under
     # memory oversubscription, the bytes its output is expected to take (spilling reserves them).
     share: float = Field(default=1.0, gt=0, le=1)
-    out: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
+    out: Optional[float] = Field(default=None, ge=0, le=MAX_QUANTITY, allow_inf_nan=False)
     # A call of a stateful kernel: all calls of one kernel must run on one device (streammap.placement.colocate).
     stateful: bool = False
     args: list[Any] = Field(default_factory=list)     # a factory: pydantic deep-copies a literal default per task
@@ -712,7 +713,7 @@ def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], pa
             table = names + [None]           # code -1 picks None
             optional[key] = [table[c] for c in codes(key, len(names), none_ok=True).tolist()]
     checks = {"retries": lambda c: (c >= 0) & (c <= MAX_RETRIES), "timeout": lambda c: np.isnan(c) | ((c > 0) & (c <= MAX_TIMEOUT)),
-              "share": lambda c: (c > 0) & (c <= 1), "out": lambda c: np.isnan(c) | ((c >= 0) & (c < np.inf)),
+              "share": lambda c: (c > 0) & (c <= 1), "out": lambda c: np.isnan(c) | ((c >= 0) & (c <= MAX_QUANTITY)),
               "stateful": lambda c: np.ones(c.size, dtype=bool)}
     for key, ok in checks.items():
         if key in columns:
@@ -847,12 +848,11 @@ def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
         if not 0 < share <= 1:
             return None
         if out is not None:
-            if type(out) is not float_:
-                if type(out) is not int_:
-                    return None
-                out = float(out)
-            if not 0 <= out < inf:
+            if type(out) is not float_ and type(out) is not int_:
                 return None
+            if not 0 <= out <= MAX_QUANTITY:        # before float(): an int of 400 digits overflows it
+                return None
+            out = float(out)
         stateful = get("stateful", False)
         if type(stateful) is not bool:
             return None

@@ -90,7 +90,21 @@ def test_the_default_task_budget_is_sized_for_real_programs(workdir):
 
 def test_a_clause_too_large_for_a_float_is_refused(workdir, capsys):
     path = program(workdir, clause="flops=10**400")
-    refused(compile_args(path), capsys, "p.py:2:", "must be a finite number")
+    refused(compile_args(path), capsys, "p.py:2:", "must be finite and at most 1e+30")
+
+
+@pytest.mark.parametrize("clause, defines", [
+    ("mem=1e308*2", []), ("out=1e308", []), ("flops=1e31, out=8", []), ("bytes=A*B", ["-D", "A=1e200", "-D", "B=1e200"]),
+    ("mem=A*B", ["-D", "A=1e20", "-D", "B=1e20"]), ("out=A", ["-D", "A=1e300"])],
+    ids=["inf", "near-the-float-end", "just-past-the-bound", "defines-overflowing", "defines-past-the-bound",
+         "define-near-the-float-end"])
+def test_a_size_clause_past_the_quantity_bound_is_refused_at_its_clause(workdir, capsys, clause, defines):
+    """Sizes are at most MAX_QUANTITY (1e30), as a workflow's: finite numbers near 1e308 added up
+    past the float range in the estimates and the mappers (overflow warnings on the terminal, a
+    task "needing 9.31e+298 GiB")."""
+    path = program(workdir, clause=clause, head="# @stream param\nA = 1.0\n# @stream param\nB = 1.0\n")
+    err = refused(compile_args(path, *defines), capsys, "p.py:6:", "at most 1e+30")
+    assert "RuntimeWarning" not in err and not (workdir / "plan.yaml").exists()
 
 
 def test_a_huge_override_is_refused(workdir, capsys):
@@ -189,6 +203,31 @@ ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
 def test_hostile_cluster_files_are_refused(workdir, capsys, text, needle):
     (workdir / "cluster.yaml").write_text(text)
     refused(compile_args(FM), capsys, needle)
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    ("memory: 6MiB", "memory: .inf", "memory"), ("memory: 6MiB", "memory: 1.0e+400", "memory"),
+    ("memory: 6MiB", "memory: 1e400 GiB", "memory"), ("memory: 6MiB", "memory: 1.0e+31", "memory"),
+    ("flops: 10 TFLOP/s", "flops: 1.0e-320", "flops"), ("flops: 10 TFLOP/s", "flops: 1e-300 FLOP/s", "flops"),
+    ("mem_bandwidth: 500 GB/s", "mem_bandwidth: .inf", "mem_bandwidth"),
+    ("bandwidth: 50 GB/s", "bandwidth: 1e-310 B/s", "bandwidth"), ("latency: 5us", "latency: .inf", "latency"),
+    ("memory: 6MiB", "memory: 6MiB, speed: .inf", "speed"), ("memory: 6MiB", "memory: 6MiB, speed: 1.0e-320", "speed"),
+    ("memory: 6MiB", "memory: 6MiB, gemm_curve: [[.nan, 1 TFLOP/s]]", "gemm_curve"),
+    ("memory: 6MiB", "memory: 6MiB, gemm_curve: [[.inf, 1 TFLOP/s]]", "gemm_curve"),
+    ("name: tiny-gpus", "name: tiny-gpus\nmemory_oversubscription: .inf", "memory_oversubscription"),
+], ids=["memory-inf", "memory-1e400", "memory-1e400-GiB", "memory-past-the-bound", "flops-denormal", "flops-tiny",
+        "mem-bandwidth-inf", "link-denormal", "latency-inf", "speed-inf", "speed-denormal", "curve-nan", "curve-inf",
+        "oversubscription-inf"])
+def test_a_cluster_quantity_that_is_not_finite_or_past_the_bound_is_refused_at_its_line(workdir, capsys, old, new,
+                                                                                        needle):
+    """inf, a number past the float range and one past MAX_QUANTITY (1e30) read as an unlimited or
+    infinitely fast device (``2MiB of infPiB``), and a rate below 1/MAX_QUANTITY as one whose
+    times overflow: each is the cluster file's error at its line."""
+    text = (workdir / "cluster.yaml").read_text()
+    assert old in text
+    (workdir / "cluster.yaml").write_text(text.replace(old, new, 1))
+    refused(compile_args(program(workdir)), capsys, "cluster.yaml:", needle)
+    assert not (workdir / "plan.yaml").exists()
 
 
 
@@ -326,6 +365,7 @@ def test_a_plan_whose_cluster_spec_is_not_a_cluster_is_refused_by_every_reader(w
     (lambda d: d["tasks"][0].update(finish=float("inf")), "tasks[0].finish"),
     (lambda d: d["tasks"][0].update(start=1e400), "tasks[0].start"),
     (lambda d: d["tasks"][0].update(out=float("inf")), "tasks[0].out"),
+    (lambda d: d["tasks"][0].update(out=1e308), "tasks[0].out"),
     (lambda d: d["mapper"].update(estimated_makespan=float("inf")), "mapper.estimated_makespan"),
     (lambda d: d["mapper"].update(lower_bound=float("inf")), "mapper.lower_bound"),
 ])
@@ -570,6 +610,7 @@ def bounded(err: str) -> str:
     ("memory: 6MiB", f"memory: -{BIG}", "got -9.99e+299 (a 300-digit number)"),
     ("flops: 10 TFLOP/s", f"flops: -{BIG}", "got -9.99e+299 (a 300-digit number)"),
     ("memory: 6MiB", f"memory: {BIG}x", "... (303 characters) as a size"),
+    ("memory: 6MiB", f"memory: {BIG}", "a size must be finite and at most 1e+30, got 9.99e+299 (a 300-digit number)"),
 ])
 def test_a_cluster_file_value_of_300_digits_is_echoed_bounded(workdir, capsys, old, new, needle):
     (workdir / "bad.yaml").write_text((workdir / "cluster.yaml").read_text().replace(old, new, 1))
@@ -579,7 +620,7 @@ def test_a_cluster_file_value_of_300_digits_is_echoed_bounded(workdir, capsys, o
 
 @pytest.mark.parametrize("clause, define, needle", [
     ("flops=N", f"N=-{BIG}", "flops must be a non-negative number, got -9.99e+299 (a 300-digit number)"),
-    ("mem=N", f"N={BIG}", "needs 9.31e+290 GiB of device memory but"),
+    ("mem=N", f"N={BIG}", "mem must be finite and at most 1e+30, got 9.99e+299 (a 300-digit number)"),
 ])
 def test_a_define_of_300_digits_is_echoed_bounded(workdir, capsys, clause, define, needle):
     path = program(workdir, clause=clause, head="# @stream param\nN = 4\n")
