@@ -627,6 +627,14 @@ def test_a_define_of_300_digits_is_echoed_bounded(workdir, capsys, clause, defin
     bounded(refused(compile_args(path, "-D", define), capsys, "p.py:", needle))
 
 
+def test_a_pipeline_of_300_digits_of_items_is_echoed_bounded(workdir, capsys):
+    path = workdir / "pipe.py"
+    path.write_text("# @stream param\nN = 4\n\n# @stream kernel(flops=1)\ndef k(x):\n    return x\n\n"
+                    "# @stream pipeline(items=N)\ndef main(x):\n    return k(x)\n")
+    bounded(refused(compile_args(path, "-D", f"N={BIG}"), capsys, "pipe.py:8:",
+                    "items=9.99e+299 (a 300-digit number) is more than 1000000"))
+
+
 @pytest.mark.parametrize("old, new, needle", [
     ("streammap_plan: 1", f"streammap_plan: {BIG}", "plan version 9.99e+299 (a 300-digit number) is not supported"),
     ("params: {N: 4}", f"params: {{N: {BIG}}}", "-D N=VALUE (the plan's value: 9.99e+299 (a 300-digit number))"),
