@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, MAX_INT_BITS, Evaluator, Locator, Unavailable
 from streammap.directives.scan import Clause, Directive, Source, basename, scan
 from streammap.errors import DirectiveError, shown
-from streammap.ir import MAX_RETRIES, MAX_TIMEOUT
+from streammap.ir import MAX_RETRIES, MAX_TIMEOUT, MIN_SHARE
 from streammap.units import MAX_QUANTITY
 
 PARAM_TYPES = (int, float, str, bool, type(None))
@@ -734,8 +734,8 @@ def clause_problem(name: str, value) -> str | None:
         return None if value is None or (isinstance(value, int) and not isinstance(value, bool)) \
             else f"split must be an int axis, got {shown(value)}"
     if name == "share":
-        return None if number(value) and 0 < value <= 1 else \
-            f"share must be a number with 0 < share <= 1, got {shown(value)}"
+        return None if number(value) and MIN_SHARE <= value <= 1 else \
+            f"share must be a number with 0 < share <= 1, at least {MIN_SHARE:g}, got {shown(value)}"
     if name == "stateful":
         return None if isinstance(value, bool) else f"stateful must be True or False, got {shown(value)}"
     if name == "retries":

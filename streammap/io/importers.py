@@ -54,7 +54,7 @@ from streammap.errors import StreamMapError, shown
 from streammap.io.bulk import gc_paused
 from streammap.io.files import read_text_bounded
 from streammap.io.jsonfile import DuplicateKeyError, duplicate_key_error, loads_strict
-from streammap.ir import MAX_RETRIES, MAX_TIMEOUT, NODE_DEFAULTS, add_task, new_graph
+from streammap.ir import MAX_RETRIES, MAX_TIMEOUT, MIN_SHARE, NODE_DEFAULTS, add_task, new_graph
 from streammap.units import MAX_QUANTITY  # the largest seconds or bytes a workflow may give
 
 __all__ = ["load_graph", "graph_from_wfcommons", "graph_from_node_link"]
@@ -189,8 +189,8 @@ def _too_many(count: int, max_tasks: int, path):
 _ATTR_CHECKS = {
     "device": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string"),
     "split": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an int axis"),
-    "share": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1,
-              "a number in (0, 1]"),
+    "share": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and MIN_SHARE <= v <= 1,
+              f"a number from {MIN_SHARE:g} to 1"),
     "stateful": (lambda v: isinstance(v, bool), "true or false"),
     "retries": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_RETRIES,
                 f"an int in 0..{MAX_RETRIES}"),

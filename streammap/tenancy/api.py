@@ -57,6 +57,7 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from streammap.io.jsonfile import DuplicateKeyError, NotFiniteError, loads_strict
+from streammap.ir import MIN_SHARE
 from streammap.tenancy.check import CheckRefused
 from streammap.tenancy.store import nonfinite_param
 
@@ -110,7 +111,7 @@ class SubmitRequest(BaseModel):
     gpus: Optional[StrictInt] = Field(default=None, ge=1, le=1_000_000)
     # The fraction of one GPU the job needs (joint placement: it may share the GPU). Strict: a
     # number, not the text of one.
-    share: Optional[float] = Field(default=None, gt=0, le=1, strict=True)
+    share: Optional[float] = Field(default=None, ge=MIN_SHARE, le=1, strict=True)
 
 
 def _refuse_ambiguous_json(raw: bytes) -> None:

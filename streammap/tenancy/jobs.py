@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from streammap.errors import StreamMapError
 from streammap.io.files import atomic_write_text
 from streammap.io.yamlfile import load_yaml, validation_error
+from streammap.ir import MIN_SHARE
 
 
 class JobsError(StreamMapError):
@@ -58,7 +59,7 @@ class JobSpec(BaseModel):
     defines: dict[str, Any] = Field(default_factory=dict)
     priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     gpus: Optional[int] = Field(default=None, ge=1)
-    share: Optional[float] = Field(default=None, gt=0, le=1)
+    share: Optional[float] = Field(default=None, ge=MIN_SHARE, le=1)      # ir.MIN_SHARE, as a task's
     entry: Optional[str] = None
     _where: tuple = PrivateAttr(default=(None, None))      # (jobs file, line), for errors
 

@@ -205,6 +205,19 @@ def test_hostile_cluster_files_are_refused(workdir, capsys, text, needle):
     refused(compile_args(FM), capsys, needle)
 
 
+@pytest.mark.parametrize("share", ["1e-320", "5e-324", "1e-7"])
+def test_a_share_below_a_millionth_of_a_device_is_refused_at_its_clause_and_in_a_plan(workdir, capsys, compiled, share):
+    """share=1e-320 compiled, then every run failed with an OverflowError traceback: the executor
+    counts how many such tasks fit a device (1 / share). MIN_SHARE is a millionth."""
+    refused(compile_args(program(workdir, clause=f"flops=1, share={share}")), capsys, "p.py:2:", "share must be",
+            "at least 1e-06")
+    assert not (workdir / "plan.yaml").exists() or "share" not in (workdir / "plan.yaml").read_text()
+    compiled["tasks"][0]["share"] = float(share)
+    bad = write_plan_data(workdir, compiled)
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, "tasks[0].share")
+    assert not (workdir / "o.npz").exists()
+
+
 @pytest.mark.parametrize("old, new, needle", [
     ("memory: 6MiB", "memory: .inf", "memory"), ("memory: 6MiB", "memory: 1.0e+400", "memory"),
     ("memory: 6MiB", "memory: 1e400 GiB", "memory"), ("memory: 6MiB", "memory: 1.0e+31", "memory"),
@@ -455,6 +468,7 @@ def wfcommons(task):
 @pytest.mark.parametrize("data, needle", [
     (node_link(device=5), "device of task a must be a non-empty string"),
     (node_link(retries=-1), "retries of task a"),
+    (node_link(share=1e-320), "share of task a must be a number from 1e-06 to 1"),
     (node_link(timeout="abc"), "timeout of task a must be a number of seconds > 0"),
     (node_link(timeout=-5), "timeout of task a must be a number of seconds > 0"),
     (node_link(timeout=1e300), "timeout of task a must be a number of seconds > 0 and at most 31536000"),

@@ -64,3 +64,15 @@ def test_a_body_that_is_not_declared_json_is_a_415_before_it_is_read(strict):  #
     listing = request(strict.url, f"GET /jobs?all=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {VISION}\r\n\r\n"
                       .encode())
     assert len(json.loads(listing.partition(b"\r\n\r\n")[2])["jobs"]) == 2
+
+
+def test_a_submitted_share_below_a_millionth_is_a_field_error():
+    """As a kernel's share clause (ir.MIN_SHARE)."""
+    import pydantic
+    import pytest
+
+    from streammap.tenancy.api import SubmitRequest, explain
+    with pytest.raises(pydantic.ValidationError) as info:
+        SubmitRequest.model_validate_json(json.dumps({**BASE, "share": 1e-320}))
+    assert "field 'share': Input should be greater than or equal to 0.000001" in explain(info.value)
+    assert SubmitRequest.model_validate_json(json.dumps({**BASE, "share": 1e-6})).share == 1e-6
