@@ -443,9 +443,13 @@ def test_show_refuses_a_file_that_is_neither_a_plan_nor_a_record(workdir, capsys
 
 
 @pytest.mark.parametrize("field, value", [("finish", float("inf")), ("start", float("nan")),
-                                          ("finish", -1e300), ("estimated_finish", float("inf"))])
+                                          ("finish", -1e300), ("estimated_finish", float("inf")),
+                                          ("attempts", 10**19), ("attempts", 10**400)],
+                         ids=["finish-inf", "start-nan", "finish-negative", "estimated-finish-inf",
+                              "attempts-past-64-bits", "attempts-of-400-digits"])
 def test_a_run_record_with_impossible_task_times_is_refused_by_every_view(workdir, capsys, compiled, field, value):
-    """A record's finish of Infinity ended the Gantt chart in a ZeroDivisionError traceback."""
+    """A record's finish of Infinity ended the Gantt chart in a ZeroDivisionError traceback, and
+    attempts past 64 bits in an OverflowError one."""
     assert main(["run", "plan.yaml", "-o", "o.npz", "--emulate", "--no-progress", "--no-telemetry"]) == 0
     record = json.loads((workdir / "o.run.json").read_text())
     record["tasks"][0][field] = value
