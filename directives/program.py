@@ -712,7 +712,7 @@ def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed, what: st
 
 CLAUSE_HINT = (f"flops, bytes, mem and out are numbers from 0 to {MAX_QUANTITY:g}; device is a string (\"gpu\", "
                 "\"cpu\", \"any\", or a model/vendor); split is an int axis; share is a number in "
-                f"(0, 1]; stateful is a bool; retries is an int in 0..{MAX_RETRIES}; timeout is a number of seconds > 0 "
+                f"[{MIN_SHARE:g}, 1]; stateful is a bool; retries is an int in 0..{MAX_RETRIES}; timeout is a number of seconds > 0 "
                 f"and at most {MAX_TIMEOUT:.0f} (a year), or None")
 
 
@@ -735,7 +735,7 @@ def clause_problem(name: str, value) -> str | None:
             else f"split must be an int axis, got {shown(value)}"
     if name == "share":
         return None if number(value) and MIN_SHARE <= value <= 1 else \
-            f"share must be a number with 0 < share <= 1, at least {MIN_SHARE:g}, got {shown(value)}"
+            f"share must be a number with {MIN_SHARE:g} <= share <= 1, got {shown(value)}"
     if name == "stateful":
         return None if isinstance(value, bool) else f"stateful must be True or False, got {shown(value)}"
     if name == "retries":
