@@ -263,7 +263,7 @@ class GraphBuilder(Evaluator):
         if problem:
             raise clause.loc.error(clause.expr, problem)
         if value > MAX_UNROLL:
-            raise clause.loc.error(clause.expr, f"items={value} is more than {MAX_UNROLL}")
+            raise clause.loc.error(clause.expr, f"items={shown(value)} is more than {MAX_UNROLL}")
         return value
 
     # -- statements ----------------------------------------------------------------------------

@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 from streammap.directives.safe_eval import FUNCTION_LIST, MAX_EXPR_CHARS, MAX_INT_BITS, Evaluator, Locator, Unavailable
 from streammap.directives.scan import Clause, Directive, Source, basename, scan
 from streammap.errors import DirectiveError, shown
-from streammap.ir import MAX_RETRIES, MAX_TIMEOUT
+from streammap.ir import MAX_RETRIES, MAX_TIMEOUT, MIN_SHARE
+from streammap.units import MAX_QUANTITY
 
 PARAM_TYPES = (int, float, str, bool, type(None))
 SIZE_CLAUSES = ("flops", "bytes", "mem", "out")
@@ -709,9 +710,9 @@ def _check_names(prog: Program, ev: Evaluator, expr: ast.expr, allowed, what: st
 
 # -- clause values -------------------------------------------------------------------------------
 
-CLAUSE_HINT = ("flops, bytes, mem and out are non-negative numbers; device is a string (\"gpu\", "
+CLAUSE_HINT = (f"flops, bytes, mem and out are numbers from 0 to {MAX_QUANTITY:g}; device is a string (\"gpu\", "
                 "\"cpu\", \"any\", or a model/vendor); split is an int axis; share is a number in "
-                f"(0, 1]; stateful is a bool; retries is an int in 0..{MAX_RETRIES}; timeout is a number of seconds > 0 "
+                f"[{MIN_SHARE:g}, 1]; stateful is a bool; retries is an int in 0..{MAX_RETRIES}; timeout is a number of seconds > 0 "
                 f"and at most {MAX_TIMEOUT:.0f} (a year), or None")
 
 
@@ -720,10 +721,11 @@ def clause_problem(name: str, value) -> str | None:
     def number(v):
         return isinstance(v, (int, float)) and not isinstance(v, bool)
     if name in SIZE_CLAUSES:
-        if value is None or (number(value) and _finite(value) and value >= 0):
+        # Compared as they are (an int of 400 digits does not fit a float); NaN compares false.
+        if value is None or (number(value) and 0 <= value <= MAX_QUANTITY):
             return None
-        if number(value) and value >= 0:           # inf, nan, or an int beyond the float range
-            return f"{name} must be a finite number (at most ~1.8e308), got {shown(value)}"
+        if number(value) and not value < 0:        # inf, nan, or past the bound
+            return f"{name} must be finite and at most {MAX_QUANTITY:g}, got {shown(value)}"
         return f"{name} must be a non-negative number, got {shown(value)}"
     if name == "device":
         return None if isinstance(value, str) and value.strip() else \
@@ -732,8 +734,8 @@ def clause_problem(name: str, value) -> str | None:
         return None if value is None or (isinstance(value, int) and not isinstance(value, bool)) \
             else f"split must be an int axis, got {shown(value)}"
     if name == "share":
-        return None if number(value) and 0 < value <= 1 else \
-            f"share must be a number with 0 < share <= 1, got {shown(value)}"
+        return None if number(value) and MIN_SHARE <= value <= 1 else \
+            f"share must be a number with {MIN_SHARE:g} <= share <= 1, got {shown(value)}"
     if name == "stateful":
         return None if isinstance(value, bool) else f"stateful must be True or False, got {shown(value)}"
     if name == "retries":
@@ -746,14 +748,6 @@ def clause_problem(name: str, value) -> str | None:
         return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
             else f"items must be an int >= 0, got {shown(value)}"
     return None
-
-
-def _finite(v) -> bool:
-    """Whether a number is finite as a float (an int beyond ~1.8e308 is not: it overflows)."""
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
 
 
 def clause_attr(name: str, value):

@@ -19,8 +19,10 @@ program's folder is first on ``sys.path`` while the program is loaded, and stays
 imported modules in ``sys.modules`` by name, so a second program with a ``helpers.py`` of its own,
 or the same program after an edit, would get the first one's module: before the program runs,
 every module of ``sys.modules`` named like one of its local modules (``helpers``, ``mypkg`` and
-``mypkg.*``) is set aside, so its own files are imported afresh, and the modules it imported from
-its folder are forgotten when it is unloaded.
+``mypkg.*``) is set aside, so its own files are imported afresh, and every module it imported from
+its folder is forgotten when it is unloaded: the recorded ones, and those the plan does not know
+of (a package's submodule a kernel imported lazily during the run, a package imported by name
+with ``importlib.import_module``), which the next program would otherwise get in place of its own.
 
 Once loaded, the process is warmed (:func:`streammap.runtime.warm.warm_up`): the library
 submodules the program's code names that load lazily (``np.random``, ``np.fft``) are imported and
@@ -64,6 +66,9 @@ class Program:
     local_names: list[str] = field(default_factory=list)
     #: the program's folder, when loading put it on ``sys.path`` (taken off on unload)
     path_entry: str | None = None
+    #: the names ``sys.modules`` held before the program ran: a module added since from the
+    #: program's folder (a submodule a kernel imported during the run) is forgotten on unload too
+    modules_before: frozenset = frozenset()
 
     def unload(self) -> None:
         """Forget the module and empty its namespace, once the run is over.
@@ -77,7 +82,7 @@ class Program:
         if sys.modules.get(self.module.__name__) is self.module:
             del sys.modules[self.module.__name__]
         self.module.__dict__.clear()
-        for name in self.local_names:
+        for name in self.local_names + _loaded_from(self.path.parent, self.modules_before):
             sys.modules.pop(name, None)
         self.local_names = []
         if self.path_entry is not None:
@@ -194,6 +199,7 @@ def load_program(plan: Plan, source: Path | None = None, warm: bool = True) -> P
     folder = str(path.parent)
     tops = local_top_names(plan)
     _forget_modules(tops)                           # this program's own files, not another's
+    before = frozenset(sys.modules)
     added = folder not in sys.path
     if added:                                       # like `python prog.py`: siblings are importable
         sys.path.insert(0, folder)
@@ -204,13 +210,19 @@ def load_program(plan: Plan, source: Path | None = None, warm: bool = True) -> P
     except BaseException:
         sys.modules.pop(name, None)
         _forget_modules(tops)
+        for n in _loaded_from(path.parent, before):
+            sys.modules.pop(n, None)
         if added:
             _remove_path(folder)
         raise
     for key, value in plan.params.items():
         setattr(module, key, value)
+    # The local modules the plan records, and any other module the program imported from its
+    # folder (by a name the compiler's static search does not see: importlib.import_module).
+    local_names = list(dict.fromkeys(_modules_named(tops) + _loaded_from(path.parent, before)))
+    tops |= {n.split(".", 1)[0] for n in local_names}
     program = Program(path=path, module=module, path_entry=folder if added else None,
-                      local_names=_modules_named(tops))
+                      local_names=local_names, modules_before=before)
     for kernel in dict.fromkeys(t.kernel for t in plan.tasks):
         fn = BUILTIN_KERNELS.get(kernel) or getattr(module, kernel, None)
         if fn is None or not callable(fn):
@@ -310,6 +322,24 @@ def _modules_named(tops: set[str]) -> list[str]:
     if not tops:                # a one-file program: no walk over every module of the process
         return []
     return [n for n in list(sys.modules) if n.split(".", 1)[0] in tops]
+
+
+def _loaded_from(folder: Path, before: frozenset) -> list[str]:
+    """Names added to ``sys.modules`` since ``before``, in a package that was not there before
+    either, whose module was loaded from a file (or, a namespace package, a folder) inside
+    ``folder``. Only the new names are looked at: a set difference, not a walk over every module
+    of the process. A submodule of a package loaded before the program (StreamMAP's own, when the
+    program sits in the repository that holds it) is the process's, never the program's."""
+    inside = str(folder).rstrip("/") + "/"
+    found = []
+    for n in set(sys.modules) - before:
+        if n.split(".", 1)[0] in before:
+            continue
+        module = sys.modules.get(n)
+        where = [getattr(module, "__file__", None) or ""] + list(getattr(module, "__path__", None) or ())
+        if any(isinstance(w, str) and w.startswith(inside) for w in where):
+            found.append(n)
+    return sorted(found)
 
 
 def _forget_modules(tops: set[str]) -> None:

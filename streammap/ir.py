@@ -27,7 +27,7 @@ Node attributes (one node per task; the node key is the task id)
 ``out``       bytes of the result, ``float`` or ``None``.
 ``device``    device constraint string: ``"any"`` (default), a kind, vendor or model filter.
 ``split``     data-parallel axis (``int``) or ``None``.
-``share``     fraction of one device's compute, ``0 < share <= 1`` (default 1.0).
+``share``     fraction of one device's compute, :data:`MIN_SHARE` ``<= share <= 1`` (default 1.0).
 ``stateful``  ``bool``; ``retries``: ``int`` in 0..:data:`MAX_RETRIES` (default 0).
 ``timeout``   seconds a call may run before it is abandoned and counts as failed (``float``), or
               ``None`` (default: no limit).
@@ -71,6 +71,10 @@ MAX_RETRIES = 1000
 #: The longest a call's ``timeout`` may be, in seconds (a year): the runtime waits on a call with it,
 #: and a longer wait (``1e300``) overflows the clock the wait is measured on.
 MAX_TIMEOUT = 365 * 86400.0
+#: The smallest ``share`` of a device a task may ask for (a kernel's clause, a workflow, a plan, a
+#: job): a millionth. The executors count how many tasks fit a device (1 / share): a share of
+#: 1e-320 made that infinite, an OverflowError in every run of a plan compile had accepted.
+MIN_SHARE = 1e-6
 #: The deepest an arg spec nests (as deep as a plan's YAML may nest: ``MAX_YAML_DEPTH``).
 MAX_SPEC_DEPTH = 100
 

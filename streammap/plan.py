@@ -74,7 +74,8 @@ from streammap.io.bulk import gc_paused
 from streammap.io.columnar import decode_strings, encode_strings, read_columns, write_columns
 from streammap.io.files import atomic_write_text, check_output_path
 from streammap.io.yamlfile import dump_mapping_yaml, dump_yaml, field_name, load_yaml, validation_error
-from streammap.ir import MAX_RETRIES, MAX_SPEC_DEPTH, MAX_TIMEOUT, spec_problem, spec_refs
+from streammap.ir import MAX_RETRIES, MAX_SPEC_DEPTH, MAX_TIMEOUT, MIN_SHARE, spec_problem, spec_refs
+from streammap.units import MAX_QUANTITY
 
 PLAN_VERSION = 1
 
@@ -189,8 +190,8 @@ class PlanTask(_Strict):
     timeout: Optional[float] = Field(default=None, gt=0, le=MAX_TIMEOUT)
     # GPU sharing (streammap.placement.sharing): the fraction of its device the task needs, and, under
     # memory oversubscription, the bytes its output is expected to take (spilling reserves them).
-    share: float = Field(default=1.0, gt=0, le=1)
-    out: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
+    share: float = Field(default=1.0, ge=MIN_SHARE, le=1)
+    out: Optional[float] = Field(default=None, ge=0, le=MAX_QUANTITY, allow_inf_nan=False)
     # A call of a stateful kernel: all calls of one kernel must run on one device (streammap.placement.colocate).
     stateful: bool = False
     args: list[Any] = Field(default_factory=list)     # a factory: pydantic deep-copies a literal default per task
@@ -655,7 +656,7 @@ def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], pa
     """Check the sidecar's columns (:func:`tasks_to_columns`) and build the plan's tasks from them.
 
     What pydantic checks on a YAML plan is checked here on whole columns: lengths, codes within
-    their tables, ``start >= 0``, ``finish >= 0``, ``0 < share <= 1``, ``retries >= 0``,
+    their tables, ``start >= 0``, ``finish >= 0``, ``MIN_SHARE <= share <= 1``, ``retries >= 0``,
     ``timeout > 0``, ``out >= 0``, and deps that name earlier tasks; :func:`validate_plan` then
     checks the plan as it checks any other.
     """
@@ -712,7 +713,7 @@ def tasks_from_columns(columns: dict[str, np.ndarray], device_ids: list[str], pa
             table = names + [None]           # code -1 picks None
             optional[key] = [table[c] for c in codes(key, len(names), none_ok=True).tolist()]
     checks = {"retries": lambda c: (c >= 0) & (c <= MAX_RETRIES), "timeout": lambda c: np.isnan(c) | ((c > 0) & (c <= MAX_TIMEOUT)),
-              "share": lambda c: (c > 0) & (c <= 1), "out": lambda c: np.isnan(c) | ((c >= 0) & (c < np.inf)),
+              "share": lambda c: (c >= MIN_SHARE) & (c <= 1), "out": lambda c: np.isnan(c) | ((c >= 0) & (c <= MAX_QUANTITY)),
               "stateful": lambda c: np.ones(c.size, dtype=bool)}
     for key, ok in checks.items():
         if key in columns:
@@ -844,15 +845,14 @@ def _plain_rows(rows: list, known: frozenset, build) -> list[PlanTask] | None:
             if type(share) is not int_:
                 return None
             share = float(share)
-        if not 0 < share <= 1:
+        if not MIN_SHARE <= share <= 1:
             return None
         if out is not None:
-            if type(out) is not float_:
-                if type(out) is not int_:
-                    return None
-                out = float(out)
-            if not 0 <= out < inf:
+            if type(out) is not float_ and type(out) is not int_:
                 return None
+            if not 0 <= out <= MAX_QUANTITY:        # before float(): an int of 400 digits overflows it
+                return None
+            out = float(out)
         stateful = get("stateful", False)
         if type(stateful) is not bool:
             return None

@@ -63,7 +63,9 @@ class TaskRun(_Strict):
     estimated_finish: Seconds
     start: Optional[Seconds] = None      # measured, seconds from run start; None if it never ran
     finish: Optional[Seconds] = None
-    attempts: int = Field(default=0, ge=0)
+    # A real count is at most retries + recoveries + 1; past 32 bits it is no count (10**19 ended
+    # the views in an OverflowError traceback: their columns are machine integers).
+    attempts: int = Field(default=0, ge=0, le=2**31 - 1)
     planned_device: Optional[str] = None   # the plan's device, when a re-mapping moved the task
     share: float = 1.0                      # the fraction of its device it was given (GPU sharing)
 

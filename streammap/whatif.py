@@ -80,6 +80,9 @@ from streammap.units import parse_time
 #: Recovery models: which executor's recovery the replay follows (see the module docstring).
 BACKENDS = ("auto", "local", "ray")
 
+#: Most events one question may hold: each is replayed (a re-mapping) and printed as a row, and
+#: a command line holds a hundred thousand (a minute of replays); a cluster loses far fewer.
+MAX_EVENTS = 1000
 #: How many names an error's hint lists before it says how many more there are.
 NAMES_IN_HINT = 24
 
@@ -228,6 +231,9 @@ def parse_losses(plan: Plan, text: str | Iterable[str]) -> list[Loss]:
     parts = [p.strip() for t in texts for p in t.split(",")]
     if not any(parts):
         raise StreamMapError("--what-if needs at least one event", hint=_SYNTAX)
+    if len(parts) > MAX_EVENTS:
+        raise StreamMapError(f"--what-if holds {len(parts)} events (limit: {MAX_EVENTS})",
+                             hint="ask about fewer losses at a time: a device lost once stays lost")
     makespan = plan_makespan(plan)
     losses = []
     for part in parts:

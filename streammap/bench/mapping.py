@@ -68,7 +68,7 @@ from streammap.bench.cases import (
 )
 from streammap.bench.generated import SEED_SETS, generated_cases, require_wfcommons
 from streammap.cost.model import CostModel, area_bound, fan_out_bound, fork_join_bound, lower_bound, transfer_bound
-from streammap.errors import MappingError, StreamMapError
+from streammap.errors import MappingError, StreamMapError, shown
 from streammap.io.files import atomic_write_text
 from streammap.mappers import get_mapper
 from streammap.mappers.schedule import evaluate
@@ -669,6 +669,8 @@ def run_mapping(args) -> int:
     from rich.console import Console  # noqa: PLC0415
     con = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     mappers = [m.strip() for m in args.mappers.split(",") if m.strip()]
+    if args.seed < 0:                       # before any case is drawn: NumPy's seeds are >= 0
+        raise StreamMapError(f"--seed: {shown(args.seed)} is not a seed", hint="give an integer >= 0")
     if not mappers:
         raise StreamMapError("--mappers is empty", hint=f"for example --mappers {','.join(DEFAULT_MAPPERS)}")
     cases: list[Case] = []

@@ -23,7 +23,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from streammap.errors import ClusterError, shown
 from streammap.io.yamlfile import load_yaml, validation_error
-from streammap.units import parse_flops, parse_rate, parse_size, parse_time
+from streammap.units import MAX_QUANTITY, parse_flops, parse_rate, parse_size, parse_time
 
 
 def _unit(parser):
@@ -39,6 +39,8 @@ Size = Annotated[float, _unit(parse_size)]
 Rate = Annotated[float, _unit(parse_rate)]
 Flops = Annotated[float, _unit(parse_flops)]
 Time = Annotated[float, _unit(parse_time)]
+#: A plain number of a cluster file (a matrix side, a factor): finite and at most MAX_QUANTITY.
+Number = Annotated[float, Field(allow_inf_nan=False, le=MAX_QUANTITY)]
 
 #: Compute and memory rates assumed for a device whose file gives none, scaled by its ``speed``.
 REFERENCE_FLOPS = 1e12
@@ -82,7 +84,9 @@ class DeviceSpec(BaseModel):
     memory: Optional[Size] = Field(default=None, gt=0)
     flops: Optional[Flops] = Field(default=None, gt=0)
     mem_bandwidth: Optional[Rate] = Field(default=None, gt=0)
-    speed: float = Field(default=1.0, gt=0)
+    # At least 1/MAX_QUANTITY, as a rate: the reference rates times a speed near 0 divide a task's
+    # work into infinity.
+    speed: float = Field(default=1.0, ge=1 / MAX_QUANTITY, le=MAX_QUANTITY, allow_inf_nan=False)
     # Measured by discovery's micro-benchmarks (streammap.cluster.microbench): a GEMM's FLOP/s, a
     # streaming copy's bytes/s beyond any cache, the copy's rate by working-set size ([bytes, rate]
     # pairs, smallest first) and the seconds of a minimal kernel call. The cost model prefers them to
@@ -120,10 +124,10 @@ class DeviceSpec(BaseModel):
     rfft_curve: Optional[list[tuple[Size, Flops]]] = Field(default=None, min_length=1)
     # The GEMM's FLOP/s by matrix side ([side, rate] pairs, smallest first; in the dtype of the peak
     # figure: float64 on CPUs, float32 on GPUs): the rate of a "blas" task read at its own side.
-    gemm_curve: Optional[list[tuple[float, Flops]]] = Field(default=None, min_length=1)
+    gemm_curve: Optional[list[tuple[Number, Flops]]] = Field(default=None, min_length=1)
     # A Cholesky factorisation's FLOP/s (n³/3 per factorisation) by matrix side, the same way: the
     # rate of a "lapack" task (a factorisation or solver) read at its own side; absent: gemm_curve.
-    factor_curve: Optional[list[tuple[float, Flops]]] = Field(default=None, min_length=1)
+    factor_curve: Optional[list[tuple[Number, Flops]]] = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _check_curve(self):
@@ -196,7 +200,7 @@ class ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=_NAME)
     network: Optional[Link] = None
-    memory_oversubscription: float = Field(default=1.0, ge=1.0)
+    memory_oversubscription: float = Field(default=1.0, ge=1.0, le=MAX_QUANTITY, allow_inf_nan=False)
     # GPU sharing (streammap.placement.sharing): at most this many tasks at once on one device (HAMi's
     # deviceSplitCount), and the host link spilled arrays cross under oversubscription.
     max_tasks_per_device: Optional[int] = Field(default=None, ge=1)

@@ -33,7 +33,7 @@ when ``max_tasks`` asks for more (a million-task node-link graph with times for 
 about 480 MB), at most ``max_tasks`` tasks; ids are strings
 or integers, lists are lists, attributes have the types of the clauses they stand for (a
 ``device`` is a string, ``retries`` an int >= 0, ...), and seconds and bytes are numbers from 0 to
-:data:`MAX_QUANTITY`: anything else is an error naming the file.
+:data:`~streammap.units.MAX_QUANTITY`: anything else is an error naming the file.
 
 Tasks keep the ids of the file (node-link ids that are numbers become their decimal text), and
 the graph keeps the file's task order. Every problem (unreadable file, bad JSON, unknown format,
@@ -54,7 +54,8 @@ from streammap.errors import StreamMapError, shown
 from streammap.io.bulk import gc_paused
 from streammap.io.files import read_text_bounded
 from streammap.io.jsonfile import DuplicateKeyError, duplicate_key_error, loads_strict
-from streammap.ir import MAX_RETRIES, MAX_TIMEOUT, NODE_DEFAULTS, add_task, new_graph
+from streammap.ir import MAX_RETRIES, MAX_TIMEOUT, MIN_SHARE, NODE_DEFAULTS, add_task, new_graph
+from streammap.units import MAX_QUANTITY  # the largest seconds or bytes a workflow may give
 
 __all__ = ["load_graph", "graph_from_wfcommons", "graph_from_node_link"]
 
@@ -72,11 +73,6 @@ MAX_JSON_BYTES = 256 * 1024 * 1024
 JSON_BYTES_PER_TASK = 1024
 #: Default most tasks a workflow may have (``max_tasks=`` of :func:`load_graph`).
 MAX_TASKS = 200_000
-#: Largest number of seconds or bytes a workflow may give (3e22 years; a million yottabytes).
-#: Finite numbers near the float range's end (1e308) add up past it in the mappers' sums (ranks,
-#: a task's input and output bytes, a device's memory level): infinities, then NaN, warnings on the
-#: terminal and plans the benchmark model calls invalid, where a number this size is never meant.
-MAX_QUANTITY = 1e30
 
 
 def load_graph(path, max_tasks: int = MAX_TASKS) -> nx.DiGraph:
@@ -193,8 +189,8 @@ def _too_many(count: int, max_tasks: int, path):
 _ATTR_CHECKS = {
     "device": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string"),
     "split": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an int axis"),
-    "share": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1,
-              "a number in (0, 1]"),
+    "share": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and MIN_SHARE <= v <= 1,
+              f"a number from {MIN_SHARE:g} to 1"),
     "stateful": (lambda v: isinstance(v, bool), "true or false"),
     "retries": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_RETRIES,
                 f"an int in 0..{MAX_RETRIES}"),

@@ -26,7 +26,8 @@ Policy (:class:`HttpLimits`)
   ``max_connections`` connections are open at once: one more is closed as it opens.
 * **Backlog** ``backlog``: connections the kernel queues before the loop accepts them (a burst of
   a few thousand connects is queued, not reset).
-* **JSON**: a body must mean one thing to every reader: a key repeated in an object, ``NaN`` or
+* **JSON**: a body is declared ``application/json`` (else 415, before it is read) and must
+  mean one thing to every reader: a key repeated in an object, ``NaN`` or
   an infinity is a 400 (:func:`_refuse_ambiguous_json`); a number given as text is refused, not
   converted.
 * **Errors**: every malformed field is a 400 naming the field; an unexpected failure is a 500
@@ -56,6 +57,7 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from streammap.io.jsonfile import DuplicateKeyError, NotFiniteError, loads_strict
+from streammap.ir import MIN_SHARE
 from streammap.tenancy.check import CheckRefused
 from streammap.tenancy.store import nonfinite_param
 
@@ -109,7 +111,7 @@ class SubmitRequest(BaseModel):
     gpus: Optional[StrictInt] = Field(default=None, ge=1, le=1_000_000)
     # The fraction of one GPU the job needs (joint placement: it may share the GPU). Strict: a
     # number, not the text of one.
-    share: Optional[float] = Field(default=None, gt=0, le=1, strict=True)
+    share: Optional[float] = Field(default=None, ge=MIN_SHARE, le=1, strict=True)
 
 
 def _refuse_ambiguous_json(raw: bytes) -> None:
@@ -174,6 +176,7 @@ def make_app(service, limits: HttpLimits | None = None):
     @_answers
     async def submit(request: Request):
         tenant = _tenant(service, request)
+        _refuse_not_json(request)
         raw = await _read_body(request, limits)
         _refuse_ambiguous_json(raw)
         try:
@@ -284,6 +287,16 @@ def _job_id(service, request: Request) -> str:
     if not JOB_ID.match(job_id):
         raise Refused(404, f"no job {job_id[:80]} of tenant {_tenant(service, request)}")
     return job_id
+
+
+def _refuse_not_json(request: Request) -> None:
+    """A body must be declared JSON (``application/json``, any parameters): a ``text/plain`` or
+    form body is what a web page may send to any address without asking first, and it is not
+    read as JSON on the page's word."""
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        raise Refused(415, f"a job is submitted as JSON: send Content-Type: application/json "
+                           f"(got {media[:100] or 'none'!r})", {"Connection": "close"})
 
 
 async def _read_body(request: Request, limits: HttpLimits) -> bytes:

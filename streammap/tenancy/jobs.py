@@ -30,9 +30,11 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from streammap.errors import StreamMapError
+from streammap.errors import StreamMapError, shown
 from streammap.io.files import atomic_write_text
 from streammap.io.yamlfile import load_yaml, validation_error
+from streammap.ir import MIN_SHARE
+from streammap.tenancy.tenants import MAX_WEIGHT, MIN_WEIGHT
 
 
 class JobsError(StreamMapError):
@@ -58,7 +60,7 @@ class JobSpec(BaseModel):
     defines: dict[str, Any] = Field(default_factory=dict)
     priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     gpus: Optional[int] = Field(default=None, ge=1)
-    share: Optional[float] = Field(default=None, gt=0, le=1)
+    share: Optional[float] = Field(default=None, ge=MIN_SHARE, le=1)      # ir.MIN_SHARE, as a task's
     entry: Optional[str] = None
     _where: tuple = PrivateAttr(default=(None, None))      # (jobs file, line), for errors
 
@@ -163,8 +165,9 @@ def parse_tenant_shares(text: str) -> dict[str, float]:
         except ValueError:
             raise StreamMapError(f"--tenants {text!r}: {w!r} is not a number",
                                  hint="NAME[:SHARE],... e.g. a,b:2") from None
-        if not 0 < shares[name] < float("inf"):        # NaN fails too
-            raise StreamMapError(f"--tenants {text!r}: shares must be finite numbers > 0")
+        if not MIN_WEIGHT <= shares[name] <= MAX_WEIGHT:        # NaN fails too
+            raise StreamMapError(f"--tenants {shown(text)}: shares must be numbers from {MIN_WEIGHT:g} to "
+                                 f"{MAX_WEIGHT:g}, as tenants' weights", hint="NAME[:SHARE],... e.g. a,b:2")
     if not shares:
         raise StreamMapError("--tenants: give at least one tenant name", hint="e.g. --tenants a,b,c")
     total = sum(shares.values())

@@ -24,7 +24,8 @@ so nothing needs installing; Linux >= 5.12):
   folder (the interpreter's prefixes, site-packages, StreamMAP's own tree) is mounted back
   read-only, and the tenants file itself is covered by an empty file, even then; the job's own
   folder is mounted back, read-write, at its own path (the worker's working directory, with
-  its program in it); ``/tmp`` and ``/dev/shm`` are private, empty and writable; ``/proc`` is
+  its program in it); ``/tmp`` and ``/dev/shm`` are private, empty and writable (each at most
+  the job's ``memory`` limit, when it has one: they are memory); ``/proc`` is
   the job's own. Covers and mounts-back apply outermost first, so a covered folder inside a
   folder mounted back stays covered.
 * **pid namespace**: the job sees and signals only its own processes: not the service, not other
@@ -299,6 +300,10 @@ def _contain(folder: str, pol: dict) -> None:
     _set_readonly("/", True, recursive=True)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     scratch = [p for p in SCRATCH if os.path.isdir(p)]
+    # Scratch space is memory (tmpfs) that RLIMIT_DATA does not count: each folder is held to the
+    # job's memory limit, or a job limited to 1 GiB could fill the machine's RAM through /tmp.
+    memory = (pol.get("limits") or {}).get("memory")
+    scratch_options = "mode=1777" + (f",size={int(memory)}" if memory else "")
     steps = [(p, "scratch") for p in scratch] + [(p, "cover") for p in pol.get("hide", [])]
     steps += [(p, "expose") for p in pol.get("expose", [])]
     covered = []
@@ -310,7 +315,7 @@ def _contain(folder: str, pol: dict) -> None:
             # to the job's folder is then read-only too, not scratch space.
             os.makedirs(path, exist_ok=True)
             _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV | (_MS_NOEXEC if what == "cover" else 0),
-                   "mode=755,size=1m" if what == "cover" else "mode=1777")
+                   "mode=755,size=1m" if what == "cover" else scratch_options)
             covered += [path] if what == "cover" else []
     for path in pol.get("hide_files", []):                   # even inside a folder mounted back
         if os.path.isfile(path):

@@ -100,10 +100,17 @@ def limits_from(data) -> Limits:
         raise validation_error(exc, "<limits>", {}, TenantsError, "limits") from None
 
 
+#: Bounds of a tenant's weight (and of a generated stream's arrival shares): weights are ratios,
+#: and beyond a billion either way they broke the fair-share arithmetic (two tenants of weight
+#: 1e308 summed past the float range, their shares were 0 and Jain's index NaN; 1e-320 underflowed),
+#: where equal weights of any size mean equal tenants.
+MIN_WEIGHT, MAX_WEIGHT = 1e-9, 1e9
+
+
 class Tenant(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=_NAME)
-    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)     # inf: every other share is 0
+    weight: float = Field(default=1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False)
     token: Optional[str] = Field(default=None, min_length=8)
     token_sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
     quota: Quota = Field(default_factory=Quota)

@@ -228,3 +228,11 @@ def test_bench_command_line(tmp_path):
     assert (tmp_path / "mapping.csv").exists() and (tmp_path / "mapping.png").exists()
     args = p.parse_args(["bench"])
     assert args.func(args) == 2
+
+
+def test_a_negative_seed_is_refused_before_anything_runs(tmp_path, capsys):
+    """NumPy's seeds are >= 0: -1 was a ValueError traceback once the random suite was drawn."""
+    from tests.helpers.cli import refused
+    refused(["bench", "mapping", "--quick", "--no-shared", "--seed", "-1", "--out", str(tmp_path)], capsys,
+            "--seed: -1", ">= 0")
+    assert not any(tmp_path.iterdir())

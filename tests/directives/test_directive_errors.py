@@ -101,8 +101,8 @@ def test_an_unclosed_parenthesis_is_malformed_when_no_comment_line_continues_it(
 
 
 @pytest.mark.parametrize("clause, message", [
-    ("share=2", "share must be a number with 0 < share <= 1, got 2"),
-    ("share=0", "share must be a number with 0 < share <= 1, got 0"),
+    ("share=2", "share must be a number with 1e-06 <= share <= 1, got 2"),
+    ("share=0", "share must be a number with 1e-06 <= share <= 1, got 0"),
     ("retries=-1", "retries must be an int in 0..1000, got -1"),
     ("retries=1.5", "retries must be an int in 0..1000, got 1.5"),
     ("split=1.5", "split must be an int axis, got 1.5"),
@@ -130,7 +130,7 @@ def test_a_clause_value_that_depends_on_params_is_checked_with_their_values(tmp_
         '''
     assert parse_program(write(tmp_path, src)).nodes["h@prog.py:8"]["share"] == 0.5
     err = error_of(tmp_path, src, overrides={"S": 4})
-    check(err, "share must be a number with 0 < share <= 1, got 2.0", 3, "S / 2")
+    check(err, "share must be a number with 1e-06 <= share <= 1, got 2.0", 3, "S / 2")
 
 
 @pytest.mark.parametrize("expr, message, at", [

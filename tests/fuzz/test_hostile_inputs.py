@@ -90,7 +90,21 @@ def test_the_default_task_budget_is_sized_for_real_programs(workdir):
 
 def test_a_clause_too_large_for_a_float_is_refused(workdir, capsys):
     path = program(workdir, clause="flops=10**400")
-    refused(compile_args(path), capsys, "p.py:2:", "must be a finite number")
+    refused(compile_args(path), capsys, "p.py:2:", "must be finite and at most 1e+30")
+
+
+@pytest.mark.parametrize("clause, defines", [
+    ("mem=1e308*2", []), ("out=1e308", []), ("flops=1e31, out=8", []), ("bytes=A*B", ["-D", "A=1e200", "-D", "B=1e200"]),
+    ("mem=A*B", ["-D", "A=1e20", "-D", "B=1e20"]), ("out=A", ["-D", "A=1e300"])],
+    ids=["inf", "near-the-float-end", "just-past-the-bound", "defines-overflowing", "defines-past-the-bound",
+         "define-near-the-float-end"])
+def test_a_size_clause_past_the_quantity_bound_is_refused_at_its_clause(workdir, capsys, clause, defines):
+    """Sizes are at most MAX_QUANTITY (1e30), as a workflow's: finite numbers near 1e308 added up
+    past the float range in the estimates and the mappers (overflow warnings on the terminal, a
+    task "needing 9.31e+298 GiB")."""
+    path = program(workdir, clause=clause, head="# @stream param\nA = 1.0\n# @stream param\nB = 1.0\n")
+    err = refused(compile_args(path, *defines), capsys, "p.py:6:", "at most 1e+30")
+    assert "RuntimeWarning" not in err and not (workdir / "plan.yaml").exists()
 
 
 def test_a_huge_override_is_refused(workdir, capsys):
@@ -189,6 +203,43 @@ ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
 def test_hostile_cluster_files_are_refused(workdir, capsys, text, needle):
     (workdir / "cluster.yaml").write_text(text)
     refused(compile_args(FM), capsys, needle)
+
+
+@pytest.mark.parametrize("share", ["1e-320", "5e-324", "1e-7"])
+def test_a_share_below_a_millionth_of_a_device_is_refused_at_its_clause_and_in_a_plan(workdir, capsys, compiled, share):
+    """share=1e-320 compiled, then every run failed with an OverflowError traceback: the executor
+    counts how many such tasks fit a device (1 / share). MIN_SHARE is a millionth."""
+    refused(compile_args(program(workdir, clause=f"flops=1, share={share}")), capsys, "p.py:2:", "share must be a number with 1e-06 <= share <= 1")
+    assert not (workdir / "plan.yaml").exists() or "share" not in (workdir / "plan.yaml").read_text()
+    compiled["tasks"][0]["share"] = float(share)
+    bad = write_plan_data(workdir, compiled)
+    refused(["run", bad, "-o", "o.npz", "--emulate", "--no-progress"], capsys, "tasks[0].share")
+    assert not (workdir / "o.npz").exists()
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    ("memory: 6MiB", "memory: .inf", "memory"), ("memory: 6MiB", "memory: 1.0e+400", "memory"),
+    ("memory: 6MiB", "memory: 1e400 GiB", "memory"), ("memory: 6MiB", "memory: 1.0e+31", "memory"),
+    ("flops: 10 TFLOP/s", "flops: 1.0e-320", "flops"), ("flops: 10 TFLOP/s", "flops: 1e-300 FLOP/s", "flops"),
+    ("mem_bandwidth: 500 GB/s", "mem_bandwidth: .inf", "mem_bandwidth"),
+    ("bandwidth: 50 GB/s", "bandwidth: 1e-310 B/s", "bandwidth"), ("latency: 5us", "latency: .inf", "latency"),
+    ("memory: 6MiB", "memory: 6MiB, speed: .inf", "speed"), ("memory: 6MiB", "memory: 6MiB, speed: 1.0e-320", "speed"),
+    ("memory: 6MiB", "memory: 6MiB, gemm_curve: [[.nan, 1 TFLOP/s]]", "gemm_curve"),
+    ("memory: 6MiB", "memory: 6MiB, gemm_curve: [[.inf, 1 TFLOP/s]]", "gemm_curve"),
+    ("name: tiny-gpus", "name: tiny-gpus\nmemory_oversubscription: .inf", "memory_oversubscription"),
+], ids=["memory-inf", "memory-1e400", "memory-1e400-GiB", "memory-past-the-bound", "flops-denormal", "flops-tiny",
+        "mem-bandwidth-inf", "link-denormal", "latency-inf", "speed-inf", "speed-denormal", "curve-nan", "curve-inf",
+        "oversubscription-inf"])
+def test_a_cluster_quantity_that_is_not_finite_or_past_the_bound_is_refused_at_its_line(workdir, capsys, old, new,
+                                                                                        needle):
+    """inf, a number past the float range and one past MAX_QUANTITY (1e30) read as an unlimited or
+    infinitely fast device (``2MiB of infPiB``), and a rate below 1/MAX_QUANTITY as one whose
+    times overflow: each is the cluster file's error at its line."""
+    text = (workdir / "cluster.yaml").read_text()
+    assert old in text
+    (workdir / "cluster.yaml").write_text(text.replace(old, new, 1))
+    refused(compile_args(program(workdir)), capsys, "cluster.yaml:", needle)
+    assert not (workdir / "plan.yaml").exists()
 
 
 
@@ -326,6 +377,7 @@ def test_a_plan_whose_cluster_spec_is_not_a_cluster_is_refused_by_every_reader(w
     (lambda d: d["tasks"][0].update(finish=float("inf")), "tasks[0].finish"),
     (lambda d: d["tasks"][0].update(start=1e400), "tasks[0].start"),
     (lambda d: d["tasks"][0].update(out=float("inf")), "tasks[0].out"),
+    (lambda d: d["tasks"][0].update(out=1e308), "tasks[0].out"),
     (lambda d: d["mapper"].update(estimated_makespan=float("inf")), "mapper.estimated_makespan"),
     (lambda d: d["mapper"].update(lower_bound=float("inf")), "mapper.lower_bound"),
 ])
@@ -390,9 +442,13 @@ def test_show_refuses_a_file_that_is_neither_a_plan_nor_a_record(workdir, capsys
 
 
 @pytest.mark.parametrize("field, value", [("finish", float("inf")), ("start", float("nan")),
-                                          ("finish", -1e300), ("estimated_finish", float("inf"))])
+                                          ("finish", -1e300), ("estimated_finish", float("inf")),
+                                          ("attempts", 10**19), ("attempts", 10**400)],
+                         ids=["finish-inf", "start-nan", "finish-negative", "estimated-finish-inf",
+                              "attempts-past-64-bits", "attempts-of-400-digits"])
 def test_a_run_record_with_impossible_task_times_is_refused_by_every_view(workdir, capsys, compiled, field, value):
-    """A record's finish of Infinity ended the Gantt chart in a ZeroDivisionError traceback."""
+    """A record's finish of Infinity ended the Gantt chart in a ZeroDivisionError traceback, and
+    attempts past 64 bits in an OverflowError one."""
     assert main(["run", "plan.yaml", "-o", "o.npz", "--emulate", "--no-progress", "--no-telemetry"]) == 0
     record = json.loads((workdir / "o.run.json").read_text())
     record["tasks"][0][field] = value
@@ -415,6 +471,7 @@ def wfcommons(task):
 @pytest.mark.parametrize("data, needle", [
     (node_link(device=5), "device of task a must be a non-empty string"),
     (node_link(retries=-1), "retries of task a"),
+    (node_link(share=1e-320), "share of task a must be a number from 1e-06 to 1"),
     (node_link(timeout="abc"), "timeout of task a must be a number of seconds > 0"),
     (node_link(timeout=-5), "timeout of task a must be a number of seconds > 0"),
     (node_link(timeout=1e300), "timeout of task a must be a number of seconds > 0 and at most 31536000"),
@@ -570,6 +627,7 @@ def bounded(err: str) -> str:
     ("memory: 6MiB", f"memory: -{BIG}", "got -9.99e+299 (a 300-digit number)"),
     ("flops: 10 TFLOP/s", f"flops: -{BIG}", "got -9.99e+299 (a 300-digit number)"),
     ("memory: 6MiB", f"memory: {BIG}x", "... (303 characters) as a size"),
+    ("memory: 6MiB", f"memory: {BIG}", "a size must be finite and at most 1e+30, got 9.99e+299 (a 300-digit number)"),
 ])
 def test_a_cluster_file_value_of_300_digits_is_echoed_bounded(workdir, capsys, old, new, needle):
     (workdir / "bad.yaml").write_text((workdir / "cluster.yaml").read_text().replace(old, new, 1))
@@ -579,11 +637,19 @@ def test_a_cluster_file_value_of_300_digits_is_echoed_bounded(workdir, capsys, o
 
 @pytest.mark.parametrize("clause, define, needle", [
     ("flops=N", f"N=-{BIG}", "flops must be a non-negative number, got -9.99e+299 (a 300-digit number)"),
-    ("mem=N", f"N={BIG}", "needs 9.31e+290 GiB of device memory but"),
+    ("mem=N", f"N={BIG}", "mem must be finite and at most 1e+30, got 9.99e+299 (a 300-digit number)"),
 ])
 def test_a_define_of_300_digits_is_echoed_bounded(workdir, capsys, clause, define, needle):
     path = program(workdir, clause=clause, head="# @stream param\nN = 4\n")
     bounded(refused(compile_args(path, "-D", define), capsys, "p.py:", needle))
+
+
+def test_a_pipeline_of_300_digits_of_items_is_echoed_bounded(workdir, capsys):
+    path = workdir / "pipe.py"
+    path.write_text("# @stream param\nN = 4\n\n# @stream kernel(flops=1)\ndef k(x):\n    return x\n\n"
+                    "# @stream pipeline(items=N)\ndef main(x):\n    return k(x)\n")
+    bounded(refused(compile_args(path, "-D", f"N={BIG}"), capsys, "pipe.py:8:",
+                    "items=9.99e+299 (a 300-digit number) is more than 1000000"))
 
 
 @pytest.mark.parametrize("old, new, needle", [

@@ -91,7 +91,7 @@ def _with_capacity(cost_graph, capacity):
 def test_memory_binds_and_every_returned_plan_is_valid(name, shared):
     """Capacities close to the largest task: memory-oblivious HEFT would overflow; ours does not."""
     g = load_graph(shared / "workflows" / f"{name}.json")
-    probe = _with_capacity(g, float("inf"))
+    probe = _with_capacity(g, None)            # no capacity given: unlimited
     need = float(np.maximum(probe.mem, probe.out).max())
     oblivious = heft(probe)
     overflowed = 0

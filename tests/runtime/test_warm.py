@@ -139,3 +139,58 @@ def test_a_fresh_run_reuses_result_arrays_as_discovery_measured(tmp_path):
                     "--no-history"], cwd=tmp_path, check=True, capture_output=True)
     pages_per_result = (1 << 20) // 4096
     assert int(np.load(tmp_path / "out.npz")["result"][0]) < pages_per_result
+
+
+def dynamic_lazy_program(folder, value: float) -> object:
+    """``prog.py`` in ``folder`` with a package ``locallazy`` of its own (``heavy.VALUE`` is
+    ``value``), imported by name at run time (``importlib.import_module``), which the compiler's
+    static search for local modules does not see: the plan records no local module."""
+    write_files(folder / "locallazy", {**LAZY_PACKAGE, "heavy.py": f"VALUE = {value}\n"})
+    write_files(folder, {"prog.py": """\
+        import importlib
+
+        import numpy as np
+
+        locallazy = importlib.import_module("locallazy")
+
+
+        # @stream kernel
+        def use():
+            return np.full(2, locallazy.heavy.VALUE)
+
+
+        # @stream graph
+        def main():
+            return use()
+        """})
+    return folder / "prog.py"
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warmed", "not-warmed"])
+def test_a_second_program_gets_its_own_local_package_and_its_lazy_submodule(tmp_path, warm):
+    """Every module loaded from a program's folder is forgotten when it is unloaded, the
+    submodules its kernels imported lazily during the run included: the next program, whose own
+    package of that name the plan does not record, must not get the first one's submodule."""
+    got = []
+    for k, value in enumerate((3.0, 5.0)):
+        plan = streammap.compile(dynamic_lazy_program(tmp_path / f"p{k}", value), cluster=ONE_CPU, history=False)
+        assert plan.source.modules == []
+        program = load_program(plan, warm=warm)
+        try:
+            got.append(program.kernels["use"]().tolist())
+        finally:
+            program.unload()
+        assert [n for n in sys.modules if n.split(".")[0] == "locallazy"] == []
+    assert got == [[3.0, 3.0], [5.0, 5.0]]
+
+
+def test_a_lazy_submodule_of_a_recorded_local_package_is_forgotten_on_unload(tmp_path):
+    write_files(tmp_path / "locallazy", LAZY_PACKAGE)
+    program = load_program(streammap.compile(lazy_program(tmp_path, "locallazy", READS_SUBMODULE),
+                                             cluster=ONE_CPU, history=False))
+    try:
+        program.kernels["use"]()
+        assert "locallazy.heavy" in sys.modules          # imported by the kernel, during the run
+    finally:
+        program.unload()
+    assert [n for n in sys.modules if n.split(".")[0] == "locallazy"] == []

@@ -318,3 +318,12 @@ def test_an_event_of_a_hundred_thousand_characters_is_refused_in_a_few_lines(pla
     message = err.value.format()
     size, counted = len(message), "(100" in message     # (asserting on the message itself: a 200 KB diff)
     assert size < 1000 and counted
+
+
+def test_more_events_than_the_limit_are_refused_before_any_is_replayed(plan):
+    """A hundred thousand events (the command line holds that many) took a minute to replay, and
+    printed a row each; at most MAX_EVENTS."""
+    from streammap.whatif import MAX_EVENTS
+    parse_losses(plan, ", ".join(["lose gpu1@1ms"] * MAX_EVENTS))
+    with pytest.raises(StreamMapError, match=f"{MAX_EVENTS + 1} events \\(limit: {MAX_EVENTS}\\)"):
+        parse_losses(plan, ", ".join(["lose gpu1@1ms"] * (MAX_EVENTS + 1)))

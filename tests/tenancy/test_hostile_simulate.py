@@ -43,11 +43,11 @@ def test_generator_flags_out_of_range_are_refused_naming_the_flag(tmp_path, caps
     assert not (tmp_path / "j.yaml").exists()
 
 
-@pytest.mark.parametrize("shares", ["a:nan,b", "a:inf,b", "a:-1,b"])
+@pytest.mark.parametrize("shares", ["a:nan,b", "a:inf,b", "a:-1,b", "a:1e308,b:1e308", "a:1e-320,b"])
 def test_tenant_shares_must_be_finite_and_positive(tmp_path, capsys, shares):
     err = usage_error(["simulate", "--generate", "poisson", "--jobs", tmp_path / "j.yaml", "--graphs", GRAPH,
                        "--tenants", shares], capsys)
-    assert "shares must be finite numbers > 0" in err
+    assert "shares must be numbers from 1e-09 to 1e+09" in err
 
 
 @pytest.mark.parametrize("jobs, needle", [
@@ -73,6 +73,19 @@ def test_an_out_that_is_not_a_folder_is_refused_before_the_simulation(tmp_path, 
                        "--out", target], capsys)
     assert "exists and is not a folder" in err
     assert (tmp_path / "a-file").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("weight", ["1.0e+308", "1.0e-320", "1.0e+10"])
+def test_a_tenant_weight_past_the_weight_bounds_is_refused_at_its_line(tmp_path, capsys, weight):
+    """Two tenants of weight 1e308 (or 1e-320) are two equal tenants, yet their weights summed past
+    the float range (or their fair shares underflowed): Jain's index was NaN and the schedule
+    not the one equal weights give. Weights are from MIN_WEIGHT to MAX_WEIGHT."""
+    (tmp_path / "j.yaml").write_text(f"- {{graph: {GRAPH}, tenant: a}}\n")
+    (tmp_path / "t.yaml").write_text(f"tenants:\n  - {{name: a, weight: {weight}}}\n  - {{name: b, weight: {weight}}}\n")
+    err = usage_error(["simulate", "--jobs", tmp_path / "j.yaml", "--cluster", CLUSTER, "--tenants", tmp_path / "t.yaml",
+                       "--policy", "fifo", "--out", tmp_path / "out"], capsys)
+    assert "t.yaml:2:" in err and "weight" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_infinite_tenant_weight_is_refused_at_its_line(tmp_path, capsys):

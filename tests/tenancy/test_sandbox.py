@@ -176,6 +176,32 @@ def test_a_job_that_allocates_past_its_memory_limit_fails_saying_so(contained, s
     assert status["limits"]["memory"] == 2**30
 
 
+def test_a_jobs_scratch_space_is_held_to_its_memory_limit(contained, setup):
+    """/tmp and /dev/shm are memory (tmpfs), which RLIMIT_DATA does not count: a job limited to
+    1 GiB filled them with as much as the machine's RAM allowed. Each is now at most the limit."""
+    tight = contained.client("tight")
+    body = """
+import errno
+written = 0
+try:
+    with open("/tmp/fill", "wb") as f:
+        for _ in range(1280):                    # 1.25 GiB, in MiB
+            f.write(b"x" * (1 << 20))
+            f.flush()
+            written += 1
+except OSError as exc:
+    print("STOPPED", errno.errorcode.get(exc.errno), written, flush=True)
+import os
+os.remove("/tmp/fill")
+v = written
+"""
+    job = contained.submit("tight", setup, "filler.py", program(body))
+    status = wait_end(tight, job)
+    log = tight.logs(job)
+    assert status["state"] == "done", log
+    assert "STOPPED ENOSPC" in log and int(log.split("STOPPED ENOSPC ")[1].split()[0]) <= 1024, log
+
+
 def test_a_job_past_its_cpu_time_limit_is_killed_and_failed(contained, setup):
     tight = contained.client("tight")
     job = contained.submit("tight", setup, "spin.py", program("while True:\n    pass"))

@@ -121,7 +121,8 @@ def strict(tmp_path):
 
 
 def test_a_body_cannot_pass_the_size_limit_whatever_content_length_says(strict):
-    head = b"POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + VISION.encode() + b"\r\n"
+    head = (b"POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + VISION.encode()
+            + b"\r\nContent-Type: application/json\r\n")
     # A negative length is not HTTP: refused before any body is read.
     assert status_of(request(strict.url, head + b"Content-Length: -1\r\n\r\n" + b"x" * 1000)) == 400
     # A length over the limit is refused at once, without sending the body.
@@ -138,7 +139,8 @@ def test_a_body_cannot_pass_the_size_limit_whatever_content_length_says(strict):
 
 
 def test_a_slow_body_gets_408_and_connections_that_send_nothing_are_closed(strict):
-    head = b"POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + VISION.encode() + b"\r\n"
+    head = (b"POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + VISION.encode()
+            + b"\r\nContent-Type: application/json\r\n")
     host, port = strict.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=20) as s:
         s.sendall(head + b"Content-Length: 100\r\n\r\n{")          # and never the rest
@@ -413,7 +415,8 @@ def test_a_log_swapped_for_a_link_after_it_was_checked_is_not_followed(tmp_path,
 def test_a_client_that_hangs_up_in_the_middle_of_its_body_costs_no_traceback_in_the_log(strict):
     """Hanging up mid-body is what a client may do at any time (or an attacker, a thousand times
     a minute): the request ends quietly, not as the service's internal error with a traceback."""
-    head = b"POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + VISION.encode() + b"\r\n"
+    head = (b"POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + VISION.encode()
+            + b"\r\nContent-Type: application/json\r\n")
     host, port = strict.url.removeprefix("http://").split(":")
     for _ in range(3):
         with socket.create_connection((host, int(port)), timeout=10) as s:

@@ -47,3 +47,32 @@ def test_files_named_like_a_module_the_worker_imports_are_refused(strict):  # no
     ok = {**BASE, "modules": {"helpers.py": "x = 1\n"}}
     status, error = answer_of(request(strict.url, post("/jobs", json.dumps(ok).encode())))
     assert status == 201, error
+
+
+def test_a_body_that_is_not_declared_json_is_a_415_before_it_is_read(strict):  # noqa: F811
+    """A submission says what it is: text/plain (what a web page may send anywhere without asking)
+    or a form was read as JSON all the same, and queued."""
+    raw = json.dumps(BASE).encode()
+    for declared in (b"text/plain", b"application/x-www-form-urlencoded", b"multipart/form-data; boundary=x", None):
+        head = post("/jobs", raw).replace(b"Content-Type: application/json\r\n",
+                                          b"" if declared is None else b"Content-Type: " + declared + b"\r\n")
+        status, error = answer_of(request(strict.url, head))
+        assert status == 415 and "Content-Type: application/json" in error, (declared, error)
+    for declared in (b"application/json; charset=utf-8", b"Application/JSON"):
+        head = post("/jobs", raw).replace(b"Content-Type: application/json", b"Content-Type: " + declared)
+        assert status_of(request(strict.url, head)) == 201, declared
+    listing = request(strict.url, f"GET /jobs?all=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {VISION}\r\n\r\n"
+                      .encode())
+    assert len(json.loads(listing.partition(b"\r\n\r\n")[2])["jobs"]) == 2
+
+
+def test_a_submitted_share_below_a_millionth_is_a_field_error():
+    """As a kernel's share clause (ir.MIN_SHARE)."""
+    import pydantic
+    import pytest
+
+    from streammap.tenancy.api import SubmitRequest, explain
+    with pytest.raises(pydantic.ValidationError) as info:
+        SubmitRequest.model_validate_json(json.dumps({**BASE, "share": 1e-320}))
+    assert "field 'share': Input should be greater than or equal to 0.000001" in explain(info.value)
+    assert SubmitRequest.model_validate_json(json.dumps({**BASE, "share": 1e-6})).share == 1e-6
