@@ -45,10 +45,13 @@ demo: venv
 	$(BIN)/streammap show $(DEMO)/out.run.json --gantt $(DEMO)/run.png --limit 12
 	$(BIN)/python samples/fm_radio.py
 
-# Lint first (ruff, configured in pyproject.toml), so CI fails on it; then the whole suite.
+# Lint first (ruff, configured in pyproject.toml), so CI fails on it; then the whole suite, on
+# TEST_WORKERS pytest-xdist workers (CI has 2 cores); the tests that use the session's Ray cluster
+# run in one of them, which alone starts it (tests/helpers/ray_group.py).
+TEST_WORKERS ?= 2
 test: venv
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # Every measurement behind a target, each printed beside its baseline (history kept out of the way).
 bench: venv

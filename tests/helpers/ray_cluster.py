@@ -1,5 +1,5 @@
 """The one Ray cluster of a test session: started by the first test that asks for it, stopped when
-the session's tests are done (the ``ray_cluster`` fixture of tests/conftest.py).
+its last test is done (the ``ray_cluster`` fixture of tests/conftest.py).
 
 Starting a 2-node cluster costs 10-15 s on a 2-core machine; three modules each started their own
 (the executor's tests, the job service on Ray, doctor's network check). The tests that ask for it
@@ -67,6 +67,10 @@ class RayCluster:
         self.cluster.remove_node(self.worker)
 
     def stop(self) -> None:
+        """Stop the cluster and restore the environment; a second call does nothing (the fixture
+        stops it after its last test, and again at the session's end)."""
+        if self.cluster is None:
+            return
         import ray
         try:
             ray.shutdown()
@@ -78,3 +82,4 @@ class RayCluster:
                 else:
                     os.environ[k] = v
             shutil.rmtree(self._tmp, ignore_errors=True)
+            self.cluster = self.worker = None
