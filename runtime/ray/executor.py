@@ -131,6 +131,9 @@ DEFAULT_MAX_RECOVERIES = 3
 #: costs time per ref it is given: over every outstanding call, each wait of a large plan cost
 #: more as the plan grew.
 WAIT_WINDOW = 8192
+#: Seconds the supervisor's last tick, after the run, waits for the readings board (a tick during
+#: the run waits 0.05 s, and on a loaded machine the board may not answer that fast).
+FINAL_BOARD_WAIT = 2.0
 
 
 # -- errors raised in the actors (picklable: their args are their state) -------------------
@@ -483,6 +486,8 @@ def run_plan_ray(plan, *, emulate: bool = False, outputs_path=None, record_path=
         executor.supervisor = session.supervise({}, telemetry=bool(samplers), samplers=samplers,
                                                 record_telemetry=False)
         outcome = executor.run()
+        for s in samplers:
+            s.last_wait(FINAL_BOARD_WAIT)
         session.telemetry = executor.telemetry            # the actors' own series, every reading
     return session.finish(outcome)
 

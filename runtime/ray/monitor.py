@@ -69,9 +69,13 @@ class BoardSampler(Sampler):
     """The driver's sampler of a Ray run: what the actors sent to the board since the last tick.
 
     ``actor_info`` is the executor's (plan device → its actor's info, with ``node``, the Ray node
-    name), filled in as actors start (readings of a device not yet there are skipped). A tick waits at most
+    name), filled in as actors start. An actor pushes its first readings as it starts sampling,
+    which may reach the board before the driver has learnt its node: such readings are held back
+    (the latest per device) and named at the first tick that knows the node, not dropped; in a run
+    shorter than the actors' sampling interval they are the only ones. A tick waits at most
     ``wait`` seconds for the board (the supervisor holds its lock meanwhile); a take that has not
     answered by then is read at the next tick, so no Xid event is lost and calls do not pile up.
+    :meth:`last_wait` lengthens the wait for the supervisor's last tick, after the run.
     """
 
     source = "ray"
@@ -80,6 +84,12 @@ class BoardSampler(Sampler):
         self.ray, self.board, self.actor_info, self.wait = ray, board, actor_info, wait
         self._events: list[XidEvent] = []
         self._pending = None
+        self._unnamed: dict = {}             # plan device -> readings taken before its node was known
+
+    def last_wait(self, wait: float) -> None:
+        """Wait up to ``wait`` seconds for the board from now on: the run is over, and its last
+        readings are worth a longer wait than a tick taken while kernels run."""
+        self.wait = max(self.wait, wait)
 
     def sample(self) -> list:
         if self._pending is None:
@@ -94,10 +104,13 @@ class BoardSampler(Sampler):
             self._pending = None
             return []
         node_of = {d: info.get("node") for d, info in self.actor_info.items()}
+        latest = {**self._unnamed, **latest}
+        self._unnamed = {}
         out, seen = [], set()
         for device, readings in latest.items():
             node = node_of.get(device)
             if node is None:
+                self._unnamed[device] = readings
                 continue
             for r in on_node(node, readings):
                 if r.device not in seen:          # emulated devices of one node share its CPU
