@@ -69,6 +69,7 @@ from streammap.tenancy.admission import (  # noqa: E402
     SLOWDOWN,
     TAIL,
     TAIL_EXCHANGE,
+    TAIL_EXCHANGES,
     TAIL_WAIT,
     WAIT_CAP,
     Job,
@@ -112,7 +113,7 @@ def arrival_rate(load: float, graphs, shares, estimator: Estimator, seed: int) -
 def run_setting(gpus: int, jobs: int, mix: str, seed: int, load: float, sigmas, policies, slack, slowdown,
                 estimators: dict, floor: float = FLOOR, tail: float = TAIL,
                 tail_wait: float = TAIL_WAIT, shared: float = 0.0, order: str | tuple = ORDER,
-                wait_cap: float = WAIT_CAP, tail_exchange: bool = TAIL_EXCHANGE) -> list[dict]:
+                wait_cap: float = WAIT_CAP, tail_exchange: str | bool = TAIL_EXCHANGE) -> list[dict]:
     """One (cluster, tenants, seed, load): every policy at every sigma, on the same arrivals.
 
     ``order`` is the streammap policy's order, or several (a tuple): streammap then runs once per
@@ -337,9 +338,10 @@ def main(argv=None) -> int:
     ap.add_argument("--tail-wait", type=float, default=TAIL_WAIT, help="the tail deadline's multiple of the mean wait")
     ap.add_argument("--wait-cap", type=float, default=WAIT_CAP,
                     help="the streammap policy's wait bound outside overload, a multiple of the mean wait (0: off)")
-    ap.add_argument("--tail-exchange", choices=["on", "off"], default="on" if TAIL_EXCHANGE else "off",
+    ap.add_argument("--tail-exchange", choices=TAIL_EXCHANGES, default=TAIL_EXCHANGE,
                     help="the streammap policy's tail exchange (a start given to a job of the longest kind goes to "
-                         "the oldest job of its tenant and shape still within its tail allowance; an option, default off)")
+                         "the oldest job of its tenant and shape still within its tail allowance; auto, the "
+                         "default: for tenants whose estimates proved precise)")
     ap.add_argument("--order", default=ORDER,
                     help=f"the streammap policy's order, or several comma-separated, each run on the same arrivals "
                          f"and scored against the same FIFO run: {', '.join(ORDERS)} (default {ORDER}; themis: "
@@ -367,7 +369,7 @@ def main(argv=None) -> int:
                     rows += run_setting(gpus, args.jobs or 10 * gpus, mix, seed, load, _floats(args.sigmas),
                                         policies, args.slack, args.slowdown, estimators, args.floor, args.tail,
                                         args.tail_wait, args.shared, orders, args.wait_cap,
-                                        args.tail_exchange == "on")
+                                        args.tail_exchange)
                     out.print(f"... {gpus} GPUs, {mix}, seed {seed}, load {load}: done "
                               f"({time.perf_counter() - t0:.0f} s)", markup=False)
     out.print(f"slowdown deadline {args.slowdown:g}, placement slack {args.slack:g}, fair-share floor {args.floor:g}, "

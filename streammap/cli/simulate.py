@@ -8,7 +8,17 @@ from pathlib import Path
 from streammap.cli.common import console, int_between, number_between
 from streammap.errors import StreamMapError
 from streammap.io.files import make_parent
-from streammap.tenancy.admission import FLOOR, ORDER, ORDERS, POLICIES, SLACK, SLOWDOWN, TAIL_EXCHANGE, WAIT_CAP
+from streammap.tenancy.admission import (
+    FLOOR,
+    ORDER,
+    ORDERS,
+    POLICIES,
+    SLACK,
+    SLOWDOWN,
+    TAIL_EXCHANGE,
+    TAIL_EXCHANGES,
+    WAIT_CAP,
+)
 from streammap.tenancy.jobs import graphs_in, load_jobs, parse_tenant_shares, poisson_jobs, write_jobs
 from streammap.tenancy.simulate import DEFAULT_GRAPHS, compare, plot, results_table, write_csv, write_jobs_csv
 
@@ -72,9 +82,10 @@ def configure(parser, command: str) -> None:
     parser.add_argument("--wait-cap", type=wait_multiple, default=WAIT_CAP,
                    help=f"streammap policy: outside overload no job's deadline is later than its arrival + WAIT_CAP x "
                         f"the mean wait of recent starts, whatever its estimate (default {WAIT_CAP:g}; 0 or inf turns it off)")
-    parser.add_argument("--tail-exchange", choices=["on", "off"], default="on" if TAIL_EXCHANGE else "off",
+    parser.add_argument("--tail-exchange", choices=TAIL_EXCHANGES, default=TAIL_EXCHANGE,
                    help="streammap policy: a start given to a job of the longest kind goes to the oldest job of its "
-                        "tenant and shape that can still end within the tail (default %(default)s: an option, README)")
+                        "tenant and shape that can still end within the tail; auto: for tenants whose estimates "
+                        "proved precise (default %(default)s, README)")
     parser.add_argument("--floor", type=float, default=FLOOR,
                    help=f"streammap policy: tenants holding less than FLOOR x their fair share of the GPUs go first; "
                         f"the others' jobs share one slowdown-deadline order (default {FLOOR:g}; 1 is strict fair "
@@ -127,7 +138,7 @@ def run(args) -> int:
     results = compare(specs, args.cluster, tenants=tenants_arg, policies=policies, mapper=args.mapper,
                       estimate_error=args.estimate_error, seed=args.seed, slack=args.slack,
                       slowdown=args.slowdown, floor=args.floor, order=args.order, wait_cap=args.wait_cap,
-                      tail_exchange=args.tail_exchange == "on")
+                      tail_exchange=args.tail_exchange)
     out.print(results_table(results))
     make_parent(folder / "simulate.csv", what="simulation results")      # made only once there are results
     write_csv(results, folder / "simulate.csv")

@@ -56,8 +56,9 @@ Policies
     far more (README). Also outside overload, every job's deadline is at the latest ``arrival +
     WAIT_CAP x w`` (the **wait bound**, :data:`WAIT_CAP`): estimate-free, so a job is not left
     waiting four times an estimate that was high while the cluster keeps up (on the benchmark the
-    759-1,006-s jobs' mean wait fell 10-18% and the average with it; the README measures it). An
-    option, the **tail exchange** (:data:`TAIL_EXCHANGE`, off by default): a start the pass gives to a job at least as long
+    759-1,006-s jobs' mean wait fell 10-18% and the average with it; the README measures it). The
+    **tail exchange** (:data:`TAIL_EXCHANGE`; by default for each tenant whose estimates have proven
+    precise, :data:`EXCHANGE_SPREAD`): a start the pass gives to a job at least as long
     as the tail bound goes to the oldest queued job of its tenant, priority and shape still within its
     tail allowance (:meth:`Scheduler._exchange_for`): under overload the long jobs keep their
     slowdown deadlines, so the start a long job gets comes after hours of waiting and the 95th
@@ -65,7 +66,10 @@ Policies
     waited little ends that one inside the tail, and moves no other job (identical jobs are
     interchangeable to the plan, and the two swap places in the order, so long jobs start as often
     as before). Moore and Hodgson's rule for the fewest late jobs [7]_ (docs/measurements.md, "This
-    round: the tail exchange"). The ``themis`` order (``order="themis"``, :data:`ORDERS`) replaces that
+    round: the tail exchange"). Only while "identical" is true: where a tenant's jobs of one estimate
+    end far apart (its learned spread above :data:`EXCHANGE_SPREAD`), the older twin that takes the
+    start may run much longer, and the exchange lost tails (σ 1, held out), so ``"auto"`` leaves
+    that tenant's jobs as they are. The ``themis`` order (``order="themis"``, :data:`ORDERS`) replaces that
     switch by a bound on **finish-time fairness** (after Themis [4]_): a job's
     ``rho = (wait so far + expected remaining wait + run) / alone``, ``alone`` its run on its
     tenant's weighted share of the cluster (:meth:`Scheduler._alone`), the expected remaining
@@ -264,12 +268,25 @@ WAIT_CAP = 8.0
 #: (see :meth:`Scheduler._exchange_for`). Jobs of one shape are the same job to the policy, so the
 #: exchange leaves the plan, and the sum of completion times, as they were; it changes which of them
 #: end late: under overload every long job waits for its slowdown deadline, and the p95 is theirs.
-#: The two jobs swap places in the order, so long jobs start as often as without the exchange. An
-#: option, off by default: its first form (without the swap of places) met eight more p95 targets on
-#: the tuning grid but cost utilisation there and averages held out; this form met five more on the
-#: tuning grid and one more held out, but lost three sigma-1 tails held out, where two jobs of one
-#: shape run for very different times (docs/measurements.md, "This round: the tail exchange").
-TAIL_EXCHANGE = False
+#: The two jobs swap places in the order, so long jobs start as often as without the exchange.
+#: ``"on"``, ``"off"``, or ``"auto"`` (the default): on for a tenant whose estimates have proven
+#: precise, i.e. the learned spread of its runs' ``log(real / estimated)``
+#: (:meth:`~streammap.tenancy.correction.EstimateCorrection.spread`, at least 30 runs) is at most
+#: :data:`EXCHANGE_SPREAD`. Always on, it met five more p95 targets on the tuning grid (σ 0 and
+#: 0.5) and one more held out (σ 0), but lost three σ-1 tails held out, where two jobs of one shape
+#: run for very different times: "the same job" is then false, and the older twin that takes the
+#: start may run much longer (docs/measurements.md, "This round: the tail exchange", and "This
+#: round: the tail exchange where estimates are precise").
+TAIL_EXCHANGE = "auto"
+#: The modes of the tail exchange (:data:`TAIL_EXCHANGE`).
+TAIL_EXCHANGES = ("auto", "on", "off")
+#: The largest learned spread (standard deviation of a tenant's ``log(real / estimated)``) at which
+#: ``"auto"`` exchanges that tenant's jobs. With spread s, two runs of one estimate differ by a factor
+#: of about ``exp(s x sqrt(2))`` at one standard deviation: 2.0x at s = 0.5, 4.1x at s = 1. The
+#: measurements (σ 0, 0.5 and 1) place it between 0.5, where the exchange met more tails and lost
+#: none, and 1, where it lost tails held out; 0.75 is the midpoint: no measured cell tells values in
+#: between apart.
+EXCHANGE_SPREAD = 0.75
 #: Time constant (seconds) of the memory of attained service: among tenants below the floor, the
 #: one that held least of its fair share under contention, decayed by exp(-age / MEMORY), goes first.
 MEMORY = 3600.0
@@ -333,6 +350,16 @@ def long_quantile(gpus: int) -> float:
     promised its fastest model) on a cluster of ``gpus`` GPUs: :data:`LONG` up to
     :data:`WIDE_CLUSTER` GPUs, :data:`LONG_WIDE` above (measured at 2,000 and 10,000 GPUs only)."""
     return LONG if gpus <= WIDE_CLUSTER else LONG_WIDE
+
+
+def tail_exchange_mode(value: str | bool) -> str:
+    """The tail exchange's mode (:data:`TAIL_EXCHANGES`) from a mode name or a bool (True: ``"on"``)."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value not in TAIL_EXCHANGES:
+        raise StreamMapError(f"unknown tail exchange mode {shown(value)}",
+                             hint=f"modes: {', '.join(TAIL_EXCHANGES)} (auto: for tenants whose estimates proved precise)")
+    return value
 
 
 def water_fill(demand: dict[str, float], weights: dict[str, float], capacity: float) -> dict[str, float]:
@@ -521,8 +548,9 @@ class Scheduler:
     wait_cap : float
         The wait bound of the ``streammap`` policy's deadlines outside overload, a multiple of the
         mean wait of recent starts (see :data:`WAIT_CAP`; 0 turns it off).
-    tail_exchange : bool
-        The tail exchange of the ``streammap`` policy (see :data:`TAIL_EXCHANGE`; off by default).
+    tail_exchange : {"auto", "on", "off"} or bool
+        The tail exchange of the ``streammap`` policy (see :data:`TAIL_EXCHANGE`; ``"auto"`` by default:
+        for each tenant whose estimates have proven precise). True is ``"on"``, False ``"off"``.
     promises : int, optional
         How many long jobs past the reservation depth may hold a promise of their fastest model at
         a time (see the module docstring); by default :func:`promise_limit` of the cluster's GPUs.
@@ -540,7 +568,7 @@ class Scheduler:
                  depth: int | None = None, slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR,
                  tail: float = TAIL, tail_wait: float = TAIL_WAIT, joint: bool = True,
                  promises: int | None = None, order: str = ORDER, wait_cap: float = WAIT_CAP,
-                 tail_exchange: bool = TAIL_EXCHANGE):
+                 tail_exchange: str | bool = TAIL_EXCHANGE):
         if policy not in POLICIES:
             raise StreamMapError(f"unknown policy {policy!r}", hint=f"policies: {', '.join(POLICIES)}")
         if order not in ORDERS:
@@ -577,7 +605,7 @@ class Scheduler:
                                  hint="0 turns it off; 8 bounds a wait by 8x the mean wait of recent starts")
         # inf bounds nothing, as 0 does (and inf x a mean wait of 0 would be NaN)
         self.wait_cap = float(wait_cap) if math.isfinite(wait_cap) else 0.0
-        self.tail_exchange = bool(tail_exchange)
+        self.tail_exchange = tail_exchange_mode(tail_exchange)
         if not 0 <= floor <= 1:
             raise StreamMapError(f"the fair-share floor must be between 0 and 1, not {floor}",
                                  hint="1: a tenant below its fair share always goes first; 0: one order for all")
@@ -814,7 +842,7 @@ class Scheduler:
             self._shape_options.append(job.demand.options)
         self._shape_of[job.id] = sid
         self._shapes[sid] = self._shapes.get(sid, 0) + 1
-        if self.tail_exchange:                          # its only reader is the exchange
+        if self.tail_exchange != "off":                 # its only reader is the exchange
             bisect.insort(self._twins.setdefault((job.tenant, sid), []), (job.arrival, job.seq, job.id))
         self._shapes_moved += 1
         self._join_queue(job, sid)
@@ -830,7 +858,7 @@ class Scheduler:
         if job.demand.whole is not None:
             self._fractions_queued -= 1
         sid = self._shape_of.pop(job.id)
-        if self.tail_exchange:
+        if self.tail_exchange != "off":
             twins = self._twins[(job.tenant, sid)]
             twins.pop(bisect.bisect_left(twins, (job.arrival, job.seq, job.id)))
         left = self._shapes[sid] - 1
@@ -1052,7 +1080,7 @@ class Scheduler:
                 self._pass_over(lane, heap, budget, fair, last, at, plan)
                 continue
             if smart:
-                if self.tail_exchange:
+                if self.tail_exchange != "off":
                     job = self._exchange_for(job, now, plan) or job
                 s, p = self._place_smart(job, now, plan)
                 preempted += p
@@ -1087,12 +1115,15 @@ class Scheduler:
         more often under overload, and the average paid; docs/measurements.md.) Only in the
         ``deadline`` order, without quotas, preemption or a fraction of a GPU, and never for a
         promised job (:meth:`_keep_promises` plans those)."""
-        if (self._tail_bound is None or self.order != "deadline" or not self._no_quotas or self.tenants.preemption
+        # Every job the pass places comes here and 95% are shorter than the tail bound: that test first.
+        if self._tail_bound is None or job.demand.best.duration < self._tail_bound:
+            return None
+        if (self.order != "deadline" or not self._no_quotas or self.tenants.preemption
                 or job.demand.whole is not None or job.id in self._promises):
             return None
-        duration = job.demand.best.duration
-        if duration < self._tail_bound:
+        if self.tail_exchange == "auto" and not self._precise(job.tenant):
             return None
+        duration = job.demand.best.duration
         twins = self._twins[(job.tenant, self._shape_of[job.id])]
         allowance = max(0.0, self._tail_bound - duration) + self.tail_wait * self._typical_wait()
         i = bisect.bisect_left(twins, (now - allowance,))     # the oldest still within its allowance
@@ -1111,6 +1142,12 @@ class Scheduler:
         self._join_queue(job, job_shape)
         self._join_queue(twin, twin_shape)
         return twin
+
+    def _precise(self, tenant: str) -> bool:
+        """Whether ``tenant``'s estimates have proven precise enough for ``"auto"``'s tail exchange:
+        the learned spread of its runs is known and at most :data:`EXCHANGE_SPREAD`."""
+        spread = self.correction.spread(tenant)
+        return spread is not None and spread <= EXCHANGE_SPREAD
 
     def _returns_unchanged(self, sid: int, plan: "_Plan") -> bool:
         """Whether :meth:`_place_smart` would return a job of shape ``sid`` at once, changing

@@ -27,6 +27,10 @@ difference is significant, and 1 otherwise.
   would only reshuffle it). Z = 4 keeps the chance of a false correction over a long stream
   (one test per finished window per tenant) well under one in a hundred.
 
+The same log-ratios say how far apart two runs of the same estimate end: their standard deviation,
+:meth:`EstimateCorrection.spread`, which gates the admission order's tail exchange (it swaps jobs of
+one shape as if they were the same job, which is true only when this spread is small).
+
 A run's log-ratio is bounded by :data:`MAX_RATIO` either way, and a run with no finite, positive
 estimate or length teaches nothing, so every factor stays finite and positive. Runs are compared as measured; a run on a slower model is compared with that model's estimate,
 so the model a job got does not count as an error.
@@ -97,6 +101,16 @@ class EstimateCorrection:
         if abs(diff) <= Z * se:
             return 1.0
         return math.exp(diff)
+
+
+    def spread(self, tenant: str) -> float | None:
+        """The standard deviation of ``log(real / estimated)`` over ``tenant``'s recent runs, or None
+        before :data:`MIN_RUNS` of them: how far apart two runs of the same estimate typically end
+        (0 for exact estimates; the simulator's ``--estimate-error`` sigma, as learned)."""
+        n = len(self._logs.get(tenant, ()))
+        if n < MIN_RUNS:
+            return None
+        return math.sqrt(_variance(self._sum[tenant], self._sq[tenant], n))
 
 
 def _variance(total: float, squares: float, n: int) -> float:

@@ -205,7 +205,7 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
              estimate_error: float = 0.0, seed: int = 0, backfill: bool = True, depth: int | None = None,
              slack: float = SLACK, slowdown: float = SLOWDOWN, floor: float = FLOOR, tail: float = TAIL,
              tail_wait: float = TAIL_WAIT, joint: bool = True, order: str = ORDER,
-             wait_cap: float = WAIT_CAP, tail_exchange: bool = TAIL_EXCHANGE) -> SimResult:
+             wait_cap: float = WAIT_CAP, tail_exchange: str | bool = TAIL_EXCHANGE) -> SimResult:
     """Replay ``jobs`` (admission jobs with demands) under ``policy``; see the module docstring.
 
     Parameters
@@ -219,7 +219,7 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
         ``fifo``, ``drf`` or ``streammap``.
     estimate_error : float
         Sigma of the log-normal factor between a job's real and estimated duration (0: exact).
-    backfill, depth, slack, slowdown, floor, tail, tail_wait, order, wait_cap, tail_exchange : bool, int, float, float, float, float, float, str, float, bool
+    backfill, depth, slack, slowdown, floor, tail, tail_wait, order, wait_cap, tail_exchange : bool, int, float, float, float, float, float, str, float, str
         Conservative backfill, its reservation depth (default: the cluster's, see
         :func:`~.admission.reservation_depth`), the placement slack, the slowdown deadline,
         the fair-share floor, the tail deadline, the order (one of :data:`~.admission.ORDERS`:
@@ -324,7 +324,7 @@ def simulate(jobs: list[Job], cluster, tenants: Tenants, policy: str = "streamma
 def compare(specs: list[JobSpec], cluster, tenants=None, policies=POLICIES, mapper: str = "heft",
             estimate_error: float = 0.0, seed: int = 0, slack: float = SLACK,
             slowdown: float = SLOWDOWN, floor: float = FLOOR, order: str = ORDER,
-            wait_cap: float = WAIT_CAP, tail_exchange: bool = TAIL_EXCHANGE) -> list[SimResult]:
+            wait_cap: float = WAIT_CAP, tail_exchange: str | bool = TAIL_EXCHANGE) -> list[SimResult]:
     """Replay the same job stream under each policy (the Python API of ``streammap simulate``).
 
     ``tenants`` is a :class:`Tenants`, a dict, a tenants file, or ``None`` (the jobs' tenants,

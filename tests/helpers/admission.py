@@ -1,6 +1,8 @@
 """Admission scenes the tenancy tests share: a cluster of one GPU model, jobs for it, and the queue
 in which the tail deadline is decided."""
 
+import math
+
 from streammap.cluster.model import cluster_from_dict
 from streammap.tenancy.admission import Job
 from streammap.tenancy.estimate import Demand, Option
@@ -38,15 +40,23 @@ def tail_scene(s, more=()):
     return s
 
 
-def waited_scene(s, at, busy):
+def waited_scene(s, at, busy, error=None):
     """On the scheduler ``s`` of four GPUs: 100 jobs ran one at a time, each after a 10-s wait (the
     mean wait learnt), every fifth of them 2,000 s long (so the 95th percentile of estimates, the
     tail bound, is 2,000 s); at ``at`` three GPUs are held for days and a job of ``busy`` seconds
-    ("busy") runs on the fourth. Returns ``s``."""
+    ("busy") runs on the fourth. With ``error`` (a log-ratio), the runs also teach the estimate
+    correction how precise the tenant's estimates are: the 50-s jobs ran ``exp(+error)`` and
+    ``exp(-error)`` times their estimate in turn, the long ones as estimated (so the learned spread
+    is about ``0.9 x error``); without it, they teach it nothing. Returns ``s``."""
     for i in range(100):
-        s.submit(job(f"m{i}", 3000.0 * i, 2000.0 if i % 5 == 0 else 50.0))
+        estimate = 2000.0 if i % 5 == 0 else 50.0
+        s.submit(job(f"m{i}", 3000.0 * i, estimate))
         s.schedule(3000.0 * i + 10.0)
-        s.finish(f"m{i}")
+        if error is None:
+            s.finish(f"m{i}")
+        else:
+            factor = 1.0 if i % 5 == 0 else math.exp(error if i % 2 else -error)
+            s.finish(f"m{i}", now=3000.0 * i + 10.0 + estimate * factor)
     for i in range(3):
         s.submit(job(f"hold{i}", at, 1e6))
     s.submit(job("busy", at, busy))

@@ -117,19 +117,37 @@ def test_without_the_wait_bound_the_streammap_policy_decides_as_before_it(policy
     assert (decisions_digest(result), promises_digest(result)) == PINNED_WITHOUT_WAIT_BOUND[(policy, sigma, preemption)]
 
 
-#: sigma -> the streammap digests of :func:`twin_stream` with the tail exchange (``tail_exchange=True``,
-#: an option) and without it (the default). :func:`pinned_stream` has no two jobs of
-#: one shape, so the exchange never acts there and its digests above hold either way.
+#: sigma -> the streammap digests of :func:`twin_stream` with the tail exchange on (``tail_exchange="on"``)
+#: and off. :func:`pinned_stream` has no two jobs of one shape, so the exchange never acts there and
+#: its digests above hold in every mode.
 PINNED_TWINS = {
     0.0: (("eaf007d75b6d5f62", "759dc6c4f3412bca"), ("4184c2f3068b8b9f", "7101cceb1a0e0349")),
     0.5: (("5e4585418db29486", "fac2b933ba991743"), ("28647e97dc9aff22", "735464617f4057ff")),
 }
+#: The default, ``"auto"``, at sigma 0: the exchange from the moment each tenant's first 30 runs have
+#: proven its estimates exact, so not the digests of "on" (whose first exchanges come earlier).
+PINNED_TWINS_AUTO_EXACT = ("dd41bbd6c148aa5a", "ad9c8334098b1a09")
 
 
 @pytest.mark.parametrize("sigma", sorted(PINNED_TWINS))
-@pytest.mark.parametrize("exchange", [True, False])
+@pytest.mark.parametrize("exchange", ["on", "off"])
 def test_jobs_of_one_shape_are_exchanged_as_pinned(sigma, exchange):
     tenants = tenants_from_dict({**TENANTS, "preemption": False})
     result = simulate(twin_stream(), two_model_cluster(), tenants, estimate_error=sigma, seed=3,
                       tail_exchange=exchange)
-    assert (decisions_digest(result), promises_digest(result)) == PINNED_TWINS[sigma][0 if exchange else 1]
+    assert (decisions_digest(result), promises_digest(result)) == PINNED_TWINS[sigma][0 if exchange == "on" else 1]
+
+
+def digests(result):
+    return decisions_digest(result), promises_digest(result)
+
+
+def test_by_default_the_exchange_acts_where_estimates_are_precise_and_only_there():
+    tenants = tenants_from_dict({**TENANTS, "preemption": False})
+    auto = {sigma: digests(simulate(twin_stream(), two_model_cluster(), tenants, estimate_error=sigma, seed=3))
+            for sigma in (0.0, 0.5, 1.0)}
+    assert auto[0.0] == PINNED_TWINS_AUTO_EXACT
+    assert auto[0.5] == PINNED_TWINS[0.5][0]           # a learned spread of about 0.5: as "on"
+    on, off = (digests(simulate(twin_stream(), two_model_cluster(), tenants, estimate_error=1.0, seed=3,
+                                tail_exchange=mode)) for mode in ("on", "off"))
+    assert auto[1.0] == off != on                      # about 1: as "off" (where "on" decides otherwise)

@@ -1,12 +1,13 @@
-"""The streammap policy's tail exchange (``admission.TAIL_EXCHANGE``, an option, off by default): a
-start the order gives to a
+"""The streammap policy's tail exchange (``admission.TAIL_EXCHANGE``): a start the order gives to a
 job of the longest kind goes to the oldest identical job (same tenant, priority and options) that
 can still start within its tail allowance, so that a job already too late to end inside the tail
-does not take the start that keeps another one out of it."""
+does not take the start that keeps another one out of it. By default (``"auto"``) only for a tenant
+whose estimates have proven precise: jobs of one estimate are "identical" only if they run alike."""
 
 import pytest
 
-from streammap.tenancy.admission import TAIL_EXCHANGE, Scheduler
+from streammap.errors import StreamMapError
+from streammap.tenancy.admission import EXCHANGE_SPREAD, TAIL_EXCHANGE, Scheduler
 from streammap.tenancy.simulate import simulate
 from streammap.tenancy.tenants import tenants_from_dict
 from tests.helpers.admission import job, one_model_cluster, waited_scene
@@ -17,13 +18,15 @@ from tests.tenancy.test_decisions_pinned import TENANTS, twin_stream, two_model_
 T = 300000.0     # when the scene's queue forms, after the warm-up
 
 
-def who_starts(old_arrival, young_arrival, duration=2000.0, tail_exchange=True):
+def who_starts(old_arrival, young_arrival, duration=2000.0, tail_exchange=True, error=None):
     """Four GPUs. Warm-up: 100 jobs ran one at a time, each after a 10-s wait (the mean wait learnt),
     every fifth of them 2,000 s long (so the tail bound, the 95th percentile of estimates, is 2,000 s,
     and a 2,000-s job's tail allowance is about two mean waits, 20 s). At T three GPUs are held for
     days and a 200-s job runs on the fourth; two jobs of ``duration`` seconds, "old" and "young",
-    arrive at ``old_arrival`` and ``young_arrival``. Which starts when the fourth GPU frees at T + 200?"""
-    s = waited_scene(Scheduler(one_model_cluster(4), tenants_from_dict(["a"]), tail_exchange=tail_exchange), T, 200.0)
+    arrive at ``old_arrival`` and ``young_arrival``. Which starts when the fourth GPU frees at T + 200?
+    ``error``: how far the warm-up's runs ended from their estimates (``waited_scene``)."""
+    s = waited_scene(Scheduler(one_model_cluster(4), tenants_from_dict(["a"]), tail_exchange=tail_exchange),
+                     T, 200.0, error=error)
     s.submit(job("old", old_arrival, duration))
     s.schedule(old_arrival)
     s.submit(job("young", young_arrival, duration))
@@ -70,9 +73,32 @@ def test_the_exchanged_jobs_swap_places_so_long_jobs_start_no_more_often():
     assert [j.start for j in on.jobs] != [j.start for j in off.jobs]      # but not for the same jobs
 
 
-def test_the_tail_exchange_is_off_unless_asked_for():
-    assert TAIL_EXCHANGE is False
-    assert who_starts(T + 1.0, T + 190.0, tail_exchange=TAIL_EXCHANGE) == "old"
+def test_by_default_jobs_are_exchanged_once_their_tenants_estimates_proved_precise():
+    assert TAIL_EXCHANGE == "auto"
+    # The warm-up's runs ended as estimated: the tenant's jobs of one shape run alike.
+    assert who_starts(T + 1.0, T + 190.0, tail_exchange=TAIL_EXCHANGE, error=0.0) == "young"
+    # Half a log-unit off either way (a learned spread of 0.45) is still precise enough.
+    assert who_starts(T + 1.0, T + 190.0, tail_exchange=TAIL_EXCHANGE, error=0.5) == "young"
+
+
+def test_by_default_jobs_whose_runs_end_far_from_their_estimates_are_not_exchanged():
+    # Runs 3.3x above or below their estimates (a learned spread of 1.08, above EXCHANGE_SPREAD):
+    # the older twin may run much longer than the younger, so the order stands.
+    assert 0.9 * 1.2 > EXCHANGE_SPREAD
+    assert who_starts(T + 1.0, T + 190.0, tail_exchange=TAIL_EXCHANGE, error=1.2) == "old"
+    # Asked for, the exchange acts whatever the spread.
+    assert who_starts(T + 1.0, T + 190.0, tail_exchange="on", error=1.2) == "young"
+
+
+def test_by_default_nothing_is_exchanged_before_the_estimates_have_been_judged():
+    # Runs that taught nothing (no run ended on its own) prove no precision.
+    assert who_starts(T + 1.0, T + 190.0, tail_exchange=TAIL_EXCHANGE, error=None) == "old"
+
+
+@pytest.mark.parametrize("mode", ["sometimes", "", 1, None])
+def test_an_unknown_tail_exchange_mode_is_refused(mode):
+    with pytest.raises(StreamMapError, match="tail exchange mode"):
+        Scheduler(one_model_cluster(4), tenants_from_dict(["a"]), tail_exchange=mode)
 
 
 @needs_shared
