@@ -291,13 +291,19 @@ def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs:
     # assignments need no memory profile.
     need = np.maximum(cost.mem, cost.out)
 
-    def score(dev):
+    def score(dev, beat=None):
+        """``((makespan, sum of finishes), start, finish)`` of ``dev``, or None where it breaks a
+        capacity; with ``beat``, also None where the score is not below ``beat``: such a move is
+        undone either way, so its memory profile (a third of a re-timing's cost where memory can
+        bind) is never built."""
         s, f = fx.run(dev)
-        ms = float(f.max())
+        key = (float(f.max()), float(f.sum()))
+        if beat is not None and not key < beat:
+            return None
         if (check_mem and (np.bincount(dev, weights=need, minlength=D) > cap).any()
                 and not fits(peak_memory(cost, dev, s, f), cap).all()):
             return None
-        return (ms, float(f.sum())), s, f
+        return key, s, f
 
     dev = schedule.device.copy()
     got = score(dev)
@@ -340,7 +346,7 @@ def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs:
                     tried.add(key)
                     old = dev[tasks].copy()
                     dev[tasks] = d
-                    got = score(dev)
+                    got = score(dev, cur)
                     if got is not None and got[0] < cur:
                         cur, start, finish = got
                         return True
@@ -363,7 +369,7 @@ def improve(cost: CostModel, schedule: Schedule, order: np.ndarray, *, max_runs:
                     continue
                 tried.add(key)
                 dev[t], dev[u] = d, dt
-                got = score(dev)
+                got = score(dev, cur)
                 if got is not None and got[0] < cur:
                     cur, start, finish = got
                     return True
