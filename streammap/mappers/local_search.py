@@ -9,7 +9,9 @@ place k of the order leaves every task before k untouched: the sweep restarts fr
 checkpoint before k (sixteen per sweep). A re-timed plan is checked against the capacities only on
 a device whose tasks, all together, need more than it holds (a task holds at most the larger of its
 memory and its output at any instant), so on most clusters no memory profile is built. Both halve
-the cost of a re-timing without changing any plan.
+the cost of a re-timing without changing any plan. Nor is a move's plan profiled unless it beats
+the plan the search holds: one that does not is undone whatever its memory (on a 1,056-task SoyKB
+instance on ``mixed-vendors``, where memory binds, the profiles were a fifth of the search's CPU).
 
 The priority order itself is not searched, only the assignment. On the generated suite's tune
 instances of Montage and Epigenomics at CCR 1 and 10, CP-SAT given ``auto``'s final assignment and
