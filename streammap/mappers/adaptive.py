@@ -24,6 +24,11 @@ analytic bound and the exact model's proven bound), and what the rounds have spe
   is heavy) of :data:`ROUND_RUNS` times the first search's length, seeded by the round's number:
   re-timings are cheap (a millisecond on a few hundred tasks), and on the tune seeds the gains
   came mostly from these long searches (a kick that pays is rare; a longer search meets more).
+* A round's re-timings are also bounded by the tasks and edges they sweep: at most
+  :data:`ROUND_ELEMENTS` in all (:func:`round_runs`). ``auto`` sizes its first search by ``T``
+  alone, but a re-timing costs ``O(T + E)``: without this bound a round cost about the same
+  10 million re-timed tasks and edges on every graph of 500-2,000 tasks, up to 20 s of CPU on the
+  generated suite's SoyKB and Montage instances (issue 17).
 * The rounds stop when a round shortens nothing (the search has converged; a graph whose first
   search found its optimum gets no round at all, or one, where the bound is loose), when the gap
   falls to :data:`ADAPT_GAP`, or after :data:`ADAPT_ROUNDS` rounds (the cap: each round's effort is
@@ -50,7 +55,8 @@ from streammap.mappers.lns import PLAN_SHARE
 from streammap.mappers.local_search import heavy_neighbours, improve
 from streammap.mappers.schedule import Schedule
 
-__all__ = ["extend_search", "affordable", "Round", "ADAPT_GAP", "ADAPT_ROUNDS", "ROUND_RUNS"]
+__all__ = ["extend_search", "affordable", "round_runs", "Round", "ADAPT_GAP", "ADAPT_ROUNDS", "ROUND_RUNS",
+           "ROUND_ELEMENTS"]
 
 #: Rounds run only while the best plan is more than this fraction above the lower bound.
 ADAPT_GAP = 0.05
@@ -60,6 +66,12 @@ ADAPT_ROUNDS = 2
 #: Re-timings of a round's local search, in lengths of ``auto``'s first search (``runs``): a
 #: re-timing costs ``O(T + E)``, a small share of a window's CPU, so the rounds search longer.
 ROUND_RUNS = 8
+#: Most tasks and edges one round may re-time in all (its re-timings times ``T + E``): a re-timing
+#: sweeps every task and every edge, so a round of ``ROUND_RUNS`` times a first search that ``auto``
+#: sized by ``T`` alone cost about 10 million of them on every graph of 500-2,000 tasks, 6-20 s of
+#: CPU on the generated suite's 700-2,000-task band (issue 17), and the most on the graphs with the
+#: most edges per task. Graphs up to a few hundred tasks and edges stay below it.
+ROUND_ELEMENTS = 4_000_000
 #: Mapping time of one task's re-timing, in seconds of one core (fitted on the tune seeds' rounds:
 #: 9,000 re-timings of 138-276 tasks in 0.7-1.6 s; a constant, never measured at run time). A round
 #: whose local search would cost more than :data:`~streammap.mappers.lns.PLAN_SHARE` of the plan's
@@ -83,14 +95,29 @@ def gap(makespan: float, lower: float) -> float:
     return makespan / lower - 1.0 if lower > 0 else float("inf")
 
 
+def round_runs(cost: CostModel, runs: int) -> int:
+    """Re-timings of one round: :data:`ROUND_RUNS` times the first search's ``runs``, at most
+    :data:`ROUND_ELEMENTS` tasks and edges re-timed in all.
+
+    Examples
+    --------
+    The same first search (300 re-timings), on 200 and on 2,000 tasks with three edges a task:
+
+    >>> from types import SimpleNamespace as G
+    >>> round_runs(G(n_tasks=200, n_edges=600), 300), round_runs(G(n_tasks=2_000, n_edges=6_000), 300)
+    (2400, 500)
+    """
+    return min(ROUND_RUNS * runs, ROUND_ELEMENTS // max(1, cost.n_tasks + cost.n_edges))
+
+
 def affordable(cost: CostModel, runs: int, makespan: float) -> bool:
     """Whether a round may run at all: a local search of ``runs`` re-timings exists (8 or more),
-    there are tasks and devices to move, and one round's re-timings cost at most
-    :data:`~streammap.mappers.lns.PLAN_SHARE` of ``makespan`` (:data:`RETIME_TASK_SECONDS` a task).
-    Cheap: ``auto`` asks it before it computes the lower bound the rounds need."""
+    there are tasks and devices to move, and one round's re-timings (:func:`round_runs`) cost at
+    most :data:`~streammap.mappers.lns.PLAN_SHARE` of ``makespan`` (:data:`RETIME_TASK_SECONDS` a
+    task). Cheap: ``auto`` asks it before it computes the lower bound the rounds need."""
     if runs < 8 or cost.n_devices < 2 or cost.n_tasks < 2:
         return False
-    return ROUND_RUNS * runs * cost.n_tasks * RETIME_TASK_SECONDS <= PLAN_SHARE * makespan
+    return round_runs(cost, runs) * cost.n_tasks * RETIME_TASK_SECONDS <= PLAN_SHARE * makespan
 
 
 def extend_search(cost: CostModel, plan: Schedule, *, lower: float, runs: int) -> tuple[Schedule, list[Round]]:
@@ -115,7 +142,7 @@ def extend_search(cost: CostModel, plan: Schedule, *, lower: float, runs: int) -
     done: list[Round] = []
     if not affordable(cost, runs, plan.makespan):
         return plan, done
-    n_runs = ROUND_RUNS * runs
+    n_runs = round_runs(cost, runs)
     groups = any(heavy_neighbours(cost))
     best = plan
     while len(done) < ADAPT_ROUNDS and gap(best.makespan, lower) > ADAPT_GAP:

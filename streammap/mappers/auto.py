@@ -95,7 +95,10 @@ Candidates, in order:
    :data:`~streammap.mappers.adaptive.ADAPT_GAP` (5%) above its lower bound (the largest of
    :func:`cheap_bound` and the exact model's proven bound), the search *continues from it* in
    rounds: each a local search eight times as long as 5's, with the heavy-neighbour moves of 5b,
-   its own seed. The rounds stop at the first one that shortens nothing, when the gap closes, at
+   its own seed, and at most :data:`~streammap.mappers.adaptive.ROUND_ELEMENTS` tasks and edges
+   re-timed in all (:func:`~streammap.mappers.adaptive.round_runs`: a re-timing sweeps
+   ``T + E``, so on graphs of 700-2,000 tasks with several edges a task a round re-times fewer
+   times than eight first searches). The rounds stop at the first one that shortens nothing, when the gap closes, at
    the cap (:data:`~streammap.mappers.adaptive.ADAPT_ROUNDS`, two rounds of bounded re-timings),
    and none runs where one would cost more than 1% of the makespan: a plan the bound proves
    near-optimal costs nothing more, and a plan is never longer than steps 5-7 made it (winner
@@ -116,8 +119,9 @@ Candidates, in order:
 
 Effort is bounded by operation counts that scale with the graph (no wall-clock budget, which
 would make plans depend on the machine's load): the number of candidates shrinks as ``T × D``
-grows, the local search gets a number of re-timings inversely proportional to T, and the
-solver a budget in its deterministic time. ``T × D`` counts at least :data:`MIN_PASS_WIDTH` devices
+grows, the local search gets a number of re-timings inversely proportional to T (step 8's rounds
+also at most :data:`~streammap.mappers.adaptive.ROUND_ELEMENTS` re-timed tasks and edges a round,
+since a re-timing costs ``O(T + E)``), and the solver a budget in its deterministic time. ``T × D`` counts at least :data:`MIN_PASS_WIDTH` devices
 (a task's placement has a fixed cost however few devices there are). Above :data:`LARGE_WORK` the candidate list
 itself is cut to a budget of full-cluster list-scheduling passes, :data:`LARGE_PASS_BUDGET` task-device
 placements in all (:func:`large_graph_passes`): HEFT, then PEFT while the budget lasts, and nothing

@@ -169,3 +169,20 @@ def test_the_same_inputs_give_the_same_plan_byte_for_byte():
     assert a.mapper == b.mapper
     for field in ("device", "start", "finish", "seq"):
         assert getattr(a, field).tobytes() == getattr(b, field).tobytes()
+
+
+def test_a_round_re_times_fewer_times_on_a_graph_with_more_tasks_and_edges(monkeypatch):
+    # A re-timing sweeps every task and edge: a round's re-timings times T + E stay within
+    # ROUND_ELEMENTS, so on a graph of more tasks and edges the same first search buys a shorter round.
+    cost = CostModel(montage_like(8), processors(4, 10.0))
+    start = all_on(cost)
+    lower = start.makespan / 3                      # far from the bound: the rounds run
+    size = cost.n_tasks + cost.n_edges
+    budgets = counted_searches(monkeypatch)
+    monkeypatch.setattr(adaptive, "ROUND_ELEMENTS", size * 50)
+
+    extend_search(cost, start, lower=lower, runs=200)
+
+    assert budgets and set(budgets) == {50}         # 50 re-timings, not ROUND_RUNS x 200
+    assert adaptive.round_runs(cost, 200) == 50
+    assert adaptive.round_runs(cost, 4) == adaptive.ROUND_RUNS * 4     # a short first search: unchanged

@@ -7,13 +7,18 @@ and a plan is checked against memory only where it could break a capacity, so th
 still never return a plan that breaks one.
 """
 
+import importlib
+
 import numpy as np
+import pytest
 
 from streammap.cost.model import CostModel
 from streammap.mappers.heft import heft, priority_order
 from streammap.mappers.local_search import FixedAssignment, improve
 from streammap.mappers.schedule import evaluate, fits, peak_memory
 from tests.helpers.graphs import mixed_cluster, random_graph
+
+ls = importlib.import_module("streammap.mappers.local_search")
 
 
 def allowed_devices(cost, rng, dev, k):
@@ -63,3 +68,25 @@ def test_the_search_keeps_every_device_within_capacity_where_memory_binds():
     s = improve(cost, h, np.argsort(h.seq, kind="stable"), max_runs=400, seed=4)
     ms, valid, _ = evaluate(cost, s)
     assert valid and ms <= h.makespan * (1 + 1e-9)
+
+
+def test_the_search_builds_a_memory_profile_only_for_a_plan_that_beats_the_one_it_holds(monkeypatch):
+    # A move that does not shorten the plan is undone whatever its memory, so its profile (a third
+    # of a re-timing's cost where memory binds) is never built. Without kicks the held plan only
+    # shortens, so every profile after the start's is of a plan no longer than the start.
+    cost = CostModel(random_graph(80, seed=2), mixed_cluster(memory="6GiB"))
+    start = heft(cost)
+    profiled = []
+    real = ls.peak_memory
+
+    def record(cost, device, s, f):
+        profiled.append(float(np.max(f)))
+        return real(cost, device, s, f)
+
+    monkeypatch.setattr(ls, "peak_memory", record)
+    got = improve(cost, start, priority_order(cost), max_runs=300, kicks=False)
+
+    assert profiled, "memory binds here: the start's plan is profiled"
+    assert all(ms <= profiled[0] for ms in profiled[1:])
+    makespan, valid, _ = evaluate(cost, got)
+    assert valid and makespan == pytest.approx(got.makespan)
