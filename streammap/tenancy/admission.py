@@ -1116,14 +1116,14 @@ class Scheduler:
         ``deadline`` order, without quotas, preemption or a fraction of a GPU, and never for a
         promised job (:meth:`_keep_promises` plans those)."""
         # Every job the pass places comes here and 95% are shorter than the tail bound: that test first.
-        if self._tail_bound is None or job.demand.best.duration < self._tail_bound:
+        duration = job.demand.best.duration
+        if self._tail_bound is None or duration < self._tail_bound:
             return None
         if (self.order != "deadline" or not self._no_quotas or self.tenants.preemption
                 or job.demand.whole is not None or job.id in self._promises):
             return None
         if self.tail_exchange == "auto" and not self._precise(job.tenant):
             return None
-        duration = job.demand.best.duration
         twins = self._twins[(job.tenant, self._shape_of[job.id])]
         allowance = max(0.0, self._tail_bound - duration) + self.tail_wait * self._typical_wait()
         i = bisect.bisect_left(twins, (now - allowance,))     # the oldest still within its allowance

@@ -102,7 +102,6 @@ class EstimateCorrection:
             return 1.0
         return math.exp(diff)
 
-
     def spread(self, tenant: str) -> float | None:
         """The standard deviation of ``log(real / estimated)`` over ``tenant``'s recent runs, or None
         before :data:`MIN_RUNS` of them: how far apart two runs of the same estimate typically end
